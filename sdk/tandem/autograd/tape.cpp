@@ -1,0 +1,163 @@
+// The tape's record and the backward walk. Tapes form a per-thread stack; an op is recorded
+// on each active tape that tracks one of its inputs (watched, or produced by a recorded op).
+#include "tandem/autograd/tape.h"
+
+#include <algorithm>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "tandem/ops/ops.h"
+
+namespace tandem {
+
+struct GradientTape::Record {
+  struct Node {
+    std::string_view op;
+    std::vector<Tensor> inputs;
+    std::vector<Tensor> outputs;
+    autograd::BackwardFn backward;
+  };
+  bool watch_accessed_variables = true;
+  std::unordered_set<const TensorImpl*> tracked;
+  std::vector<Tensor> watched;  // keeps watched tensors alive so their ids stay unique
+  std::vector<Node> nodes;
+
+  void watch(const Tensor& t) {
+    if (tracked.insert(t.id()).second) watched.push_back(t);
+  }
+  bool tracks(const Tensor& t) const { return t.defined() && tracked.count(t.id()) != 0; }
+};
+
+namespace autograd {
+
+namespace {
+thread_local std::vector<GradientTape::Record*> t_tapes;
+thread_local bool t_paused = false;
+}  // namespace
+
+NoRecordGuard::NoRecordGuard() : previous_(t_paused) { t_paused = true; }
+NoRecordGuard::~NoRecordGuard() { t_paused = previous_; }
+
+bool needs_recording(std::initializer_list<const Tensor*> inputs) {
+  if (t_tapes.empty() || t_paused) return false;
+  for (const GradientTape::Record* tape : t_tapes)
+    for (const Tensor* t : inputs)
+      if (tape->tracks(*t)) return true;
+  return false;
+}
+
+bool needs_recording(const std::vector<Tensor>& inputs) {
+  if (t_tapes.empty() || t_paused) return false;
+  for (const GradientTape::Record* tape : t_tapes)
+    for (const Tensor& t : inputs)
+      if (tape->tracks(t)) return true;
+  return false;
+}
+
+void record(std::string_view op, std::vector<Tensor> inputs, std::vector<Tensor> outputs,
+            BackwardFn backward) {
+  if (t_tapes.empty() || t_paused) return;
+  for (GradientTape::Record* tape : t_tapes) {
+    const bool relevant =
+        std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return tape->tracks(t); });
+    if (!relevant) continue;
+    for (const Tensor& out : outputs) tape->tracked.insert(out.id());
+    tape->nodes.push_back({op, inputs, outputs, backward});
+  }
+}
+
+void watch_on_active_tapes(const Tensor& value) {
+  if (t_tapes.empty() || t_paused) return;
+  for (GradientTape::Record* tape : t_tapes)
+    if (tape->watch_accessed_variables) tape->watch(value);
+}
+
+}  // namespace autograd
+
+GradientTape::GradientTape() : GradientTape(Options{}) {}
+
+GradientTape::GradientTape(Options options)
+    : record_(std::make_unique<Record>()), options_(options) {
+  record_->watch_accessed_variables = options.watch_accessed_variables;
+  autograd::t_tapes.push_back(record_.get());
+}
+
+GradientTape::~GradientTape() {
+  auto& tapes = autograd::t_tapes;
+  tapes.erase(std::remove(tapes.begin(), tapes.end(), record_.get()), tapes.end());
+}
+
+void GradientTape::watch(const Tensor& tensor) {
+  TANDEM_CHECK(tensor.defined(), "GradientTape::watch: the tensor is undefined");
+  record_->watch(tensor);
+}
+
+void GradientTape::watch(const Variable& variable) { watch(variable.value_untracked()); }
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target,
+                                           const std::vector<Variable>& variables) {
+  std::vector<Tensor> sources;
+  sources.reserve(variables.size());
+  for (const Variable& v : variables) sources.push_back(v.value_untracked());
+  return gradient(target, sources);
+}
+
+Tensor GradientTape::gradient(const Tensor& target, const Tensor& source) {
+  return gradient(target, std::vector<Tensor>{source})[0];
+}
+
+std::vector<Tensor> GradientTape::gradient(const Tensor& target,
+                                           const std::vector<Tensor>& sources) {
+  TANDEM_CHECK(!used_ || options_.persistent,
+               "GradientTape::gradient: a non-persistent tape can compute gradients once; "
+               "construct it with {.persistent = true} to call gradient() several times");
+  TANDEM_CHECK(target.defined(), "GradientTape::gradient: the target is undefined");
+  used_ = true;
+  autograd::NoRecordGuard no_record;  // the backward pass itself is not recorded
+
+  std::unordered_map<const TensorImpl*, Tensor> grads;
+  if (record_->tracks(target)) grads[target.id()] = Tensor::ones_like(target);
+
+  auto accumulate = [&](const Tensor& input, const Tensor& grad) {
+    if (!grad.defined() || !record_->tracks(input)) return;
+    TANDEM_CHECK(grad.shape() == input.shape(), "gradient of shape ", grad.shape(),
+                 " does not match its input of shape ", input.shape());
+    auto [it, inserted] = grads.try_emplace(input.id(), grad);
+    if (!inserted) it->second = ops::add(it->second, grad);
+  };
+
+  for (auto node = record_->nodes.rbegin(); node != record_->nodes.rend(); ++node) {
+    std::vector<Tensor> grad_outputs;
+    grad_outputs.reserve(node->outputs.size());
+    bool any = false;
+    for (const Tensor& out : node->outputs) {
+      auto it = grads.find(out.id());
+      grad_outputs.push_back(it == grads.end() ? Tensor() : it->second);
+      any = any || it != grads.end();
+    }
+    if (!any) continue;
+    std::vector<Tensor> grad_inputs = node->backward(grad_outputs);
+    TANDEM_CHECK(grad_inputs.size() == node->inputs.size(), "backward of ", node->op,
+                 " returned ", grad_inputs.size(), " gradients for ", node->inputs.size(),
+                 " inputs");
+    for (size_t i = 0; i < grad_inputs.size(); ++i) accumulate(node->inputs[i], grad_inputs[i]);
+  }
+
+  std::vector<Tensor> result;
+  result.reserve(sources.size());
+  for (const Tensor& s : sources) {
+    auto it = s.defined() ? grads.find(s.id()) : grads.end();
+    result.push_back(it == grads.end() ? Tensor() : it->second);
+  }
+  if (!options_.persistent) {
+    // Free the intermediates as soon as the one allowed call is done, and stop tracking:
+    // freed tensors' addresses may be reused by unrelated tensors.
+    record_->nodes.clear();
+    record_->watched.clear();
+    record_->tracked.clear();
+  }
+  return result;
+}
+
+}  // namespace tandem

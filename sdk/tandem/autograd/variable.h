@@ -1,0 +1,62 @@
+// Variable: a named, mutable tensor that models and optimizers own. A handle: copies alias.
+// Variables created inside a strategy scope hold one copy per replica; value() returns the
+// copy of the replica running on the calling thread.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/tensor/tensor.h"
+
+namespace tandem {
+
+class Variable {
+ public:
+  Variable() = default;
+  /// `name` is the Keras-style path ("dense/kernel"); `initial` is copied (not aliased).
+  Variable(std::string name, const Tensor& initial, bool trainable = true);
+
+  bool defined() const { return state_ != nullptr; }
+  const std::string& name() const;
+  bool trainable() const;
+  const Shape& shape() const { return value().shape(); }
+  DType dtype() const { return value().dtype(); }
+
+  /// This replica's value. Active gradient tapes on this thread watch it when trainable.
+  const Tensor& value() const;
+  /// This replica's value without notifying tapes (for optimizers and checkpoints).
+  const Tensor& value_untracked() const;
+  /// Copies `new_value` (same shape and dtype) into this replica's value.
+  void assign(const Tensor& new_value) const;
+
+  /// Number of per-replica copies (1 unless created inside a multi-replica scope).
+  int num_copies() const;
+  /// The copy of replica `replica` (for strategies, checkpoints and tests).
+  const Tensor& copy(int replica) const;
+  /// Replaces the per-replica copies (used by strategy scopes when mirroring).
+  void set_copies(std::vector<Tensor> copies) const;
+
+  /// Identity (handles of one variable compare equal).
+  const void* id() const { return state_.get(); }
+  friend bool operator==(const Variable& a, const Variable& b) { return a.state_ == b.state_; }
+
+ private:
+  struct State {
+    std::string name;
+    bool trainable = true;
+    std::vector<Tensor> copies;  // one per replica
+  };
+  std::shared_ptr<State> state_;
+};
+
+/// The replica whose copies Variable::value() returns on the calling thread, and the number of
+/// replicas in sync (set by strategies on their replica threads; 0 and 1 elsewhere).
+struct ReplicaBinding {
+  int replica_id = 0;
+  int num_replicas = 1;
+};
+ReplicaBinding current_replica_binding();
+void set_current_replica_binding(ReplicaBinding binding);
+
+}  // namespace tandem

@@ -1,0 +1,56 @@
+// Tandem's exception types and the check macros that raise them with the failing values.
+#pragma once
+
+#include <sstream>
+#include <stdexcept>
+#include <string>
+#include <utility>
+
+namespace tandem {
+
+/// Every error Tandem raises derives from this.
+class Error : public std::runtime_error {
+ public:
+  explicit Error(const std::string& message) : std::runtime_error(message) {}
+};
+
+/// A feature that was not compiled in; the message names the CMake option that builds it.
+class NotBuiltError : public Error {
+ public:
+  explicit NotBuiltError(const std::string& message) : Error(message) {}
+};
+
+/// A collective did not complete in time (peers diverged or died).
+class TimeoutError : public Error {
+ public:
+  explicit TimeoutError(const std::string& message) : Error(message) {}
+};
+
+namespace detail {
+
+/// Concatenates every argument with operator<< (used by the check macros).
+template <typename... Args>
+std::string str_cat(Args&&... args) {
+  std::ostringstream out;
+  (out << ... << std::forward<Args>(args));
+  return out.str();
+}
+
+[[noreturn]] void throw_error(const char* file, int line, const char* condition,
+                              const std::string& message);
+
+}  // namespace detail
+}  // namespace tandem
+
+/// Throws tandem::Error with file:line, the failed condition and the message parts.
+#define TANDEM_CHECK(cond, ...)                                                              \
+  do {                                                                                       \
+    if (!(cond)) [[unlikely]] {                                                              \
+      ::tandem::detail::throw_error(__FILE__, __LINE__, #cond,                               \
+                                    ::tandem::detail::str_cat(__VA_ARGS__));                 \
+    }                                                                                        \
+  } while (0)
+
+/// Unconditionally throws tandem::Error with the message parts.
+#define TANDEM_THROW(...) \
+  ::tandem::detail::throw_error(__FILE__, __LINE__, nullptr, ::tandem::detail::str_cat(__VA_ARGS__))

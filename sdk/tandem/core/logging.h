@@ -1,0 +1,26 @@
+// Minimal leveled logging to stderr. TANDEM_LOG_LEVEL=debug|info|warning|error (default info).
+#pragma once
+
+#include <string>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
+
+/// Writes "tandem [level] message" to stderr when level passes the threshold (thread safe).
+void log_message(LogLevel level, const std::string& message);
+bool log_enabled(LogLevel level);
+
+}  // namespace tandem
+
+#define TANDEM_LOG(level, ...)                                                         \
+  do {                                                                                 \
+    if (::tandem::log_enabled(level))                                                  \
+      ::tandem::log_message(level, ::tandem::detail::str_cat(__VA_ARGS__));            \
+  } while (0)
+#define TANDEM_LOG_DEBUG(...) TANDEM_LOG(::tandem::LogLevel::kDebug, __VA_ARGS__)
+#define TANDEM_LOG_INFO(...) TANDEM_LOG(::tandem::LogLevel::kInfo, __VA_ARGS__)
+#define TANDEM_LOG_WARNING(...) TANDEM_LOG(::tandem::LogLevel::kWarning, __VA_ARGS__)
+#define TANDEM_LOG_ERROR(...) TANDEM_LOG(::tandem::LogLevel::kError, __VA_ARGS__)

@@ -1,0 +1,49 @@
+// CPU kernels behind matmul, conv2d, max_pool2d and dropout (called from ops.cpp only).
+// Row-major throughout; leading dimensions are in elements.
+#pragma once
+
+#include <cstdint>
+
+namespace tandem::ops::cpu {
+
+/// C = alpha * op(A) @ op(B) + beta * C, with op(A) [m, k] and op(B) [k, n]. float32 runs
+/// oneDNN's dnnl_sgemm (threads: the calling thread's compute_threads()).
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
+          const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
+          int64_t ldc);
+/// The same for float64 (a blocked loop; used by gradient checks).
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, double alpha,
+          const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
+          int64_t ldc);
+
+/// Geometry of a 2-D convolution or pooling window over an NHWC input.
+struct ConvGeometry {
+  int64_t batch, in_h, in_w, channels;  // input [N, H, W, C]
+  int64_t window_h, window_w;            // kernel or pool size
+  int64_t stride_h, stride_w;
+  int64_t pad_top, pad_left;             // SAME padding before (TF: total / 2 on top/left)
+  int64_t out_h, out_w;
+};
+
+/// x [N, H, W, C] -> cols [N * OH * OW, KH * KW * C] (zeros where the window is padding).
+template <typename T>
+void im2col(const ConvGeometry& g, const T* x, T* cols);
+/// The adjoint of im2col: accumulates cols back into dx [N, H, W, C] (dx is overwritten).
+template <typename T>
+void col2im(const ConvGeometry& g, const T* cols, T* dx);
+
+/// y [N, OH, OW, C] = window maxima; argmax [N, OH, OW, C] = flat input index of each maximum
+/// (padding never wins; SAME pads with -inf as TensorFlow).
+template <typename T>
+void max_pool2d_forward(const ConvGeometry& g, const T* x, T* y, int64_t* argmax);
+/// dx (overwritten, [N, H, W, C]) receives dy at each window's argmax.
+template <typename T>
+void max_pool2d_backward(const ConvGeometry& g, const T* dy, const int64_t* argmax, T* dx);
+
+/// mask[i] = 1 / (1 - rate) when kept, else 0; element i uses lane i % 4 of Philox block
+/// (first_block + i / 4) of (seed, stream), kept when its uniform float >= rate.
+template <typename T>
+void dropout_mask(int64_t n, double rate, uint64_t seed, uint64_t stream, uint64_t first_block,
+                  T* mask);
+
+}  // namespace tandem::ops::cpu

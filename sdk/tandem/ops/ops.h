@@ -1,0 +1,117 @@
+// Every tensor op, forward and backward. Each op checks its arguments (naming the shapes),
+// runs on the device of its inputs (dispatched in ops.cpp) and records itself on active
+// gradient tapes when one of its inputs is tracked.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <vector>
+
+#include "tandem/tensor/random.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::ops {
+
+// ---- elementwise, with numpy broadcasting -------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+/// Elementwise max/min (gradient goes to the larger/smaller; ties to `a`).
+Tensor maximum(const Tensor& a, const Tensor& b);
+Tensor minimum(const Tensor& a, const Tensor& b);
+/// Scalar forms: the scalar takes a's dtype.
+Tensor add(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+/// The shape two operands broadcast to; raises naming both shapes when incompatible.
+Shape broadcast_shapes(const Shape& a, const Shape& b);
+/// Sums `x` down to `shape` (the reverse of broadcasting; used by backward passes).
+Tensor sum_to(const Tensor& x, const Shape& shape);
+
+Tensor neg(const Tensor& x);
+Tensor abs(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor log1p(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor square(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+/// Clamps to [low, high]; the gradient passes where low <= x <= high.
+Tensor clip(const Tensor& x, double low, double high);
+
+// ---- activations --------------------------------------------------------------------------
+Tensor relu(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+Tensor tanh(const Tensor& x);
+/// GELU; exact (erf) by default as in Keras, or the tanh approximation.
+Tensor gelu(const Tensor& x, bool approximate = false);
+Tensor softmax(const Tensor& x, int64_t axis = -1);
+Tensor log_softmax(const Tensor& x, int64_t axis = -1);
+
+// ---- reductions ---------------------------------------------------------------------------
+/// Sum of all elements (rank 0).
+Tensor sum(const Tensor& x);
+Tensor sum(const Tensor& x, int64_t axis, bool keepdims = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, int64_t axis, bool keepdims = false);
+Tensor max(const Tensor& x);
+Tensor max(const Tensor& x, int64_t axis, bool keepdims = false);
+/// Index of the maximum along `axis` (first on ties), int64.
+Tensor argmax(const Tensor& x, int64_t axis = -1);
+
+// ---- shape ops ----------------------------------------------------------------------------
+Tensor reshape(const Tensor& x, const Shape& shape);
+/// [N, d1, d2, ...] -> [N, d1 * d2 * ...].
+Tensor flatten(const Tensor& x);
+/// Reverses the two axes of a matrix.
+Tensor transpose(const Tensor& x);
+/// General permutation of the axes (out.shape[i] = x.shape[perm[i]]).
+Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm);
+/// Joins along `axis` (0 only for now); shapes must agree elsewhere.
+Tensor concat(const std::vector<Tensor>& xs, int64_t axis = 0);
+/// Rows [begin, end) along axis 0 (a view).
+Tensor slice(const Tensor& x, int64_t begin, int64_t end);
+
+// ---- comparison and conversion (not differentiable) ---------------------------------------
+/// Elementwise a == b with broadcasting, as bool.
+Tensor equal(const Tensor& a, const Tensor& b);
+/// Converts to `dtype` (differentiable between floating types).
+Tensor cast(const Tensor& x, DType dtype);
+/// [N] integer labels -> [N, depth] one-hot of `dtype`; labels out of range raise.
+Tensor one_hot(const Tensor& labels, int64_t depth, DType dtype = DType::kFloat32);
+
+// ---- linear algebra -----------------------------------------------------------------------
+/// op(a) @ op(b) for matrices, op = transpose when the flag is set. float32 goes through
+/// oneDNN (CPU) or cuBLAS (CUDA).
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
+              bool transpose_b = false);
+
+// ---- losses -------------------------------------------------------------------------------
+/// Per-example -log softmax(logits)[label]: logits [N, C], labels [N] int32/int64 -> [N].
+/// Fused and numerically stable; labels outside [0, C) raise naming the value.
+Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels);
+
+// ---- convolution and pooling (NHWC) -------------------------------------------------------
+enum class Padding { kValid, kSame };
+/// x [N, H, W, Cin], kernel [KH, KW, Cin, Cout] -> [N, OH, OW, Cout]; im2col + GEMM.
+Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int64_t, 2> strides = {1, 1},
+              Padding padding = Padding::kValid);
+/// Max pooling over windows of `pool_size` (SAME pads with -inf, as TensorFlow).
+Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size,
+                  std::array<int64_t, 2> strides, Padding padding = Padding::kValid);
+/// Output spatial size for one dimension.
+int64_t conv_output_size(int64_t input, int64_t window, int64_t stride, Padding padding);
+
+// ---- random -------------------------------------------------------------------------------
+/// Inverted dropout: keeps each element with probability 1 - rate and scales it by
+/// 1 / (1 - rate); the mask comes from `generator` (Philox), so replicas with the same
+/// stream drop the same elements. Identity when !training or rate == 0.
+Tensor dropout(const Tensor& x, double rate, Generator& generator, bool training = true);
+
+// ---- in place (not recorded on tapes; for optimizers, accumulators and collectives) -------
+/// dst += alpha * src (same shape).
+void add_(Tensor& dst, const Tensor& src, double alpha = 1.0);
+/// dst *= factor.
+void scale_(Tensor& dst, double factor);
+
+}  // namespace tandem::ops
