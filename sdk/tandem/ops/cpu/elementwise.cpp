@@ -1,0 +1,119 @@
+// CPU elementwise loops. Fast paths (equal shapes, a scalar operand, a broadcast row such as
+// a bias) reduce to one contiguous inner loop per row with compile-time strides, which the
+// compiler vectorises; the outer rows advance with an odometer, never per element.
+#include "tandem/ops/cpu/elementwise.h"
+
+#include <vector>
+
+#include "tandem/ops/cpu/parallel.h"
+#include "tandem/ops/kernels/op_list.h"
+
+namespace tandem::ops::cpu {
+
+namespace {
+
+// One inner run; kA / kB say whether a / b advance (else their first element repeats).
+template <bool kA, bool kB, typename F, typename T, typename R>
+inline void run(const F& f, int64_t n, const T* a, const T* b, R* y) {
+  if constexpr (kA && kB) {
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+  } else if constexpr (kA) {
+    const T bv = b[0];
+    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], bv);
+  } else {
+    const T av = a[0];
+    for (int64_t i = 0; i < n; ++i) y[i] = f(av, b[i]);
+  }
+}
+
+// Output elements [begin, end): whole or partial inner runs, the outer index advancing as an
+// odometer over plan.outer.
+template <bool kA, bool kB, typename F, typename T, typename R>
+void binary_range(const F& f, const kernels::BroadcastPlan& p, const T* a, const T* b, R* y,
+                  int64_t begin, int64_t end) {
+  if (p.outer.empty()) {
+    run<kA, kB>(f, end - begin, kA ? a + begin : a, kB ? b + begin : b, y + begin);
+    return;
+  }
+  const size_t rank = p.outer.size();
+  std::vector<int64_t> index(rank);
+  int64_t row = begin / p.inner, col = begin % p.inner;
+  int64_t a_offset = 0, b_offset = 0;
+  for (size_t k = rank; k-- > 0;) {
+    index[k] = row % p.outer[k];
+    row /= p.outer[k];
+    a_offset += index[k] * p.a_strides[k];
+    b_offset += index[k] * p.b_strides[k];
+  }
+  while (begin < end) {
+    const int64_t n = std::min(p.inner - col, end - begin);
+    run<kA, kB>(f, n, a + a_offset + (kA ? col : 0), b + b_offset + (kB ? col : 0), y + begin);
+    begin += n;
+    col = 0;
+    for (size_t k = rank; k-- > 0;) {
+      a_offset += p.a_strides[k];
+      b_offset += p.b_strides[k];
+      if (++index[k] < p.outer[k]) break;
+      a_offset -= p.outer[k] * p.a_strides[k];
+      b_offset -= p.outer[k] * p.b_strides[k];
+      index[k] = 0;
+    }
+  }
+}
+
+}  // namespace
+
+template <typename F, typename T>
+void unary(const F& f, int64_t n, const T* x, T* y) {
+  parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
+  });
+}
+
+template <typename F, typename T, typename R>
+void binary(const F& f, const kernels::BroadcastPlan& plan, const T* a, const T* b, R* y) {
+  parallel_for(plan.numel, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    if (plan.a_inner && plan.b_inner)
+      binary_range<true, true>(f, plan, a, b, y, begin, end);
+    else if (plan.a_inner)
+      binary_range<true, false>(f, plan, a, b, y, begin, end);
+    else
+      binary_range<false, true>(f, plan, a, b, y, begin, end);
+  });
+}
+
+void cast(DType from, DType to, int64_t n, const void* x, void* y) {
+  dispatch_dtype(from, [&]<typename S>() {
+    dispatch_dtype(to, [&]<typename D>() {
+      const S* src = static_cast<const S*>(x);
+      D* dst = static_cast<D*>(y);
+      parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+        for (int64_t i = begin; i < end; ++i) dst[i] = static_cast<D>(src[i]);
+      });
+    });
+  });
+}
+
+// ---- instantiations: the functor x dtype list of ops/kernels/op_list.h ----------------------
+
+#define TANDEM_UNARY(F, T) \
+  template void unary<kernels::F, T>(const kernels::F&, int64_t, const T*, T*);
+#define TANDEM_BINARY(F, T)                                                                \
+  template void binary<kernels::F, T, T>(const kernels::F&, const kernels::BroadcastPlan&, \
+                                         const T*, const T*, T*);
+#define TANDEM_COMPARISON(F, T)                                                               \
+  template void binary<kernels::F, T, bool>(const kernels::F&, const kernels::BroadcastPlan&, \
+                                            const T*, const T*, bool*);
+#define TANDEM_FLOATING_UNARY(F) TANDEM_FLOATING_TYPES(TANDEM_UNARY, F)
+#define TANDEM_NUMERIC_UNARY(F) TANDEM_NUMERIC_TYPES(TANDEM_UNARY, F)
+#define TANDEM_FLOATING_BINARY(F) TANDEM_FLOATING_TYPES(TANDEM_BINARY, F)
+#define TANDEM_NUMERIC_BINARY(F) TANDEM_NUMERIC_TYPES(TANDEM_BINARY, F)
+#define TANDEM_ALL_COMPARISON(F) TANDEM_ALL_TYPES(TANDEM_COMPARISON, F)
+
+TANDEM_FLOATING_UNARY_FUNCTORS(TANDEM_FLOATING_UNARY)
+TANDEM_NUMERIC_UNARY_FUNCTORS(TANDEM_NUMERIC_UNARY)
+TANDEM_FLOATING_BINARY_FUNCTORS(TANDEM_FLOATING_BINARY)
+TANDEM_NUMERIC_BINARY_FUNCTORS(TANDEM_NUMERIC_BINARY)
+TANDEM_COMPARISON_FUNCTORS(TANDEM_ALL_COMPARISON)
+
+}  // namespace tandem::ops::cpu

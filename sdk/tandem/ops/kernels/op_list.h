@@ -1,0 +1,32 @@
+// The one list of elementwise op x dtype: every backend instantiates its loops from these
+// X-macros, so the CPU and CUDA backends support exactly the same combinations.
+#pragma once
+
+#include <cstdint>
+
+// The lists are laid out by hand (the formatter's macro layout is harder to scan).
+// clang-format off
+// ---- dtypes: X(F, T) for each C++ element type T ---------------------------------------------
+#define TANDEM_FLOATING_TYPES(X, F) X(F, float) X(F, double)
+#define TANDEM_NUMERIC_TYPES(X, F) \
+  X(F, float) X(F, double) X(F, int32_t) X(F, int64_t) X(F, uint8_t)
+#define TANDEM_ALL_TYPES(X, F) TANDEM_NUMERIC_TYPES(X, F) X(F, bool)
+
+// ---- functors of ops/kernels/functors.h: X(Functor) ------------------------------------------
+/// (x) -> y on float32 and float64.
+#define TANDEM_FLOATING_UNARY_FUNCTORS(X)                                                  \
+  X(Neg) X(Abs) X(Exp) X(Log) X(Log1p) X(Sqrt) X(Square) X(Pow) X(Clip) X(Relu) X(Sigmoid) \
+  X(Tanh) X(Gelu) X(GeluTanh)
+/// (x) -> y on every numeric type.
+#define TANDEM_NUMERIC_UNARY_FUNCTORS(X) X(Scale)
+/// (a, b) -> same type on float32 and float64 (mostly the backward functors).
+#define TANDEM_FLOATING_BINARY_FUNCTORS(X)                                                   \
+  X(Div) X(First) X(AbsGrad) X(Log1pGrad) X(SqrtGrad) X(SquareGrad) X(PowGrad) X(ClipGrad) \
+  X(ReluGrad) X(SigmoidGrad) X(TanhGrad) X(GeluGrad) X(GeluTanhGrad) X(MaximumMask)        \
+  X(MinimumMask)
+/// (a, b) -> same type on every numeric type.
+#define TANDEM_NUMERIC_BINARY_FUNCTORS(X) \
+  X(Add) X(Sub) X(Mul) X(Maximum) X(Minimum) X(AddScaled)
+/// (a, b) -> bool on every type.
+#define TANDEM_COMPARISON_FUNCTORS(X) X(Equal)
+// clang-format on

@@ -1,0 +1,80 @@
+// Tests of core: devices, dtypes, shapes, errors and device discovery.
+#include <catch2/catch.hpp>
+
+#include <thread>
+
+#include "tandem/tandem.h"
+
+using namespace tandem;
+
+TEST_CASE("Device parses tf and Tandem spellings", "[cpu][core]") {
+  CHECK(Device::parse("cpu") == Device::cpu(0));
+  CHECK(Device::parse("cpu:3") == Device::cpu(3));
+  CHECK(Device::parse("cuda:1") == Device::cuda(1));
+  CHECK(Device::parse("gpu:2") == Device::cuda(2));
+  CHECK(Device::parse("/device:GPU:0") == Device::cuda(0));
+  CHECK(Device::parse("/job:worker/replica:0/task:1/device:CPU:0") == Device::cpu(0));
+  CHECK(Device::cuda(4).to_string() == "cuda:4");
+  CHECK_THROWS_WITH(Device::parse("tpu:0"), Catch::Contains("unknown kind \"tpu\""));
+  CHECK_THROWS_WITH(Device::parse("cpu:x"), Catch::Contains("non-negative integer"));
+}
+
+TEST_CASE("DType sizes and names", "[cpu][core]") {
+  CHECK(dtype_size(DType::kFloat32) == 4);
+  CHECK(dtype_size(DType::kFloat64) == 8);
+  CHECK(dtype_size(DType::kInt32) == 4);
+  CHECK(dtype_size(DType::kInt64) == 8);
+  CHECK(dtype_size(DType::kUInt8) == 1);
+  CHECK(dtype_size(DType::kBool) == 1);
+  CHECK(dtype_name(DType::kFloat64) == "float64");
+  CHECK(dtype_of<int64_t> == DType::kInt64);
+  CHECK(is_floating(DType::kFloat32));
+  CHECK_FALSE(is_floating(DType::kInt32));
+}
+
+TEST_CASE("Shape arithmetic and axis checks", "[cpu][core]") {
+  Shape s{2, 3, 4};
+  CHECK(s.numel() == 24);
+  CHECK(s.rank() == 3);
+  CHECK(s[-1] == 4);
+  CHECK(s.strides() == std::vector<int64_t>{12, 4, 1});
+  CHECK(Shape{}.numel() == 1);
+  CHECK(Shape{5, 0}.numel() == 0);
+  CHECK(s.to_string() == "[2, 3, 4]");
+  CHECK_THROWS_WITH(s.normalize_axis(3), Catch::Contains("axis 3 is out of range for shape [2, 3, 4]"));
+}
+
+TEST_CASE("TANDEM_CHECK puts the values and the location in the message", "[cpu][core]") {
+  const int have = 7;
+  try {
+    TANDEM_CHECK(have == 8, "expected 8, got ", have);
+    FAIL("no exception");
+  } catch (const Error& e) {
+    const std::string what = e.what();
+    CHECK_THAT(what, Catch::Contains("expected 8, got 7"));
+    CHECK_THAT(what, Catch::Contains("test_core.cpp"));
+    CHECK_THAT(what, Catch::Contains("have == 8"));
+  }
+}
+
+TEST_CASE("device discovery never throws and explains zero GPUs", "[cpu][core]") {
+  const CudaAvailability& a = cuda_availability();
+  CHECK(a.built == build_info().cuda);
+  if (a.devices.empty()) {
+    CHECK_FALSE(a.reason.empty());
+  } else {
+    for (const auto& d : a.devices) CHECK(d.total_memory_bytes > 0);
+  }
+  CHECK(cuda_device_count() == static_cast<int>(a.devices.size()));
+}
+
+TEST_CASE("the compute-thread budget is per thread", "[cpu][core]") {
+  const int cores = hardware_cores();
+  CHECK(cores >= 1);
+  set_compute_threads(1);
+  int other = 0;
+  std::thread([&] { other = compute_threads(); }).join();
+  CHECK(compute_threads() == 1);
+  CHECK(other == cores);
+  set_compute_threads(cores);
+}
