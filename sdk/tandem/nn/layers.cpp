@@ -1,0 +1,207 @@
+// Dense, Conv2D, MaxPool2D, Flatten and Dropout: shapes, variables and forward passes on ops.
+#include "tandem/nn/layers.h"
+
+#include "tandem/nn/initializers.h"
+
+namespace tandem::nn {
+
+namespace {
+
+const char* padding_name(Padding padding) { return padding == Padding::kSame ? "same" : "valid"; }
+
+/// Output [OH, OW] of a window sliding over [H, W]; raises when the window does not fit.
+std::array<int64_t, 2> window_output(const std::string& who, const Shape& input, Size2 window,
+                                     Size2 strides, Padding padding) {
+  const bool fits = input[0] > 0 && input[1] > 0 &&
+                    (padding == Padding::kSame || (input[0] >= window.h && input[1] >= window.w));
+  TANDEM_CHECK(fits, who, ": a ", window.h, "x", window.w, " window with padding '",
+               padding_name(padding), "' does not fit inputs of shape ", input);
+  const int64_t oh = ops::conv_output_size(input[0], window.h, strides.h, padding);
+  const int64_t ow = ops::conv_output_size(input[1], window.w, strides.w, padding);
+  return {oh, ow};
+}
+
+}  // namespace
+
+// ---- Dense -----------------------------------------------------------------------------------
+
+DenseImpl::DenseImpl(int64_t units, Activation activation, bool use_bias)
+    : ModuleImpl("dense"), units_(units), activation_(activation), use_bias_(use_bias) {
+  TANDEM_CHECK(units > 0, "Dense: units must be positive, got ", units);
+}
+
+Shape DenseImpl::compute_output_shape(const Shape& input_shape) const {
+  TANDEM_CHECK(input_shape.rank() >= 1 && input_shape[-1] > 0, describe(),
+               ": needs inputs with a non-empty last axis, got shape ", input_shape,
+               " (without batch)");
+  Shape out = input_shape;
+  out[-1] = units_;
+  return out;
+}
+
+void DenseImpl::check_input(const Tensor& x) const {
+  TANDEM_CHECK(x.rank() >= 2 && x.dim(-1) == input_shape()[-1], describe(),
+               " was built for inputs [batch, ..., ", input_shape()[-1],
+               "] but got an input of shape ", x.shape());
+}
+
+void DenseImpl::build_variables(const Shape& input_shape, Generator& generator) {
+  kernel_ = add_weight("kernel", glorot_uniform({input_shape[-1], units_}, generator, dtype()));
+  if (use_bias_) bias_ = add_weight("bias", zeros_initializer({units_}, dtype()));
+}
+
+const Variable& DenseImpl::kernel() const {
+  TANDEM_CHECK(built(), describe(), " has no kernel before build");
+  return kernel_;
+}
+
+const Variable& DenseImpl::bias() const {
+  TANDEM_CHECK(built(), describe(), " has no bias before build");
+  return bias_;
+}
+
+Tensor DenseImpl::call(const Tensor& x, bool training) {
+  (void)training;
+  const int64_t in = x.dim(-1);
+  Tensor flat = x;
+  if (x.rank() != 2) flat = ops::reshape(x, {x.numel() / in, in});
+  Tensor y = ops::matmul(flat, kernel_.value());
+  if (use_bias_) y = ops::add(y, bias_.value());
+  if (x.rank() != 2) {
+    std::vector<int64_t> dims = x.shape().dims();
+    dims.back() = units_;
+    y = ops::reshape(y, Shape(std::move(dims)));
+  }
+  return apply_activation(y, activation_);
+}
+
+Dense::Dense(int64_t units, Activation activation, bool use_bias)
+    : Module(std::make_shared<DenseImpl>(units, activation, use_bias)) {}
+Dense::Dense(std::shared_ptr<DenseImpl> impl) : Module(std::move(impl)) {}
+
+// ---- Conv2D ----------------------------------------------------------------------------------
+
+Conv2DImpl::Conv2DImpl(int64_t filters, Size2 kernel_size, Size2 strides, Padding padding,
+                       Activation activation, bool use_bias)
+    : ModuleImpl("conv2d"),
+      filters_(filters),
+      kernel_size_(kernel_size),
+      strides_(strides),
+      padding_(padding),
+      activation_(activation),
+      use_bias_(use_bias) {
+  TANDEM_CHECK(filters > 0, "Conv2D: filters must be positive, got ", filters);
+  TANDEM_CHECK(kernel_size.h > 0 && kernel_size.w > 0, "Conv2D: kernel_size must be positive, got ",
+               kernel_size.h, "x", kernel_size.w);
+  TANDEM_CHECK(strides.h > 0 && strides.w > 0, "Conv2D: strides must be positive, got ", strides.h,
+               "x", strides.w);
+}
+
+Shape Conv2DImpl::compute_output_shape(const Shape& input_shape) const {
+  TANDEM_CHECK(input_shape.rank() == 3, describe(),
+               ": needs NHWC inputs, [height, width, channels] without batch; got ", input_shape);
+  const auto [oh, ow] = window_output(describe(), input_shape, kernel_size_, strides_, padding_);
+  return Shape{oh, ow, filters_};
+}
+
+void Conv2DImpl::build_variables(const Shape& input_shape, Generator& generator) {
+  kernel_ = add_weight("kernel",
+                       glorot_uniform({kernel_size_.h, kernel_size_.w, input_shape[2], filters_},
+                                      generator, dtype()));
+  if (use_bias_) bias_ = add_weight("bias", zeros_initializer({filters_}, dtype()));
+}
+
+const Variable& Conv2DImpl::kernel() const {
+  TANDEM_CHECK(built(), describe(), " has no kernel before build");
+  return kernel_;
+}
+
+const Variable& Conv2DImpl::bias() const {
+  TANDEM_CHECK(built(), describe(), " has no bias before build");
+  return bias_;
+}
+
+Tensor Conv2DImpl::call(const Tensor& x, bool training) {
+  (void)training;
+  Tensor y = ops::conv2d(x, kernel_.value(), strides_.array(), padding_);
+  if (use_bias_) y = ops::add(y, bias_.value());
+  return apply_activation(y, activation_);
+}
+
+Conv2D::Conv2D(int64_t filters, Size2 kernel_size, Size2 strides, Padding padding,
+               Activation activation, bool use_bias)
+    : Module(std::make_shared<Conv2DImpl>(filters, kernel_size, strides, padding, activation,
+                                          use_bias)) {}
+Conv2D::Conv2D(std::shared_ptr<Conv2DImpl> impl) : Module(std::move(impl)) {}
+
+// ---- MaxPool2D -------------------------------------------------------------------------------
+
+MaxPool2DImpl::MaxPool2DImpl(Size2 pool_size, Size2 strides, Padding padding)
+    : ModuleImpl("max_pooling2d"),
+      pool_size_(pool_size),
+      strides_(strides == Size2(0) ? pool_size : strides),
+      padding_(padding) {
+  TANDEM_CHECK(pool_size.h > 0 && pool_size.w > 0, "MaxPool2D: pool_size must be positive, got ",
+               pool_size.h, "x", pool_size.w);
+  TANDEM_CHECK(strides_.h > 0 && strides_.w > 0, "MaxPool2D: strides must be positive, got ",
+               strides_.h, "x", strides_.w);
+}
+
+Shape MaxPool2DImpl::compute_output_shape(const Shape& input_shape) const {
+  TANDEM_CHECK(input_shape.rank() == 3, describe(),
+               ": needs NHWC inputs, [height, width, channels] without batch; got ", input_shape);
+  const auto [oh, ow] = window_output(describe(), input_shape, pool_size_, strides_, padding_);
+  return Shape{oh, ow, input_shape[2]};
+}
+
+Tensor MaxPool2DImpl::call(const Tensor& x, bool training) {
+  (void)training;
+  return ops::max_pool2d(x, pool_size_.array(), strides_.array(), padding_);
+}
+
+MaxPool2D::MaxPool2D(Size2 pool_size, Size2 strides, Padding padding)
+    : Module(std::make_shared<MaxPool2DImpl>(pool_size, strides, padding)) {}
+MaxPool2D::MaxPool2D(std::shared_ptr<MaxPool2DImpl> impl) : Module(std::move(impl)) {}
+
+// ---- Flatten ---------------------------------------------------------------------------------
+
+FlattenImpl::FlattenImpl() : ModuleImpl("flatten") {}
+
+Shape FlattenImpl::compute_output_shape(const Shape& input_shape) const {
+  return Shape{input_shape.numel()};
+}
+
+Tensor FlattenImpl::call(const Tensor& x, bool training) {
+  (void)training;
+  return ops::reshape(x, Shape{x.dim(0), output_shape()[0]});
+}
+
+Flatten::Flatten() : Module(std::make_shared<FlattenImpl>()) {}
+Flatten::Flatten(std::shared_ptr<FlattenImpl> impl) : Module(std::move(impl)) {}
+
+// ---- Dropout ---------------------------------------------------------------------------------
+
+DropoutImpl::DropoutImpl(double rate)
+    : ModuleImpl("dropout"), rate_(rate), generators_(std::make_shared<ReplicaGenerators>()) {
+  TANDEM_CHECK(rate >= 0.0 && rate < 1.0, "Dropout: rate must be in [0, 1), got ", rate);
+}
+
+void DropoutImpl::set_seed(uint64_t seed) {
+  ModuleImpl::set_seed(seed);
+  generators_->reseed(seed);
+}
+
+void DropoutImpl::set_random_source(std::shared_ptr<ReplicaGenerators> source) {
+  TANDEM_CHECK(source != nullptr, describe(), ": null random source");
+  generators_ = std::move(source);
+}
+
+Tensor DropoutImpl::call(const Tensor& x, bool training) {
+  if (!training || rate_ == 0.0) return x;
+  return ops::dropout(x, rate_, generators_->local(), /*training=*/true);
+}
+
+Dropout::Dropout(double rate) : Module(std::make_shared<DropoutImpl>(rate)) {}
+Dropout::Dropout(std::shared_ptr<DropoutImpl> impl) : Module(std::move(impl)) {}
+
+}  // namespace tandem::nn

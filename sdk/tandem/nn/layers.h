@@ -1,0 +1,190 @@
+// The built-in layers: Dense, Conv2D, MaxPool2D, Flatten, Dropout. Each is a Module handle
+// (pass it by value; copies alias one layer) over its *Impl class; names, weight names and
+// initialisers follow Keras (kernel [in, out] / [kh, kw, in, out], Glorot uniform; zero bias).
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <memory>
+
+#include "tandem/nn/activations.h"
+#include "tandem/nn/module.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::nn {
+
+/// Padding of Conv2D and MaxPool2D (TensorFlow rules: kSame puts the extra row/column at the
+/// bottom/right).
+using Padding = ops::Padding;
+
+/// A 2-D size (height, width); one integer means the same for both, as in Keras.
+struct Size2 {
+  Size2(int64_t both) : h(both), w(both) {}  // NOLINT(google-explicit-constructor): Keras style
+  Size2(int64_t height, int64_t width) : h(height), w(width) {}
+  std::array<int64_t, 2> array() const { return {h, w}; }
+  friend bool operator==(const Size2& a, const Size2& b) { return a.h == b.h && a.w == b.w; }
+  int64_t h;
+  int64_t w;
+};
+
+// ---- Dense -----------------------------------------------------------------------------------
+
+class DenseImpl : public ModuleImpl {
+ public:
+  DenseImpl(int64_t units, Activation activation, bool use_bias);
+  std::string type_name() const override { return "Dense"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor call(const Tensor& x, bool training) override;
+  /// Any rank >= 2 whose last axis is the built input size (like Keras' InputSpec).
+  void check_input(const Tensor& x) const override;
+
+  int64_t units() const { return units_; }
+  Activation activation() const { return activation_; }
+  bool use_bias() const { return use_bias_; }
+  /// "<name>/kernel" [in, units] and "<name>/bias" [units] (undefined without bias); built only.
+  const Variable& kernel() const;
+  const Variable& bias() const;
+
+ protected:
+  void build_variables(const Shape& input_shape, Generator& generator) override;
+
+ private:
+  int64_t units_;
+  Activation activation_;
+  bool use_bias_;
+  Variable kernel_;
+  Variable bias_;
+};
+
+/// y = activation(x @ kernel + bias) over the last axis of x.
+class Dense : public Module {
+ public:
+  using Impl = DenseImpl;
+  explicit Dense(int64_t units, Activation activation = Activation::kNone, bool use_bias = true);
+  explicit Dense(std::shared_ptr<DenseImpl> impl);
+  DenseImpl& layer() const { return static_cast<DenseImpl&>(impl()); }
+  const Variable& kernel() const { return layer().kernel(); }
+  const Variable& bias() const { return layer().bias(); }
+};
+
+// ---- Conv2D ----------------------------------------------------------------------------------
+
+class Conv2DImpl : public ModuleImpl {
+ public:
+  Conv2DImpl(int64_t filters, Size2 kernel_size, Size2 strides, Padding padding,
+             Activation activation, bool use_bias);
+  std::string type_name() const override { return "Conv2D"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor call(const Tensor& x, bool training) override;
+
+  int64_t filters() const { return filters_; }
+  Size2 kernel_size() const { return kernel_size_; }
+  Size2 strides() const { return strides_; }
+  Padding padding() const { return padding_; }
+  Activation activation() const { return activation_; }
+  bool use_bias() const { return use_bias_; }
+  /// "<name>/kernel" [kh, kw, in, filters] and "<name>/bias" [filters]; built only.
+  const Variable& kernel() const;
+  const Variable& bias() const;
+
+ protected:
+  void build_variables(const Shape& input_shape, Generator& generator) override;
+
+ private:
+  int64_t filters_;
+  Size2 kernel_size_;
+  Size2 strides_;
+  Padding padding_;
+  Activation activation_;
+  bool use_bias_;
+  Variable kernel_;
+  Variable bias_;
+};
+
+/// 2-D cross-correlation over NHWC inputs ([H, W, C] without batch), plus bias, then
+/// activation. Glorot fans: kh*kw*in and kh*kw*filters.
+class Conv2D : public Module {
+ public:
+  using Impl = Conv2DImpl;
+  Conv2D(int64_t filters, Size2 kernel_size, Size2 strides = 1, Padding padding = Padding::kValid,
+         Activation activation = Activation::kNone, bool use_bias = true);
+  explicit Conv2D(std::shared_ptr<Conv2DImpl> impl);
+  Conv2DImpl& layer() const { return static_cast<Conv2DImpl&>(impl()); }
+  const Variable& kernel() const { return layer().kernel(); }
+  const Variable& bias() const { return layer().bias(); }
+};
+
+// ---- MaxPool2D -------------------------------------------------------------------------------
+
+class MaxPool2DImpl : public ModuleImpl {
+ public:
+  MaxPool2DImpl(Size2 pool_size, Size2 strides, Padding padding);
+  std::string type_name() const override { return "MaxPooling2D"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor call(const Tensor& x, bool training) override;
+  Size2 pool_size() const { return pool_size_; }
+  Size2 strides() const { return strides_; }
+  Padding padding() const { return padding_; }
+
+ private:
+  Size2 pool_size_;
+  Size2 strides_;
+  Padding padding_;
+};
+
+/// Max pooling over NHWC inputs (Keras MaxPooling2D; its default name is max_pooling2d).
+class MaxPool2D : public Module {
+ public:
+  using Impl = MaxPool2DImpl;
+  /// `strides` 0 (the default) means pool_size, as Keras' strides=None.
+  explicit MaxPool2D(Size2 pool_size = 2, Size2 strides = 0, Padding padding = Padding::kValid);
+  explicit MaxPool2D(std::shared_ptr<MaxPool2DImpl> impl);
+};
+
+// ---- Flatten ---------------------------------------------------------------------------------
+
+class FlattenImpl : public ModuleImpl {
+ public:
+  FlattenImpl();
+  std::string type_name() const override { return "Flatten"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor call(const Tensor& x, bool training) override;
+};
+
+/// [N, d1, d2, ...] -> [N, d1 * d2 * ...].
+class Flatten : public Module {
+ public:
+  using Impl = FlattenImpl;
+  Flatten();
+  explicit Flatten(std::shared_ptr<FlattenImpl> impl);
+};
+
+// ---- Dropout ---------------------------------------------------------------------------------
+
+class DropoutImpl : public ModuleImpl {
+ public:
+  explicit DropoutImpl(double rate);
+  std::string type_name() const override { return "Dropout"; }
+  Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  Tensor call(const Tensor& x, bool training) override;
+  /// A standalone Dropout reseeds its own streams; inside a Sequential the model's seed rules.
+  void set_seed(uint64_t seed) override;
+  void set_random_source(std::shared_ptr<ReplicaGenerators> source) override;
+  double rate() const { return rate_; }
+  ReplicaGenerators& generators() const { return *generators_; }
+
+ private:
+  double rate_;
+  std::shared_ptr<ReplicaGenerators> generators_;
+};
+
+/// Inverted dropout while training (kept values scaled by 1 / (1 - rate)); identity otherwise.
+/// The mask comes from the calling replica's stream of the model's ReplicaGenerators.
+class Dropout : public Module {
+ public:
+  using Impl = DropoutImpl;
+  explicit Dropout(double rate);
+  explicit Dropout(std::shared_ptr<DropoutImpl> impl);
+};
+
+}  // namespace tandem::nn

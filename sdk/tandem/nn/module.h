@@ -1,0 +1,182 @@
+// Module: the handle every layer and model is used through (Keras-style names, variables,
+// build, call, summary), and ModuleImpl, the base class that layer implementations derive from.
+// The split follows PyTorch's C++ frontend (Linear holds a LinearImpl): handles are cheap to
+// copy, so layers go into Sequential's initializer list by value and still alias one layer.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "tandem/autograd/variable.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+#include "tandem/core/shape.h"
+#include "tandem/nn/replica_state.h"
+#include "tandem/tensor/random.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::nn {
+
+class Module;
+
+/// The seed a module initialises its weights from when set_seed() was never called. Defaults
+/// are deterministic: two models built the same way start identical.
+inline constexpr uint64_t kDefaultSeed = 0;
+/// The Philox stream weight initialisers draw from (dropout uses streams 1 + replica id).
+inline constexpr uint64_t kInitializerStream = 0;
+
+/// What a layer is made of. Derive from it to write a layer: implement type_name(),
+/// compute_output_shape(), call(), and build_variables() when the layer has weights (create
+/// them with add_weight()). Then wrap it in a Module (or a handle class deriving from Module).
+class ModuleImpl {
+ public:
+  virtual ~ModuleImpl() = default;
+  ModuleImpl(const ModuleImpl&) = delete;
+  ModuleImpl& operator=(const ModuleImpl&) = delete;
+
+  /// Keras class name: "Dense", "Conv2D", "MaxPooling2D", "Flatten", "Dropout", "Sequential".
+  virtual std::string type_name() const = 0;
+  /// Output shape without the batch axis for an input shape without it; raises (naming the
+  /// layer and the shape) when the layer cannot take that input.
+  virtual Shape compute_output_shape(const Shape& input_shape) const = 0;
+  /// The forward pass of a built module; x has a leading batch axis.
+  virtual Tensor call(const Tensor& x, bool training) = 0;
+  /// Sub-modules (a Sequential's layers); empty for plain layers.
+  virtual std::vector<Module> children() const;
+  /// Every variable, in Keras order (kernel, then bias; a model lists its layers in order).
+  virtual std::vector<Variable> weights() const { return weights_; }
+  /// Raises unless x (with batch) fits the built input shape. Default: the same rank and the
+  /// same dimensions after the batch axis.
+  virtual void check_input(const Tensor& x) const;
+
+  /// dtype of the variables created at build (default float32); set before build.
+  virtual void set_dtype(DType dtype);
+  /// Seed of the generator Module::build(shape) creates (stream kInitializerStream).
+  virtual void set_seed(uint64_t seed) { seed_ = seed; }
+  /// The per-replica random streams that stochastic layers draw from (Sequential shares its
+  /// own with every layer it holds). Default: ignored.
+  virtual void set_random_source(std::shared_ptr<ReplicaGenerators> source) { (void)source; }
+
+  const std::string& name() const { return name_; }
+  /// The Keras auto-name prefix ("dense", "conv2d", "max_pooling2d", ...).
+  const std::string& default_name() const { return default_name_; }
+  /// Gives the module a name chosen by the user (kept when it joins a Sequential).
+  void set_name(std::string name);
+  /// Gives the module a name chosen by its model (Keras auto-naming).
+  void set_auto_name(std::string name);
+  bool has_explicit_name() const { return explicit_name_; }
+  DType dtype() const { return dtype_; }
+  uint64_t seed() const { return seed_; }
+
+  bool built() const { return built_.load(std::memory_order_acquire); }
+  /// Input and output shapes without the batch axis (valid once built).
+  const Shape& input_shape() const;
+  const Shape& output_shape() const;
+
+  /// Creates the variables for inputs of `input_shape` (without batch), drawing initial values
+  /// from `generator`. Building again with the same shape is a no-op; another shape raises.
+  void build(const Shape& input_shape, Generator& generator);
+  /// Checks x, builds on first use (from x's shape and a generator seeded with seed()), and
+  /// runs call(). Thread safe once built (replicas call concurrently).
+  Tensor forward(const Tensor& x, bool training);
+
+ protected:
+  explicit ModuleImpl(std::string default_name);
+  /// Creates this module's variables; called once, by build().
+  virtual void build_variables(const Shape& input_shape, Generator& generator);
+  /// Creates the variable "<name>/<short_name>" through tandem::make_variable (the one place
+  /// variables are made, so strategy scopes can mirror them) and appends it to weights().
+  Variable add_weight(const std::string& short_name, const Tensor& initial, bool trainable = true);
+  /// "layer \"dense_1\" (Dense)", for error messages.
+  std::string describe() const;
+
+ private:
+  std::string default_name_;
+  std::string name_;
+  bool explicit_name_ = false;
+  DType dtype_ = DType::kFloat32;
+  uint64_t seed_ = kDefaultSeed;
+  std::atomic<bool> built_{false};
+  Shape input_shape_;
+  Shape output_shape_;
+  std::vector<Variable> weights_;
+  std::mutex build_mutex_;
+};
+
+/// A handle to a layer or model. Copies alias the same module (like Variable and Tensor).
+class Module {
+ public:
+  /// An undefined handle.
+  Module() = default;
+  /// Wraps an implementation (how custom layers become Modules).
+  explicit Module(std::shared_ptr<ModuleImpl> impl);
+
+  bool defined() const { return impl_ != nullptr; }
+  /// Keras layer name ("dense", "dense_1", ...): auto-assigned by the Sequential the layer is
+  /// added to, "<prefix>" for a standalone layer, or the name given with set_name().
+  const std::string& name() const;
+  /// Names the module (before it is built; names must be unique within a model).
+  void set_name(std::string name);
+  /// Keras class name ("Dense", "Conv2D", "MaxPooling2D", ...).
+  std::string type_name() const;
+
+  /// Builds for inputs of `input_shape` (without the batch axis), initialising weights from
+  /// Generator(seed(), kInitializerStream). One seed, one model: building two models with the
+  /// same layers and seed gives identical weights.
+  void build(const Shape& input_shape);
+  /// The same, drawing initial values from `generator` (advanced as values are drawn).
+  void build(const Shape& input_shape, Generator& generator);
+  bool built() const;
+  /// Seeds weight initialisation (and, for a Sequential, its dropout streams). Before build.
+  void set_seed(uint64_t seed);
+  uint64_t seed() const;
+  /// dtype of the variables (default float32; float64 for gradient checks). Before build.
+  void set_dtype(DType dtype);
+
+  /// Runs the module on x (leading batch axis); builds it first if needed. `training` turns
+  /// dropout on. Records on active gradient tapes.
+  Tensor operator()(const Tensor& x, bool training = false) const;
+
+  /// Shapes without the batch axis (valid once built).
+  const Shape& input_shape() const;
+  const Shape& output_shape() const;
+  /// Every variable in Keras order (per layer: kernel, bias).
+  std::vector<Variable> weights() const;
+  std::vector<Variable> trainable_variables() const;
+  std::vector<Variable> non_trainable_variables() const;
+  /// Number of scalars in weights().
+  int64_t count_params() const;
+  /// Sub-modules (a Sequential's layers).
+  std::vector<Module> children() const;
+
+  /// A Keras-style table: "Layer (type)", "Output Shape", "Param #", then Total /
+  /// Trainable / Non-trainable params with their sizes. Print it: std::cout << m.summary().
+  std::string summary() const;
+
+  ModuleImpl& impl() const;
+  const std::shared_ptr<ModuleImpl>& ptr() const { return impl_; }
+  /// This module as the handle type `Handle` (e.g. model.children()[1].as<Dense>()); raises
+  /// when the module is of another type.
+  template <typename Handle>
+  Handle as() const;
+
+  friend bool operator==(const Module& a, const Module& b) { return a.impl_ == b.impl_; }
+
+ protected:
+  std::shared_ptr<ModuleImpl> impl_;
+};
+
+template <typename Handle>
+Handle Module::as() const {
+  auto p = std::dynamic_pointer_cast<typename Handle::Impl>(impl_);
+  TANDEM_CHECK(p != nullptr, "Module \"", defined() ? name() : std::string("<undefined>"),
+               "\" is a ", defined() ? type_name() : std::string("<undefined>"),
+               ", not the requested layer type");
+  return Handle(std::move(p));
+}
+
+}  // namespace tandem::nn

@@ -1,0 +1,35 @@
+// ReplicaGenerators: per-replica Philox streams for dropout.
+#include "tandem/nn/replica_state.h"
+
+namespace tandem::nn {
+
+namespace {
+std::unique_ptr<ReplicaLocal<Generator>> make_generators(uint64_t seed) {
+  return std::make_unique<ReplicaLocal<Generator>>(
+      [seed](int replica) { return Generator(seed, static_cast<uint64_t>(replica) + 1); });
+}
+}  // namespace
+
+ReplicaGenerators::ReplicaGenerators(uint64_t seed)
+    : seed_(seed), generators_(make_generators(seed)) {}
+
+void ReplicaGenerators::reseed(uint64_t seed) {
+  seed_ = seed;
+  generators_ = make_generators(seed);
+}
+
+Generator& ReplicaGenerators::local() { return generators_->local(); }
+
+std::vector<std::array<uint64_t, 4>> ReplicaGenerators::states() const {
+  std::vector<std::array<uint64_t, 4>> out;
+  generators_->for_each([&](int, const Generator& g) { out.push_back(g.state()); });
+  return out;
+}
+
+void ReplicaGenerators::set_states(const std::vector<std::array<uint64_t, 4>>& states) {
+  if (!states.empty()) reseed(states[0][0]);
+  for (size_t i = 0; i < states.size(); ++i)
+    generators_->at(static_cast<int>(i)).set_state(states[i]);
+}
+
+}  // namespace tandem::nn

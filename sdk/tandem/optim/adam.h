@@ -1,0 +1,55 @@
+// Adam and AdamW with Keras semantics (epsilon added to sqrt of the uncorrected v; decoupled
+// weight decay scaled by the learning rate) and Keras' float32 operation order.
+#pragma once
+
+#include <optional>
+
+#include "tandem/optim/optimizer.h"
+
+namespace tandem::optim {
+
+/// Keras Adam. Slots "m" and "v" (raw moments, starting at 0). At update t (1-based):
+///   m += (g - m) * (1 - beta_1);  v += (g * g - v) * (1 - beta_2)
+///   alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t);  w -= m * alpha / (sqrt(v) + epsilon)
+class Adam : public Optimizer {
+ public:
+  struct Options {
+    LearningRate learning_rate = 0.001;
+    double beta_1 = 0.9;
+    double beta_2 = 0.999;
+    double epsilon = 1e-7;
+    /// Clip the gradients to this global norm before the update (unset: no clipping).
+    std::optional<double> global_clipnorm = std::nullopt;
+  };
+  Adam();
+  explicit Adam(Options options);
+  std::string config_json() const override;
+
+ protected:
+  /// AdamW's constructor: the same update after a decoupled weight decay.
+  Adam(std::string name, Options options, double weight_decay);
+  void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
+                   double learning_rate, int64_t step) override;
+
+ private:
+  Options options_;
+  double weight_decay_;
+};
+
+/// Keras AdamW: first w -= w * weight_decay * lr (on every variable, before its Adam step),
+/// then the Adam update.
+class AdamW : public Adam {
+ public:
+  struct Options {
+    LearningRate learning_rate = 0.001;
+    double weight_decay = 0.004;
+    double beta_1 = 0.9;
+    double beta_2 = 0.999;
+    double epsilon = 1e-7;
+    std::optional<double> global_clipnorm = std::nullopt;
+  };
+  AdamW();
+  explicit AdamW(Options options);
+};
+
+}  // namespace tandem::optim

@@ -1,0 +1,52 @@
+// clip_by_global_norm and global_norm on ops (no host synchronisation).
+#include "tandem/optim/clip.h"
+
+#include <cmath>
+
+#include "tandem/core/error.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::optim {
+
+Tensor global_norm(const std::vector<Tensor>& tensors) {
+  std::vector<Tensor> squared;
+  DType dtype = DType::kFloat32;
+  Device device = Device::cpu();
+  for (const Tensor& t : tensors) {
+    if (!t.defined()) continue;
+    if (squared.empty()) {
+      dtype = t.dtype();
+      device = t.device();
+    }
+    Tensor s = ops::sum(ops::square(t));
+    if (s.dtype() != dtype) s = ops::cast(s, dtype);
+    squared.push_back(ops::reshape(s, Shape{1}));
+  }
+  if (squared.empty()) return Tensor::scalar(0.0, dtype, device);
+  // Keras: sum(stack([sum(square(t)) ...])) then sqrt.
+  return ops::sqrt(ops::sum(squared.size() == 1 ? squared[0] : ops::concat(squared, 0)));
+}
+
+ClippedGradients clip_by_global_norm(const std::vector<Tensor>& gradients, double clip_norm) {
+  TANDEM_CHECK(std::isfinite(clip_norm) && clip_norm > 0.0,
+               "clip_by_global_norm: clip_norm must be positive and finite, got ", clip_norm);
+  ClippedGradients out;
+  out.global_norm = global_norm(gradients);
+  const Tensor& norm = out.global_norm;
+  const Tensor one = Tensor::scalar(1.0, norm.dtype(), norm.device());
+  const Tensor inverse_clip = Tensor::scalar(1.0 / clip_norm, norm.dtype(), norm.device());
+  Tensor scale = ops::mul(ops::minimum(ops::div(one, norm), inverse_clip), clip_norm);
+  scale = ops::add(scale, ops::sub(norm, norm));  // NaN/Inf norm -> NaN scale
+  out.gradients.reserve(gradients.size());
+  for (const Tensor& g : gradients) {
+    if (!g.defined()) {
+      out.gradients.emplace_back();
+      continue;
+    }
+    out.gradients.push_back(
+        ops::mul(g, g.dtype() == scale.dtype() ? scale : ops::cast(scale, g.dtype())));
+  }
+  return out;
+}
+
+}  // namespace tandem::optim

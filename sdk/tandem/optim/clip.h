@@ -1,0 +1,24 @@
+// Gradient clipping by global norm (Keras/TensorFlow clip_by_global_norm).
+#pragma once
+
+#include <vector>
+
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::optim {
+
+/// sqrt(sum over tensors of sum(t^2)) as a scalar tensor of the first defined tensor's dtype and
+/// device; undefined tensors are skipped; 0 when none is defined.
+Tensor global_norm(const std::vector<Tensor>& tensors);
+
+struct ClippedGradients {
+  std::vector<Tensor> gradients;  ///< the clipped list (undefined entries stay undefined)
+  Tensor global_norm;             ///< the norm before clipping (scalar)
+};
+
+/// Scales every gradient by clip_norm / max(global_norm, clip_norm), computed as Keras does:
+/// scale = clip_norm * min(1 / norm, 1 / clip_norm), plus (norm - norm) so that a NaN or Inf
+/// norm makes every gradient NaN. clip_norm must be > 0.
+ClippedGradients clip_by_global_norm(const std::vector<Tensor>& gradients, double clip_norm);
+
+}  // namespace tandem::optim

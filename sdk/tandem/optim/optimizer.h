@@ -1,0 +1,116 @@
+// Optimizer: the base of SGD, Adam and AdamW. It owns the update counter (iterations), the
+// slot variables (named "<slot>/<variable>", e.g. m/dense/kernel) and the learning rate, and
+// applies one update from gradients that are already combined across replicas.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <unordered_map>
+#include <unordered_set>
+#include <utility>
+#include <vector>
+
+#include "tandem/autograd/variable.h"
+#include "tandem/optim/schedules.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem {
+class ReplicaContext;  // tandem/distribute/replica_context.h
+}  // namespace tandem
+
+namespace tandem::optim {
+
+/// An optimizer. Structure of one update (apply_gradients):
+///   check the pairs -> clip by global norm (if set) -> learning rate at iterations() ->
+///   update_step(gradient, variable, slots) per variable -> iterations += 1.
+/// That is everything that happens after gradients are combined, so the replica-context form
+/// (apply_gradients(ctx, ...), with distribution) all-reduces and then calls the same code; the
+/// counter is itself a variable, so each replica steps its own copy identically.
+class Optimizer {
+ public:
+  virtual ~Optimizer() = default;
+  Optimizer(const Optimizer&) = delete;
+  Optimizer& operator=(const Optimizer&) = delete;
+
+  /// Keras identifier: "sgd", "adam", "adamw".
+  const std::string& name() const { return name_; }
+
+  /// Creates the slot variables of `variables` (zeros of each variable's shape and dtype,
+  /// through tandem::make_variable) unless they exist. apply_gradients does this lazily; call
+  /// it inside strategy.scope() so that the slots are mirrored too.
+  void build(const std::vector<Variable>& variables);
+
+  /// One update of `variables` with `gradients` (one per variable, in order). A variable whose
+  /// gradient is undefined is left unchanged (a warning is logged once); shapes and dtypes
+  /// must match (the error names the variable). Increments iterations() by one.
+  void apply_gradients(const std::vector<Tensor>& gradients,
+                       const std::vector<Variable>& variables);
+  /// The replica-context form (inside strategy.run; defined in distribute/apply_gradients.cpp):
+  /// all-reduces (SUM) the gradients across replicas in one batched call, then runs the update
+  /// above (clipping after the reduction) on this replica's copies, identically everywhere.
+  void apply_gradients(ReplicaContext& ctx, const std::vector<Tensor>& gradients,
+                       const std::vector<Variable>& variables);
+
+  /// Updates applied so far (Keras' optimizer.iterations).
+  int64_t iterations() const;
+  /// Sets the counter on every replica copy (checkpoint restore).
+  void set_iterations(int64_t iterations);
+  /// The counter as an int64 scalar variable named "iteration".
+  const Variable& iterations_variable() const { return iterations_; }
+
+  /// The learning rate the next update uses: learning_rate()(iterations()).
+  double current_learning_rate() const;
+  const LearningRate& learning_rate() const { return learning_rate_; }
+  void set_learning_rate(LearningRate learning_rate) { learning_rate_ = std::move(learning_rate); }
+  const std::optional<double>& global_clipnorm() const { return global_clipnorm_; }
+
+  /// Slot kinds per variable, in order: {"momentum"} for SGD with momentum, {"m", "v"} for
+  /// Adam/AdamW, {} for plain SGD.
+  const std::vector<std::string>& slot_names() const { return slot_names_; }
+  /// Every slot variable with its name, in canonical order: variables in the order they were
+  /// first built, and for each its slots in slot_names() order (m/dense/kernel,
+  /// v/dense/kernel, m/dense/bias, ...), as Keras interleaves them.
+  std::vector<std::pair<std::string, Variable>> slot_variables() const;
+  /// The slot `slot_name` of `variable`; raises when it does not exist.
+  Variable slot(const Variable& variable, const std::string& slot_name) const;
+
+  /// Hyper-parameters as Keras-style JSON (stored in checkpoints).
+  virtual std::string config_json() const;
+
+ protected:
+  Optimizer(std::string name, LearningRate learning_rate, std::optional<double> global_clipnorm,
+            std::vector<std::string> slot_names);
+
+  /// The whole math of one update of one variable, in Keras' float32 operation order, in place
+  /// on this replica's tensors: `variable` and its `slots` (slot_names() order) are updated
+  /// from `gradient`. `learning_rate` is already rounded to the variable's float precision
+  /// (Keras casts it); `step` is the 1-based update number (iterations() + 1).
+  virtual void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
+                           double learning_rate, int64_t step) = 0;
+
+  /// "learning_rate": ..., "global_clipnorm": ... entries for config_json.
+  std::string base_config_json() const;
+
+ private:
+  struct Entry {
+    Variable variable;
+    std::vector<Variable> slots;
+  };
+  /// The entry of `variable`, created (with its slots) when missing.
+  Entry& entry_for(const Variable& variable);
+
+  std::string name_;
+  LearningRate learning_rate_;
+  std::optional<double> global_clipnorm_;
+  std::vector<std::string> slot_names_;
+  Variable iterations_;
+  mutable std::mutex mutex_;  // guards entries_, index_ and warned_
+  std::vector<std::unique_ptr<Entry>> entries_;
+  std::unordered_map<const void*, size_t> index_;
+  std::unordered_set<const void*> warned_;
+};
+
+}  // namespace tandem::optim

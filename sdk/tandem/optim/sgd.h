@@ -1,0 +1,35 @@
+// SGD with optional (Nesterov) momentum, Keras semantics and float32 operation order.
+#pragma once
+
+#include <optional>
+
+#include "tandem/optim/optimizer.h"
+
+namespace tandem::optim {
+
+/// Keras SGD. Without momentum: w -= lr * g. With momentum (slot "momentum", a velocity that
+/// already includes -lr, starting at 0): m = momentum * m - lr * g; w += m, or with nesterov
+/// w += momentum * m - lr * g (using the new m).
+class SGD : public Optimizer {
+ public:
+  struct Options {
+    LearningRate learning_rate = 0.01;
+    double momentum = 0.0;
+    bool nesterov = false;
+    /// Clip the gradients to this global norm before the update (unset: no clipping).
+    std::optional<double> global_clipnorm = std::nullopt;
+  };
+  SGD();
+  explicit SGD(Options options);
+  const Options& options() const { return options_; }
+  std::string config_json() const override;
+
+ protected:
+  void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
+                   double learning_rate, int64_t step) override;
+
+ private:
+  Options options_;
+};
+
+}  // namespace tandem::optim

@@ -1,0 +1,313 @@
+// Optimizers: Keras parity for 5 steps of SGD, SGD momentum, Nesterov, Adam and AdamW (and
+// their slots), closed-form updates over several steps, slot naming and order, the update
+// counter, undefined and mismatched gradients, and global-norm clipping.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "support/keras_fixtures.h"
+#include "tandem/autograd/variable.h"
+#include "tandem/optim/adam.h"
+#include "tandem/optim/clip.h"
+#include "tandem/optim/sgd.h"
+
+namespace td = tandem;
+namespace optim = tandem::optim;
+using tandem::testing::KerasFixtures;
+using tandem::testing::max_abs_error;
+
+namespace {
+
+constexpr double kParityTolerance = 1e-6;
+
+/// Runs 5 fixture steps with `optimizer` on fresh copies of opt.w0 / opt.w1 and compares every
+/// step with the records "<kind>.w{0,1}_step{1..5}"; returns the variables.
+std::vector<td::Variable> run_fixture_steps(optim::Optimizer& optimizer, const std::string& kind) {
+  const KerasFixtures& f = KerasFixtures::get();
+  std::vector<td::Variable> vars{td::Variable("w0", f.tensor("opt.w0")),
+                                 td::Variable("w1", f.tensor("opt.w1"))};
+  for (int step = 0; step < 5; ++step) {
+    const std::vector<td::Tensor> grads{f.tensor("opt.g" + std::to_string(step) + "_0"),
+                                        f.tensor("opt.g" + std::to_string(step) + "_1")};
+    optimizer.apply_gradients(grads, vars);
+    for (int i = 0; i < 2; ++i) {
+      const std::string record =
+          kind + ".w" + std::to_string(i) + "_step" + std::to_string(step + 1);
+      CAPTURE(record);
+      CHECK(max_abs_error(vars[i].value(), f.tensor(record)) <= kParityTolerance);
+    }
+  }
+  CHECK(optimizer.iterations() == 5);
+  return vars;
+}
+
+/// Double-precision reference of one optimizer over several steps (the textbook forms).
+struct Reference {
+  std::vector<double> w, m, v;
+};
+
+std::vector<double> values(const td::Variable& v) { return v.value().to_vector<double>(); }
+
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0.0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+td::Tensor gradient_at(int step, int64_t n) {
+  std::vector<float> g(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) g[i] = static_cast<float>(std::sin(0.7 * step + 1.3 * i) * 0.5);
+  return td::Tensor::from_vector(g);
+}
+
+}  // namespace
+
+// ---- Keras parity ------------------------------------------------------------------------------
+
+TEST_CASE("Keras parity: SGD", "[cpu][optim][keras]") {
+  optim::SGD sgd({.learning_rate = 0.1});
+  run_fixture_steps(sgd, "sgd");
+  CHECK(sgd.slot_variables().empty());
+}
+
+TEST_CASE("Keras parity: SGD with momentum, and its momentum slot", "[cpu][optim][keras]") {
+  optim::SGD sgd({.learning_rate = 0.1, .momentum = 0.9});
+  const auto vars = run_fixture_steps(sgd, "sgdm");
+  CHECK(max_abs_error(sgd.slot(vars[0], "momentum").value(),
+                      KerasFixtures::get().tensor("sgdm.momentum_w0")) <= kParityTolerance);
+}
+
+TEST_CASE("Keras parity: SGD with Nesterov momentum", "[cpu][optim][keras]") {
+  optim::SGD sgd({.learning_rate = 0.1, .momentum = 0.9, .nesterov = true});
+  run_fixture_steps(sgd, "sgdn");
+}
+
+TEST_CASE("Keras parity: Adam, and its m and v slots", "[cpu][optim][keras]") {
+  optim::Adam adam({.learning_rate = 0.01});
+  const auto vars = run_fixture_steps(adam, "adam");
+  const KerasFixtures& f = KerasFixtures::get();
+  CHECK(max_abs_error(adam.slot(vars[0], "m").value(), f.tensor("adam.m_w0")) <= kParityTolerance);
+  CHECK(max_abs_error(adam.slot(vars[0], "v").value(), f.tensor("adam.v_w0")) <= kParityTolerance);
+}
+
+TEST_CASE("Keras parity: AdamW", "[cpu][optim][keras]") {
+  optim::AdamW adamw({.learning_rate = 0.01, .weight_decay = 0.004});
+  run_fixture_steps(adamw, "adamw");
+}
+
+// ---- closed forms ------------------------------------------------------------------------------
+
+TEST_CASE("Updates equal the closed-form formulas over several steps", "[cpu][optim]") {
+  const int64_t n = 7;
+  const std::vector<float> w0{0.5f, -0.25f, 1.0f, 0.0f, -1.5f, 0.75f, 2.0f};
+  struct Case {
+    std::string name;
+    std::function<std::unique_ptr<optim::Optimizer>()> make;
+    std::function<void(Reference&, const std::vector<double>&, int)> step;
+  };
+  const double lr = 0.05, mom = 0.8, b1 = 0.85, b2 = 0.99, eps = 1e-6, wd = 0.01;
+  const std::vector<Case> cases{
+      {"sgd",
+       [&] { return std::make_unique<optim::SGD>(optim::SGD::Options{.learning_rate = lr}); },
+       [&](Reference& r, const std::vector<double>& g, int) {
+         for (int64_t i = 0; i < n; ++i) r.w[i] -= lr * g[i];
+       }},
+      {"momentum",
+       [&] {
+         return std::make_unique<optim::SGD>(
+             optim::SGD::Options{.learning_rate = lr, .momentum = mom});
+       },
+       [&](Reference& r, const std::vector<double>& g, int) {
+         for (int64_t i = 0; i < n; ++i) {
+           r.m[i] = mom * r.m[i] - lr * g[i];
+           r.w[i] += r.m[i];
+         }
+       }},
+      {"nesterov",
+       [&] {
+         return std::make_unique<optim::SGD>(
+             optim::SGD::Options{.learning_rate = lr, .momentum = mom, .nesterov = true});
+       },
+       [&](Reference& r, const std::vector<double>& g, int) {
+         for (int64_t i = 0; i < n; ++i) {
+           r.m[i] = mom * r.m[i] - lr * g[i];
+           r.w[i] += mom * r.m[i] - lr * g[i];
+         }
+       }},
+      {"adam",
+       [&] {
+         return std::make_unique<optim::Adam>(
+             optim::Adam::Options{.learning_rate = lr, .beta_1 = b1, .beta_2 = b2, .epsilon = eps});
+       },
+       [&](Reference& r, const std::vector<double>& g, int t) {
+         for (int64_t i = 0; i < n; ++i) {
+           r.m[i] = b1 * r.m[i] + (1 - b1) * g[i];
+           r.v[i] = b2 * r.v[i] + (1 - b2) * g[i] * g[i];
+           const double m_hat = r.m[i] / (1 - std::pow(b1, t));
+           const double v_hat = r.v[i] / (1 - std::pow(b2, t));
+           // Keras' epsilon-hat: epsilon is added to sqrt of the uncorrected v.
+           r.w[i] -= lr * m_hat / (std::sqrt(v_hat) + eps / std::sqrt(1 - std::pow(b2, t)));
+         }
+       }},
+      {"adamw",
+       [&] {
+         return std::make_unique<optim::AdamW>(optim::AdamW::Options{
+             .learning_rate = lr, .weight_decay = wd, .beta_1 = b1, .beta_2 = b2, .epsilon = eps});
+       },
+       [&](Reference& r, const std::vector<double>& g, int t) {
+         for (int64_t i = 0; i < n; ++i) {
+           r.w[i] *= 1 - lr * wd;
+           r.m[i] = b1 * r.m[i] + (1 - b1) * g[i];
+           r.v[i] = b2 * r.v[i] + (1 - b2) * g[i] * g[i];
+           const double alpha = lr * std::sqrt(1 - std::pow(b2, t)) / (1 - std::pow(b1, t));
+           r.w[i] -= r.m[i] * alpha / (std::sqrt(r.v[i]) + eps);
+         }
+       }},
+  };
+  for (const Case& c : cases) {
+    CAPTURE(c.name);
+    auto optimizer = c.make();
+    td::Variable w("dense/kernel", td::Tensor::from_vector(w0));
+    Reference ref{std::vector<double>(w0.begin(), w0.end()), std::vector<double>(n, 0.0),
+                  std::vector<double>(n, 0.0)};
+    for (int t = 1; t <= 8; ++t) {
+      const td::Tensor g = gradient_at(t, n);
+      optimizer->apply_gradients({g}, {w});
+      c.step(ref, g.to_vector<double>(), t);
+      CHECK(max_diff(values(w), ref.w) <= 1e-6);
+    }
+    if (c.name == "adam" || c.name == "adamw") {
+      CHECK(max_diff(values(optimizer->slot(w, "m")), ref.m) <= 1e-6);
+      CHECK(max_diff(values(optimizer->slot(w, "v")), ref.v) <= 1e-6);
+    } else if (c.name != "sgd") {
+      CHECK(max_diff(values(optimizer->slot(w, "momentum")), ref.m) <= 1e-6);
+    }
+  }
+}
+
+TEST_CASE("Keras defaults", "[cpu][optim]") {
+  optim::SGD sgd;
+  CHECK(sgd.current_learning_rate() == 0.01);
+  CHECK(sgd.options().momentum == 0.0);
+  CHECK_FALSE(sgd.options().nesterov);
+  CHECK_FALSE(sgd.global_clipnorm().has_value());
+  optim::Adam adam;
+  CHECK(adam.current_learning_rate() == 0.001);
+  CHECK(adam.name() == "adam");
+  CHECK(adam.config_json() ==
+        "{\"name\": \"adam\", \"learning_rate\": 0.001, \"global_clipnorm\": null, "
+        "\"weight_decay\": 0, \"beta_1\": 0.9, \"beta_2\": 0.999, \"epsilon\": 1e-07}");
+  optim::AdamW adamw;
+  CHECK(adamw.name() == "adamw");
+  CHECK(adamw.current_learning_rate() == 0.001);
+  CHECK_THAT(adamw.config_json(), Catch::Contains("\"weight_decay\": 0.004"));
+}
+
+// ---- slots, counter, argument checks -----------------------------------------------------------
+
+TEST_CASE("Slots are named <slot>/<variable> in canonical (Keras interleaved) order",
+          "[cpu][optim]") {
+  td::Variable kernel("dense/kernel", td::Tensor::zeros({2, 3}));
+  td::Variable bias("dense/bias", td::Tensor::zeros({3}));
+  optim::Adam adam;
+  CHECK(adam.slot_names() == std::vector<std::string>{"m", "v"});
+  adam.build({kernel, bias});
+  std::vector<std::string> names;
+  for (const auto& [name, var] : adam.slot_variables()) {
+    names.push_back(name);
+    CHECK(var.name() == name);
+    CHECK_FALSE(var.trainable());
+  }
+  CHECK(names == std::vector<std::string>{"m/dense/kernel", "v/dense/kernel", "m/dense/bias",
+                                          "v/dense/bias"});
+  CHECK(adam.slot(kernel, "v").shape() == td::Shape{2, 3});
+  adam.build({kernel});  // idempotent
+  CHECK(adam.slot_variables().size() == 4);
+  CHECK_THROWS_WITH(adam.slot(kernel, "momentum"), Catch::Contains("m, v"));
+
+  optim::SGD momentum({.momentum = 0.9});
+  momentum.apply_gradients({td::Tensor::ones({3})}, {bias});  // slots created lazily
+  REQUIRE(momentum.slot_variables().size() == 1);
+  CHECK(momentum.slot_variables()[0].first == "momentum/dense/bias");
+  CHECK(momentum.iterations_variable().name() == "iteration");
+}
+
+TEST_CASE("The update counter counts updates and drives schedules", "[cpu][optim]") {
+  td::Variable w("w", td::Tensor::zeros({1}));
+  optim::SGD sgd({.learning_rate = optim::schedules::PiecewiseConstant({1, 2}, {1.0, 0.5, 0.25})});
+  CHECK(sgd.iterations() == 0);
+  std::vector<float> seen;
+  for (int i = 0; i < 4; ++i) {
+    sgd.apply_gradients({td::Tensor::from_vector<float>({-1})}, {w});
+    seen.push_back(w.value().item<float>());
+  }
+  // Steps 0 and 1 use 1.0, step 2 uses 0.5, step 3 uses 0.25 (Keras passes iterations).
+  CHECK(seen == std::vector<float>{1.0f, 2.0f, 2.5f, 2.75f});
+  CHECK(sgd.iterations() == 4);
+  sgd.set_iterations(1);
+  CHECK(sgd.current_learning_rate() == 1.0);
+  CHECK_THROWS(sgd.set_iterations(-1));
+}
+
+TEST_CASE("Undefined gradients leave their variable unchanged", "[cpu][optim]") {
+  td::Variable a("a", td::Tensor::ones({2}));
+  td::Variable b("b", td::Tensor::ones({2}));
+  optim::Adam adam({.learning_rate = 0.1});
+  adam.apply_gradients({td::Tensor(), td::Tensor::ones({2})}, {a, b});
+  CHECK(a.value().to_vector<float>() == std::vector<float>{1, 1});
+  CHECK(b.value().to_vector<float>()[0] < 1.0f);
+  CHECK(adam.iterations() == 1);
+  CHECK(adam.slot_variables().size() == 2);  // only b got slots
+  CHECK_THROWS_WITH(adam.apply_gradients({td::Tensor(), td::Tensor()}, {a, b}),
+                    Catch::Contains("no gradient"));
+}
+
+TEST_CASE("Mismatched gradients raise naming the variable", "[cpu][optim]") {
+  td::Variable kernel("dense/kernel", td::Tensor::zeros({2, 3}));
+  optim::SGD sgd;
+  CHECK_THROWS_WITH(
+      sgd.apply_gradients({td::Tensor::zeros({3, 2})}, {kernel}),
+      Catch::Contains("dense/kernel") && Catch::Contains("[3, 2]") && Catch::Contains("[2, 3]"));
+  CHECK_THROWS_WITH(sgd.apply_gradients({td::Tensor::zeros({2, 3}, td::DType::kFloat64)}, {kernel}),
+                    Catch::Contains("dense/kernel") && Catch::Contains("float64"));
+  CHECK_THROWS_WITH(sgd.apply_gradients({}, {kernel}), Catch::Contains("0 gradients for 1"));
+  CHECK(sgd.iterations() == 0);
+}
+
+// ---- clipping ----------------------------------------------------------------------------------
+
+TEST_CASE("clip_by_global_norm scales by clip_norm / max(norm, clip_norm)", "[cpu][optim]") {
+  const td::Tensor a = td::Tensor::from_vector<float>({3, 0});
+  const td::Tensor b = td::Tensor::from_vector<float>({0, 4}, {1, 2});
+  CHECK(optim::global_norm({a, td::Tensor(), b}).item<float>() == 5.0f);
+  const auto clipped = optim::clip_by_global_norm({a, td::Tensor(), b}, 1.0);
+  CHECK(clipped.global_norm.item<float>() == 5.0f);
+  REQUIRE(clipped.gradients.size() == 3);
+  CHECK_FALSE(clipped.gradients[1].defined());
+  CHECK(clipped.gradients[0].to_vector<float>()[0] == Approx(0.6f));
+  CHECK(clipped.gradients[2].to_vector<float>()[1] == Approx(0.8f));
+  CHECK(clipped.gradients[2].shape() == td::Shape{1, 2});
+  const auto unchanged = optim::clip_by_global_norm({a, b}, 10.0);
+  CHECK(unchanged.gradients[0].to_vector<float>()[0] == Approx(3.0f));
+  CHECK(unchanged.gradients[1].to_vector<float>()[1] == Approx(4.0f));
+  const auto bad = optim::clip_by_global_norm(
+      {td::Tensor::from_vector<float>({std::numeric_limits<float>::infinity(), 1.0f})}, 1.0);
+  CHECK(std::isnan(bad.gradients[0].to_vector<float>()[1]));
+  CHECK_THROWS(optim::clip_by_global_norm({a}, 0.0));
+}
+
+TEST_CASE("global_clipnorm clips before the update", "[cpu][optim]") {
+  td::Variable a("a", td::Tensor::zeros({2}));
+  td::Variable b("b", td::Tensor::zeros({1}));
+  optim::SGD sgd({.learning_rate = 1.0, .global_clipnorm = 2.0});
+  sgd.apply_gradients({td::Tensor::from_vector<float>({6, 0}), td::Tensor::from_vector<float>({8})},
+                      {a, b});
+  CHECK(a.value().to_vector<float>()[0] == Approx(-1.2f));
+  CHECK(b.value().item<float>() == Approx(-1.6f));
+  CHECK_THROWS(optim::SGD({.global_clipnorm = -1.0}));
+}
