@@ -1,0 +1,35 @@
+// data::Batch: one batch as handed to a replica's step function: the element's tensors with
+// names for the usual (features, labels) pair.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "tandem/data/dataset.h"
+
+namespace tandem::data {
+
+class Batch {
+ public:
+  Batch() = default;
+  explicit Batch(Element tensors) : tensors_(std::move(tensors)) {}
+
+  /// Tensor 0 (e.g. images [B, 28, 28]); raises when the batch has no tensors.
+  const Tensor& features() const;
+  /// Tensor 1 (e.g. labels [B]); raises when the batch has fewer than two tensors.
+  const Tensor& labels() const;
+  /// Tensor i; raises when out of range.
+  const Tensor& operator[](size_t i) const;
+  /// Number of tensors.
+  size_t size() const { return tensors_.size(); }
+  /// Examples in the batch: dim 0 of tensor 0 (0 for an empty batch or one with no tensors).
+  int64_t batch_size() const;
+  /// True when the batch holds no examples (a replica's share of a short last batch).
+  bool empty() const { return batch_size() == 0; }
+  const Element& tensors() const { return tensors_; }
+
+ private:
+  Element tensors_;
+};
+
+}  // namespace tandem::data

@@ -1,0 +1,287 @@
+// DistributedDataset (splitting global batches across replicas, or per-replica batches from
+// a function of InputContext), InputContext arithmetic and auto-sharding across workers.
+#include "tandem/data/distributed_dataset.h"
+
+#include <algorithm>
+#include <optional>
+
+#include "tandem/data/node.h"
+
+namespace tandem::data {
+
+// ---- InputContext ----------------------------------------------------------------------------
+
+InputContext::InputContext(int64_t num_input_pipelines, int64_t input_pipeline_id,
+                           int64_t num_replicas_in_sync)
+    : num_input_pipelines_(num_input_pipelines),
+      input_pipeline_id_(input_pipeline_id),
+      num_replicas_in_sync_(num_replicas_in_sync) {
+  TANDEM_CHECK(num_input_pipelines >= 1, "InputContext: num_input_pipelines must be at least 1, ",
+               "got ", num_input_pipelines);
+  TANDEM_CHECK(input_pipeline_id >= 0 && input_pipeline_id < num_input_pipelines,
+               "InputContext: input_pipeline_id ", input_pipeline_id, " is out of range for ",
+               num_input_pipelines, " input pipelines");
+  TANDEM_CHECK(num_replicas_in_sync >= 1, "InputContext: num_replicas_in_sync must be at least ",
+               "1, got ", num_replicas_in_sync);
+}
+
+int64_t InputContext::get_per_replica_batch_size(int64_t global_batch_size) const {
+  TANDEM_CHECK(global_batch_size >= 1, "get_per_replica_batch_size: the global batch size must ",
+               "be positive, got ", global_batch_size);
+  TANDEM_CHECK(global_batch_size % num_replicas_in_sync_ == 0,
+               "get_per_replica_batch_size: ", "the global batch size ", global_batch_size,
+               " is not divisible by the ", num_replicas_in_sync_, " replicas in sync");
+  return global_batch_size / num_replicas_in_sync_;
+}
+
+// ---- auto-sharding ---------------------------------------------------------------------------
+
+namespace {
+
+const char* policy_name(AutoShardPolicy policy) {
+  switch (policy) {
+    case AutoShardPolicy::kOff:
+      return "kOff";
+    case AutoShardPolicy::kFile:
+      return "kFile";
+    case AutoShardPolicy::kData:
+      return "kData";
+    case AutoShardPolicy::kAuto:
+      return "kAuto";
+  }
+  return "?";
+}
+
+void check_workers(int64_t num_workers, int64_t worker_index) {
+  TANDEM_CHECK(num_workers >= 1, "DistributeOptions: num_workers must be at least 1, got ",
+               num_workers);
+  TANDEM_CHECK(worker_index >= 0 && worker_index < num_workers,
+               "DistributeOptions: ", "worker_index ", worker_index, " is out of range for ",
+               num_workers, " workers");
+}
+
+}  // namespace
+
+Dataset auto_shard(const Dataset& dataset, AutoShardPolicy policy, int64_t num_workers,
+                   int64_t worker_index) {
+  check_workers(num_workers, worker_index);
+  if (num_workers == 1 || policy == AutoShardPolicy::kOff) return dataset;
+  using detail::Node;
+  std::vector<std::shared_ptr<const Node>> chain;  // top first, source last
+  for (auto n = dataset.node(); n != nullptr; n = n->input()) chain.push_back(n);
+  const std::shared_ptr<const Node>& source_node = chain.back();
+  const auto source = source_node->source();
+  const std::vector<std::string> files = source ? source->files() : std::vector<std::string>{};
+  const auto workers = static_cast<size_t>(num_workers);
+
+  AutoShardPolicy effective = policy;
+  if (policy == AutoShardPolicy::kAuto)
+    effective = files.size() >= workers ? AutoShardPolicy::kFile : AutoShardPolicy::kData;
+  if (effective == AutoShardPolicy::kFile) {
+    TANDEM_CHECK(!files.empty(), "AutoShardPolicy::kFile: the dataset reads no files (",
+                 dataset.describe(), "); use kData or kAuto");
+    TANDEM_CHECK(files.size() >= workers, "AutoShardPolicy::kFile: ", files.size(),
+                 " file(s) cannot be dealt to ", num_workers, " workers; use kData (or kAuto), ",
+                 "or split the input into at least as many files as workers");
+  }
+
+  // The batch nearest the source is the global batch; each worker batches its share of it.
+  ptrdiff_t batch_at = -1;
+  for (size_t k = 0; k < chain.size(); ++k)
+    if (chain[k]->batch_size() > 0) batch_at = static_cast<ptrdiff_t>(k);
+
+  std::shared_ptr<const Node> rebuilt = source_node;
+  if (effective == AutoShardPolicy::kFile) {
+    std::vector<std::string> dealt;
+    for (size_t f = static_cast<size_t>(worker_index); f < files.size(); f += workers)
+      dealt.push_back(files[f]);
+    rebuilt = detail::make_source_node(source->with_files(std::move(dealt)), source_node->kind());
+  }
+  for (ptrdiff_t k = static_cast<ptrdiff_t>(chain.size()) - 2; k >= 0; --k) {
+    const Node& node = *chain[static_cast<size_t>(k)];
+    if (k == batch_at) {
+      if (effective == AutoShardPolicy::kData)
+        rebuilt = detail::make_shard_node(rebuilt, num_workers, worker_index);
+      const int64_t global = node.batch_size();
+      TANDEM_CHECK(global % num_workers == 0, "auto-sharding (", policy_name(policy), "): the ",
+                   "global batch size ", global, " is not divisible by ", num_workers, " workers");
+      rebuilt = detail::make_batch_node(rebuilt, global / num_workers, node.drop_remainder());
+    } else {
+      rebuilt = node.with_input(rebuilt);
+    }
+  }
+  if (effective == AutoShardPolicy::kData && batch_at < 0)
+    rebuilt = detail::make_shard_node(rebuilt, num_workers, worker_index);
+  return Dataset(rebuilt);
+}
+
+// ---- DistributedDataset ----------------------------------------------------------------------
+
+struct DistributedDataset::State {
+  enum class Mode { kSplitGlobalBatches, kPerReplicaBatches };
+  Mode mode;
+  Dataset dataset;
+  int64_t num_replicas;
+  uint64_t epoch = 0;
+  std::optional<Iterator> iterator;  // the epoch under way, if any
+  Element last;                      // the last batch seen: the shapes of empty batches
+};
+
+namespace {
+
+/// Views of rows [begin, begin + rows) of every tensor of a batch.
+Element rows_of(const Element& batch, int64_t begin, int64_t rows) {
+  Element piece;
+  piece.reserve(batch.size());
+  for (const Tensor& t : batch) {
+    const Shape row_shape = detail::drop_first_dim(t.shape());
+    const size_t row_bytes = static_cast<size_t>(row_shape.numel()) * dtype_size(t.dtype());
+    piece.push_back(
+        t.view_as(detail::prepend_dim(rows, row_shape), static_cast<size_t>(begin) * row_bytes));
+  }
+  return piece;
+}
+
+Element empty_like_batch(const Element& batch) {
+  Element empty;
+  for (const Tensor& t : batch)
+    empty.push_back(Tensor::empty(detail::prepend_dim(0, detail::drop_first_dim(t.shape())),
+                                  t.dtype(), t.device()));
+  return empty;
+}
+
+void check_batched(const Element& batch, const char* who) {
+  TANDEM_CHECK(!batch.empty(), who, ": an element holds no tensors");
+  for (size_t c = 0; c < batch.size(); ++c) {
+    TANDEM_CHECK(batch[c].rank() >= 1, who, ": tensor ", c, " of an element is a scalar; the ",
+                 "dataset must yield batches (call .batch(global_batch_size) first)");
+    TANDEM_CHECK(batch[c].dim(0) == batch[0].dim(0), who, ": tensor ", c, " has ", batch[c].dim(0),
+                 " rows (", batch[c].shape(), ") but tensor 0 has ", batch[0].dim(0), " (",
+                 batch[0].shape(), "); the elements must be batches");
+  }
+}
+
+}  // namespace
+
+DistributedDataset::DistributedDataset(Dataset dataset, int64_t num_replicas,
+                                       DistributeOptions options) {
+  TANDEM_CHECK(num_replicas >= 1, "DistributedDataset: num_replicas must be at least 1, got ",
+               num_replicas);
+  Dataset local =
+      auto_shard(dataset, options.auto_shard_policy, options.num_workers, options.worker_index);
+  state_ = std::make_shared<State>(
+      State{State::Mode::kSplitGlobalBatches, std::move(local), num_replicas, 0, {}, {}});
+}
+
+DistributedDataset DistributedDataset::from_function(std::function<Dataset(const InputContext&)> fn,
+                                                     int64_t num_replicas,
+                                                     DistributeOptions options) {
+  TANDEM_CHECK(fn != nullptr, "DistributedDataset::from_function: the function is empty");
+  TANDEM_CHECK(num_replicas >= 1, "DistributedDataset::from_function: num_replicas must be at ",
+               "least 1, got ", num_replicas);
+  check_workers(options.num_workers, options.worker_index);
+  const InputContext context(options.num_workers, options.worker_index,
+                             num_replicas * options.num_workers);
+  Dataset dataset = fn(context);
+  return DistributedDataset(std::make_shared<State>(
+      State{State::Mode::kPerReplicaBatches, std::move(dataset), num_replicas, 0, {}, {}}));
+}
+
+int64_t DistributedDataset::num_replicas() const { return state_->num_replicas; }
+const Dataset& DistributedDataset::dataset() const { return state_->dataset; }
+uint64_t DistributedDataset::epoch() const { return state_->epoch; }
+
+bool DistributedDataset::next(std::vector<Batch>& per_replica) {
+  State& s = *state_;
+  if (!s.iterator) s.iterator.emplace(s.dataset.iterator(s.epoch));
+  const auto replicas = static_cast<size_t>(s.num_replicas);
+  per_replica.resize(replicas);
+  Element element;
+  if (s.mode == State::Mode::kSplitGlobalBatches) {
+    if (!s.iterator->next(element)) {
+      s.iterator.reset();
+      ++s.epoch;
+      return false;
+    }
+    check_batched(element, "distribute_dataset");
+    // Sizes differ by at most one, larger first: 7 on 2 -> 4, 3; 1 on 2 -> 1, 0.
+    const int64_t rows = element[0].dim(0);
+    const int64_t base = rows / s.num_replicas, extra = rows % s.num_replicas;
+    int64_t begin = 0;
+    for (size_t r = 0; r < replicas; ++r) {
+      const int64_t size = base + (static_cast<int64_t>(r) < extra ? 1 : 0);
+      per_replica[r] = Batch(rows_of(element, begin, size));
+      begin += size;
+    }
+    s.last = std::move(element);
+    return true;
+  }
+  for (size_t r = 0; r < replicas; ++r) {
+    if (s.iterator->next(element)) {
+      check_batched(element, "distribute_datasets_from_function");
+      s.last = element;
+      per_replica[r] = Batch(std::move(element));
+    } else if (r == 0) {
+      s.iterator.reset();
+      ++s.epoch;
+      return false;
+    } else {
+      // The pipeline ran out mid-step: the remaining replicas still get a (empty) batch.
+      per_replica[r] = Batch(empty_like_batch(s.last));
+    }
+  }
+  return true;
+}
+
+std::vector<Batch> DistributedDataset::empty_batches() const {
+  Element shape_source = state_->last;
+  if (shape_source.empty()) {
+    for (const TensorSpec& spec : state_->dataset.element_spec()) {
+      std::vector<int64_t> dims = spec.shape.dims();
+      for (int64_t& d : dims) d = std::max<int64_t>(d, 0);
+      TANDEM_CHECK(!dims.empty(), "DistributedDataset: the dataset's elements are not batches");
+      shape_source.push_back(Tensor::empty(Shape(dims), spec.dtype));
+    }
+  }
+  return std::vector<Batch>(static_cast<size_t>(state_->num_replicas),
+                            Batch(empty_like_batch(shape_source)));
+}
+
+IteratorState DistributedDataset::save() const {
+  const State& s = *state_;
+  IteratorState state;
+  if (s.iterator) state = s.iterator->save();
+  state.set("distributed/epoch", {static_cast<int64_t>(s.epoch)});
+  state.set("distributed/in_epoch", {s.iterator ? 1 : 0});
+  return state;
+}
+
+void DistributedDataset::restore(const IteratorState& state) {
+  State& s = *state_;
+  const int64_t epoch = state.get_scalar("distributed/epoch");
+  TANDEM_CHECK(epoch >= 0, "DistributedDataset::restore: negative epoch ", epoch);
+  if (state.get_scalar("distributed/in_epoch") != 0) {
+    Iterator iterator = s.dataset.iterator(static_cast<uint64_t>(epoch));
+    iterator.restore(state);
+    s.iterator.emplace(std::move(iterator));
+  } else {
+    s.iterator.reset();
+  }
+  s.epoch = static_cast<uint64_t>(epoch);
+}
+
+void DistributedDataset::set_epoch(uint64_t epoch) {
+  state_->iterator.reset();
+  state_->epoch = epoch;
+}
+
+DistributedDataset::StepCursor::StepCursor(DistributedDataset* owner) : owner_(owner) {
+  done_ = !owner_->next(current_);
+}
+
+DistributedDataset::StepCursor& DistributedDataset::StepCursor::operator++() {
+  done_ = !owner_->next(current_);
+  return *this;
+}
+
+}  // namespace tandem::data

@@ -1,0 +1,131 @@
+// Distributed input: data::DistributedDataset splits each global batch across the replicas
+// (tf.distribute's distribute_dataset) or takes per-replica batches from a pipeline built by
+// a function of data::InputContext (distribute_datasets_from_function); AutoShardPolicy
+// decides how workers divide the input. Independent of the strategy classes.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <iterator>
+#include <memory>
+#include <vector>
+
+#include "tandem/data/batch.h"
+#include "tandem/data/dataset.h"
+
+namespace tandem::data {
+
+/// What distribute_datasets_from_function's function is told about its input pipeline.
+class InputContext {
+ public:
+  /// Raises unless 0 <= input_pipeline_id < num_input_pipelines and num_replicas_in_sync >= 1.
+  explicit InputContext(int64_t num_input_pipelines = 1, int64_t input_pipeline_id = 0,
+                        int64_t num_replicas_in_sync = 1);
+
+  /// Number of input pipelines (one per worker).
+  int64_t num_input_pipelines() const { return num_input_pipelines_; }
+  /// This pipeline's index in [0, num_input_pipelines).
+  int64_t input_pipeline_id() const { return input_pipeline_id_; }
+  /// Replicas over all workers.
+  int64_t num_replicas_in_sync() const { return num_replicas_in_sync_; }
+  /// global_batch_size / num_replicas_in_sync; raises, naming both, unless it divides evenly.
+  int64_t get_per_replica_batch_size(int64_t global_batch_size) const;
+
+ private:
+  int64_t num_input_pipelines_;
+  int64_t input_pipeline_id_;
+  int64_t num_replicas_in_sync_;
+};
+
+/// How workers divide a distributed dataset's input (tf.data.experimental.AutoShardPolicy).
+/// With one worker every policy leaves the dataset unchanged.
+enum class AutoShardPolicy {
+  kOff,   ///< every worker reads everything
+  kFile,  ///< files are dealt to workers round-robin; fewer files than workers is an error
+  kData,  ///< every worker reads everything and keeps every W-th element
+  kAuto,  ///< kFile when the source has at least one file per worker, else kData
+};
+
+struct DistributeOptions {
+  AutoShardPolicy auto_shard_policy = AutoShardPolicy::kAuto;
+  /// Workers (processes) reading this input, and this worker's index; set by the
+  /// multi-worker strategy.
+  int64_t num_workers = 1;
+  int64_t worker_index = 0;
+};
+
+/// Per-replica batches, one step at a time. The object is stateful: it remembers the epoch
+/// and the position within it (copies share that state), so that a training loop can
+/// iterate it once per epoch and a checkpoint can save and restore where it is. Use it from
+/// one thread (the training loop's); its prefetch threads are internal.
+class DistributedDataset {
+ public:
+  /// `dataset` is batched by the GLOBAL batch size. Each global batch is split across the
+  /// `num_replicas` local replicas in sizes that differ by at most one, larger first (7 on 2
+  /// replicas: 4 and 3; 1 on 2: 1 and an empty batch of the same trailing shape and dtype).
+  /// With several workers, `options.auto_shard_policy` divides the input between them and
+  /// each worker batches global_batch / num_workers examples per step.
+  DistributedDataset(Dataset dataset, int64_t num_replicas, DistributeOptions options = {});
+
+  /// distribute_datasets_from_function: calls `fn` once for this worker with an
+  /// InputContext (num_input_pipelines = workers, input_pipeline_id = worker index,
+  /// num_replicas_in_sync = num_replicas x workers); the dataset it returns is batched per
+  /// replica, and each step takes one batch from it for each local replica in turn. When it
+  /// runs out mid-step the remaining replicas get empty batches.
+  static DistributedDataset from_function(std::function<Dataset(const InputContext&)> fn,
+                                          int64_t num_replicas, DistributeOptions options = {});
+
+  /// Local replicas (one Batch each per step).
+  int64_t num_replicas() const;
+  /// The dataset this worker actually reads (after auto-sharding).
+  const Dataset& dataset() const;
+
+  /// Fills `per_replica` with one Batch per replica for the next step and returns true, or
+  /// returns false when no replica has data left; the epoch then ends and the next call
+  /// starts the next epoch.
+  bool next(std::vector<Batch>& per_replica);
+  /// One empty Batch per replica shaped like this dataset's batches: what a worker that has
+  /// run out feeds its replicas while other workers still have data.
+  std::vector<Batch> empty_batches() const;
+  /// The epoch the next (or current) step belongs to.
+  uint64_t epoch() const;
+
+  /// The position: epoch, and within it the underlying iterator's state. Independent of
+  /// the replica count for a split (global-batch) dataset.
+  IteratorState save() const;
+  /// Returns to a saved position; the next step is the one that would have followed.
+  void restore(const IteratorState& state);
+  /// Drops any epoch under way; the next step is the first of epoch `epoch` (for a restore
+  /// whose data state cannot be used, e.g. after changing the pipeline).
+  void set_epoch(uint64_t epoch);
+
+  /// Range-for over the steps of the current epoch (resuming it if it is under way).
+  class StepCursor {
+   public:
+    explicit StepCursor(DistributedDataset* owner);
+    const std::vector<Batch>& operator*() const { return current_; }
+    const std::vector<Batch>* operator->() const { return &current_; }
+    StepCursor& operator++();
+    bool operator==(std::default_sentinel_t) const { return done_; }
+
+   private:
+    DistributedDataset* owner_;
+    std::vector<Batch> current_;
+    bool done_ = false;
+  };
+  StepCursor begin() { return StepCursor(this); }
+  std::default_sentinel_t end() const { return {}; }
+
+ private:
+  struct State;
+  DistributedDataset(std::shared_ptr<State> state) : state_(std::move(state)) {}
+  std::shared_ptr<State> state_;
+};
+
+/// The dataset one worker reads under `policy` (exposed for tests and the multi-worker
+/// strategy): kData inserts shard(W, index) just before the first batch and kFile deals the
+/// source's files; both divide that batch's size by W (which must divide it).
+Dataset auto_shard(const Dataset& dataset, AutoShardPolicy policy, int64_t num_workers,
+                   int64_t worker_index);
+
+}  // namespace tandem::data

@@ -1,0 +1,145 @@
+// Internals of the data pipeline (not part of the public API): pipeline nodes, the
+// iterators they make, random-access sources and the row-stacking helper used by batch.
+//
+// Index mode: a source is random access, and shuffle/take/skip/shard/repeat/map over it pass
+// source INDICES along instead of tensors. Batch then gathers the rows straight into the
+// batch tensors, and an iterator's saved state is positions and indices, never tensors.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/data/dataset.h"
+#include "tandem/data/iterator_state.h"
+
+namespace tandem::data::detail {
+
+/// Reads elements of a Source; one per iterator (readers may cache, e.g. an HDF5 chunk).
+class SourceReader {
+ public:
+  virtual ~SourceReader() = default;
+  /// Element `index` as new tensors.
+  virtual void read(int64_t index, Element& out) = 0;
+  /// Elements `indices` stacked into `out` (tensors [indices.size(), ...]). The default reads
+  /// each element and stacks it.
+  virtual void gather(const std::vector<int64_t>& indices, Element& out);
+};
+
+/// A random-access collection of elements.
+class Source {
+ public:
+  virtual ~Source() = default;
+  virtual int64_t size() const = 0;
+  /// True for in-memory data: a shuffle then keeps indices and reads on output. False for
+  /// files read in chunks (HDF5): a shuffle then keeps the elements it read in order.
+  virtual bool cheap_random_access() const = 0;
+  virtual std::unique_ptr<SourceReader> reader() const = 0;
+  virtual std::vector<TensorSpec> element_spec() const = 0;
+  /// "fashion_mnist(train, 60000 examples)"; part of the pipeline signature.
+  virtual std::string describe() const = 0;
+  /// Files this source reads (for AutoShardPolicy::kFile); empty when not file based.
+  virtual std::vector<std::string> files() const { return {}; }
+  /// The same source over a subset of its files.
+  virtual std::shared_ptr<const Source> with_files(std::vector<std::string> files) const;
+};
+
+/// Walks a node once. Index-mode iterators (whose node has a source()) implement next_index.
+class IteratorImpl {
+ public:
+  virtual ~IteratorImpl() = default;
+  virtual bool next(Element& out) = 0;
+  /// Index mode: the next element's index into the node's source().
+  virtual bool next_index(int64_t& index);
+  /// Advances past up to `n` elements, without materialising them where possible; returns
+  /// how many it passed (fewer at the end).
+  virtual int64_t skip(int64_t n);
+  /// Adds this iterator's entries (and its input's) to `state`.
+  virtual void save(IteratorState& state) const = 0;
+  /// Reads back what save() wrote; the iterator was freshly made for the same epoch.
+  virtual void restore(const IteratorState& state) = 0;
+};
+
+/// One step of a pipeline: a source (no input) or a transformation of its input. Immutable.
+class Node {
+ public:
+  Node(std::shared_ptr<const Node> input, std::string kind);
+  virtual ~Node() = default;
+
+  const std::shared_ptr<const Node>& input() const { return input_; }
+  /// 0 for the source, input's depth + 1 otherwise.
+  int depth() const { return depth_; }
+  const std::string& kind() const { return kind_; }
+  /// Prefix of this node's entries in an IteratorState: "<depth>_<kind>/".
+  std::string state_prefix() const;
+
+  /// "shuffle(buffer_size=60000, seed=42)".
+  virtual std::string describe() const = 0;
+  /// The random-access source whose indices this node's iterators yield (index mode), or
+  /// nullptr when they yield only elements.
+  virtual std::shared_ptr<const Source> source() const { return nullptr; }
+  virtual std::unique_ptr<IteratorImpl> make_iterator(uint64_t epoch) const = 0;
+  virtual int64_t cardinality() const = 0;
+  virtual std::vector<TensorSpec> element_spec() const;
+  /// The same transformation over another input (used by auto-sharding).
+  virtual std::shared_ptr<const Node> with_input(std::shared_ptr<const Node> input) const = 0;
+  /// For batch nodes: the batch size (0 for every other node).
+  virtual int64_t batch_size() const { return 0; }
+  /// For batch nodes: whether a short last batch is dropped.
+  virtual bool drop_remainder() const { return false; }
+
+ private:
+  std::shared_ptr<const Node> input_;
+  std::string kind_;
+  int depth_;
+};
+
+// ---- node factories ----------------------------------------------------------------------
+std::shared_ptr<const Node> make_source_node(std::shared_ptr<const Source> source,
+                                             std::string kind);
+std::shared_ptr<const Node> make_map_node(std::shared_ptr<const Node> input,
+                                          std::function<Element(Element)> fn);
+std::shared_ptr<const Node> make_shuffle_node(std::shared_ptr<const Node> input,
+                                              int64_t buffer_size, uint64_t seed,
+                                              bool reshuffle_each_iteration);
+std::shared_ptr<const Node> make_batch_node(std::shared_ptr<const Node> input, int64_t batch_size,
+                                            bool drop_remainder);
+std::shared_ptr<const Node> make_repeat_node(std::shared_ptr<const Node> input, int64_t count);
+std::shared_ptr<const Node> make_take_node(std::shared_ptr<const Node> input, int64_t count);
+std::shared_ptr<const Node> make_skip_node(std::shared_ptr<const Node> input, int64_t count);
+std::shared_ptr<const Node> make_shard_node(std::shared_ptr<const Node> input, int64_t num_shards,
+                                            int64_t index);
+std::shared_ptr<const Node> make_prefetch_node(std::shared_ptr<const Node> input,
+                                               int64_t buffer_size);
+
+/// The HDF5 source (hdf5_source.cpp; only in builds with HDF5).
+std::shared_ptr<const Source> make_hdf5_source(std::vector<std::string> files,
+                                               std::vector<std::string> dataset_names,
+                                               int64_t chunk_rows);
+
+/// Copies rows into preallocated batch tensors, checking every element against the first.
+class Stacker {
+ public:
+  /// Allocates tensors [capacity, ...] shaped like `first` and copies it in as row 0.
+  void start(const Element& first, int64_t capacity);
+  /// Copies `element` in as the next row; raises naming both shapes on a mismatch.
+  void append(const Element& element);
+  int64_t rows() const { return rows_; }
+  /// The rows copied so far (views of the first rows() when fewer than the capacity).
+  Element finish();
+
+ private:
+  Element out_;
+  std::vector<size_t> row_bytes_;
+  int64_t rows_ = 0;
+  int64_t capacity_ = 0;
+};
+
+/// Shape [rows, row_shape...].
+Shape prepend_dim(int64_t rows, const Shape& row_shape);
+/// Shape without its first dimension.
+Shape drop_first_dim(const Shape& shape);
+
+}  // namespace tandem::data::detail
