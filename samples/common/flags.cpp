@@ -1,0 +1,176 @@
+// Flag parsing for the samples: "--flag value" or "--flag=value", every value checked in full
+// (from_chars must consume it), errors naming the flag and the value.
+#include "common/flags.h"
+
+#include <charconv>
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+#include <string_view>
+#include <system_error>
+
+namespace samples {
+
+namespace {
+
+/// A bad command line; the message names the flag and the value.
+class UsageError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+[[noreturn]] void bad_value(std::string_view flag, std::string_view value, std::string_view want) {
+  std::ostringstream message;
+  message << flag << " \"" << value << "\" is not " << want;
+  throw UsageError(message.str());
+}
+
+/// A whole number in [low, high], or a UsageError naming the flag.
+template <typename Int>
+Int parse_int(std::string_view flag, std::string_view value, Int low, Int high,
+              std::string_view want) {
+  Int parsed{};
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+  if (error != std::errc() || end != value.data() + value.size() || parsed < low || parsed > high) {
+    bad_value(flag, value, want);
+  }
+  return parsed;
+}
+
+double parse_positive_double(std::string_view flag, std::string_view value) {
+  double parsed = 0.0;
+  const auto [end, error] = std::from_chars(value.data(), value.data() + value.size(), parsed);
+  if (error != std::errc() || end != value.data() + value.size() || !std::isfinite(parsed) ||
+      parsed <= 0.0) {
+    bad_value(flag, value, "a positive number (e.g. 1e-3)");
+  }
+  return parsed;
+}
+
+Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
+  Flags flags;
+  flags.checkpoint_dir = info.default_checkpoint_dir;
+  for (int i = 1; i < argc; ++i) {
+    std::string_view arg = argv[i];
+    if (arg == "--help" || arg == "-h") {
+      help = true;
+      return flags;
+    }
+    if (!arg.starts_with("--")) {
+      throw UsageError("unexpected argument \"" + std::string(arg) + "\" (flags start with --)");
+    }
+    // "--flag=value" or "--flag value".
+    std::string_view flag = arg;
+    std::optional<std::string_view> inline_value;
+    if (const size_t eq = arg.find('='); eq != std::string_view::npos) {
+      flag = arg.substr(0, eq);
+      inline_value = arg.substr(eq + 1);
+    }
+    if (flag == "--fresh") {
+      if (inline_value) {
+        throw UsageError("--fresh takes no value (got \"" + std::string(*inline_value) + "\")");
+      }
+      flags.fresh = true;
+      continue;
+    }
+    auto value = [&]() -> std::string_view {
+      if (inline_value) return *inline_value;
+      if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
+      return argv[++i];
+    };
+    if (flag == "--epochs") {
+      flags.epochs = parse_int<int64_t>(flag, value(), 1, 1'000'000, "a whole number >= 1");
+    } else if (flag == "--per-replica-batch") {
+      flags.per_replica_batch =
+          parse_int<int64_t>(flag, value(), 1, 1'000'000, "a whole number >= 1");
+    } else if (flag == "--replicas") {
+      flags.replicas = parse_int<int>(flag, value(), 1, 4096, "a replica count in [1, 4096]");
+    } else if (flag == "--learning-rate") {
+      flags.learning_rate = parse_positive_double(flag, value());
+    } else if (flag == "--seed") {
+      flags.seed = parse_int<uint64_t>(flag, value(), 0, UINT64_MAX, "a whole number >= 0");
+    } else if (flag == "--lr-scaling") {
+      const std::string_view v = value();
+      if (v == "none") {
+        flags.lr_scaling = LrScaling::kNone;
+      } else if (v == "linear") {
+        flags.lr_scaling = LrScaling::kLinear;
+      } else {
+        bad_value(flag, v, "none or linear");
+      }
+    } else if (flag == "--checkpoint-dir") {
+      const std::string_view v = value();
+      if (v.empty()) bad_value(flag, v, "a directory");
+      flags.checkpoint_dir = std::string(v);
+    } else if (flag == "--metrics-json") {
+      const std::string_view v = value();
+      if (v.empty()) bad_value(flag, v, "a file name");
+      flags.metrics_json = std::string(v);
+    } else if (flag == "--max-steps") {
+      flags.max_steps = parse_int<int64_t>(flag, value(), 1, INT64_MAX, "a whole number >= 1");
+    } else {
+      throw UsageError("unknown flag \"" + std::string(flag) + "\"");
+    }
+  }
+  return flags;
+}
+
+}  // namespace
+
+double Flags::scaled_learning_rate(int num_replicas) const {
+  return lr_scaling == LrScaling::kLinear ? learning_rate * num_replicas : learning_rate;
+}
+
+std::string usage(const SampleInfo& info) {
+  std::ostringstream out;
+  out << info.name << ": " << info.description << "\n\n"
+      << "usage: " << info.name << " [flags]   (run it from the repository root)\n\n"
+      << "  --epochs N                epochs to train in all, counting the epochs of a resumed\n"
+      << "                            run (default 10)\n"
+      << "  --per-replica-batch N     examples per replica per step; the global batch is\n"
+      << "                            N x replicas (default 64)\n"
+      << "  --replicas N              train on N CPU replicas (logical devices cpu:0..N-1,\n"
+      << "                            sharing the cores). Default: MirroredStrategy's choice,\n"
+      << "                            every GPU, else TANDEM_CPU_REPLICAS CPU replicas (1)\n"
+      << "  --learning-rate X         Adam's learning rate before --lr-scaling (default 0.001)\n"
+      << "  --seed S                  seed of the weight initialisation and of the shuffle\n"
+      << "                            (default 42)\n"
+      << "  --lr-scaling none|linear  linear multiplies the learning rate by the replica count\n"
+      << "                            (the usual rule when the global batch grows with the\n"
+      << "                            replicas); default none\n"
+      << "  --checkpoint-dir DIR      where checkpoints are saved after every epoch; a run\n"
+      << "                            resumes from the newest one there (default\n"
+      << "                            " << info.default_checkpoint_dir << ")\n"
+      << "  --fresh                   start from scratch, ignoring existing checkpoints (new\n"
+      << "                            ones are still saved in --checkpoint-dir)\n"
+      << "  --metrics-json FILE       write one JSON object per line per epoch: epoch, loss,\n"
+      << "                            train_accuracy, test_accuracy, samples_per_sec, replicas,\n"
+      << "                            epoch_seconds (appended to when the run resumes)\n"
+      << "  --max-steps N             at most N training steps per epoch (smoke tests); the\n"
+      << "                            whole test split is still evaluated\n"
+      << "  --help                    this text\n\n"
+      << "Ctrl-C finishes the current step, saves a checkpoint and exits with code 130; the\n"
+      << "next run resumes there. A bad flag exits with code 2. Environment:\n"
+      << "TANDEM_CPU_REPLICAS (the default replica count), TANDEM_LOG_LEVEL (debug, info,\n"
+      << "warning, error).\n";
+  return out.str();
+}
+
+Flags parse_flags_or_exit(int argc, char** argv, const SampleInfo& info) {
+  try {
+    bool help = false;
+    Flags flags = parse(argc, argv, info, help);
+    if (help) {
+      std::cout << usage(info);
+      std::exit(EXIT_SUCCESS);
+    }
+    return flags;
+  } catch (const UsageError& error) {
+    std::cerr << info.name << ": " << error.what() << " (see --help)\n";
+    std::exit(kUsageExitCode);
+  }
+}
+
+}  // namespace samples

@@ -1,0 +1,54 @@
+// The command-line flags every Fashion-MNIST sample takes (--epochs, --per-replica-batch,
+// --replicas, ...), their defaults, --help, and strict parsing: a bad value exits with code 2.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+namespace samples {
+
+/// Exit code for a bad command line.
+inline constexpr int kUsageExitCode = 2;
+
+enum class LrScaling {
+  kNone,    ///< the learning rate as given
+  kLinear,  ///< multiplied by the replica count (the global batch grows with the replicas)
+};
+
+/// What a sample tells the flag parser about itself.
+struct SampleInfo {
+  std::string name;                    ///< program name: "fashion_mnist_mlp"
+  std::string description;             ///< one line for --help
+  std::string default_checkpoint_dir;  ///< "checkpoints/fashion_mnist_mlp"
+};
+
+struct Flags {
+  int64_t epochs = 10;
+  int64_t per_replica_batch = 64;
+  /// CPU replicas; unset: MirroredStrategy's default device choice.
+  std::optional<int> replicas;
+  double learning_rate = 1e-3;
+  uint64_t seed = 42;
+  LrScaling lr_scaling = LrScaling::kNone;
+  std::string checkpoint_dir;
+  bool fresh = false;
+  /// JSON-lines file of per-epoch metrics; empty: none.
+  std::string metrics_json;
+  /// Cap on training steps per epoch (smoke tests); unset: whole epochs.
+  std::optional<int64_t> max_steps;
+
+  /// The learning rate after --lr-scaling for `num_replicas` replicas.
+  double scaled_learning_rate(int num_replicas) const;
+  /// True once `steps` steps of the current epoch reached --max-steps.
+  bool step_limit_reached(int64_t steps) const { return max_steps && steps >= *max_steps; }
+};
+
+/// Parses argv. --help prints usage and exits 0; an unknown flag, a missing value or a bad
+/// value prints an error naming the flag and the value and exits with kUsageExitCode.
+Flags parse_flags_or_exit(int argc, char** argv, const SampleInfo& info);
+
+/// The --help text.
+std::string usage(const SampleInfo& info);
+
+}  // namespace samples

@@ -1,0 +1,106 @@
+// The samples' progress line, epoch summary and --metrics-json writer.
+#include "common/reporting.h"
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <iomanip>
+#include <iostream>
+#include <sstream>
+#include <stdexcept>
+
+namespace samples {
+
+namespace {
+
+/// A terminal redraws the line at most this often (a step can take well under a millisecond).
+constexpr std::chrono::milliseconds kRedrawInterval(100);
+
+/// A JSON number; null for NaN or infinity (JSON has no spelling for them).
+std::string json_number(double value) {
+  if (!std::isfinite(value)) return "null";
+  std::ostringstream out;
+  out << std::setprecision(9) << value;
+  return out.str();
+}
+
+}  // namespace
+
+Progress::Progress(int64_t epoch, int64_t epochs, int64_t steps_in_epoch)
+    : epoch_(epoch),
+      epochs_(epochs),
+      steps_in_epoch_(steps_in_epoch),
+      tty_(isatty(STDOUT_FILENO) == 1),
+      last_print_(std::chrono::steady_clock::now()) {}
+
+void Progress::step(int64_t step, int64_t examples, double loss, double accuracy) {
+  ++steps_;
+  examples_ += examples;
+  if (tty_) {
+    const auto now = std::chrono::steady_clock::now();
+    if (steps_ == 1 || step == steps_in_epoch_ || now - last_print_ >= kRedrawInterval) {
+      last_print_ = now;
+      print_line(step, loss, accuracy);
+    }
+  } else if (step % kPlainLineEvery == 0) {
+    print_line(step, loss, accuracy);
+  }
+}
+
+void Progress::print_line(int64_t step, double loss, double accuracy) {
+  std::ostringstream line;
+  line << "epoch " << epoch_ << "/" << epochs_ << "  step " << step;
+  if (steps_in_epoch_ > 0) line << "/" << steps_in_epoch_;
+  line << std::fixed << "  loss " << std::setprecision(4) << loss << "  train acc "
+       << std::setprecision(4) << accuracy << "  " << std::setprecision(0) << samples_per_sec()
+       << " samples/s";
+  if (tty_) {
+    // Carriage return, the line, then erase whatever a longer previous line left behind.
+    std::cout << '\r' << line.str() << "\x1b[K" << std::flush;
+    line_open_ = true;
+  } else {
+    std::cout << line.str() << std::endl;
+  }
+}
+
+void Progress::finish() {
+  if (line_open_) std::cout << std::endl;
+  line_open_ = false;
+}
+
+double Progress::samples_per_sec() const {
+  const double s = seconds();
+  return s > 0.0 ? static_cast<double>(examples_) / s : 0.0;
+}
+
+void print_epoch_summary(const EpochResult& result, int64_t epochs) {
+  std::cout << std::fixed << "epoch " << result.epoch << "/" << epochs << ": loss "
+            << std::setprecision(4) << result.loss << "  train acc " << result.train_accuracy
+            << "  test acc " << result.test_accuracy << "  " << std::setprecision(0)
+            << result.samples_per_sec << " samples/s  " << std::setprecision(1)
+            << result.train_seconds << " s (+" << result.eval_seconds << " s eval)"
+            << std::defaultfloat << std::endl;
+}
+
+MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
+  if (path_.empty()) return;
+  out_.open(path_, append ? std::ios::app : std::ios::trunc);
+  if (!out_.is_open()) {
+    throw std::runtime_error("--metrics-json: cannot open \"" + path_ + "\" for writing");
+  }
+}
+
+void MetricsLog::write(const EpochResult& result) {
+  if (path_.empty()) return;
+  out_ << "{\"epoch\": " << result.epoch << ", \"loss\": " << json_number(result.loss)
+       << ", \"train_accuracy\": " << json_number(result.train_accuracy)
+       << ", \"test_accuracy\": " << json_number(result.test_accuracy)
+       << ", \"samples_per_sec\": " << json_number(result.samples_per_sec)
+       << ", \"replicas\": " << result.replicas
+       << ", \"epoch_seconds\": " << json_number(result.train_seconds) << "}\n";
+  out_.flush();
+  if (!out_.good()) throw std::runtime_error("--metrics-json: writing \"" + path_ + "\" failed");
+}
+
+}  // namespace samples

@@ -1,0 +1,90 @@
+// What the samples print while they train: a progress line (rewritten in place on a terminal,
+// plain lines every kPlainLineEvery steps otherwise), the per-epoch summary, and the
+// --metrics-json file (one JSON object per line per epoch).
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <fstream>
+#include <string>
+
+namespace samples {
+
+/// Seconds since construction, on the steady clock.
+class Stopwatch {
+ public:
+  Stopwatch() : start_(std::chrono::steady_clock::now()) {}
+  double seconds() const {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start_).count();
+  }
+
+ private:
+  std::chrono::steady_clock::time_point start_;
+};
+
+/// Without a terminal on stdout, Progress prints one line every this many steps.
+inline constexpr int64_t kPlainLineEvery = 100;
+
+/// The progress of one epoch's training steps.
+class Progress {
+ public:
+  /// `epoch` is 1-based; `steps_in_epoch` is the expected step count (0 if unknown).
+  Progress(int64_t epoch, int64_t epochs, int64_t steps_in_epoch);
+
+  /// Records that step `step` of the epoch (1-based; a resumed epoch does not start at 1)
+  /// finished with `examples` examples, its loss (reduced over replicas) and the running train
+  /// accuracy, and refreshes the line.
+  void step(int64_t step, int64_t examples, double loss, double accuracy);
+  /// Ends the in-place line (call once the epoch's steps are done).
+  void finish();
+
+  /// Seconds since construction.
+  double seconds() const { return stopwatch_.seconds(); }
+  /// Examples of the steps recorded, per second since construction.
+  double samples_per_sec() const;
+
+ private:
+  void print_line(int64_t step, double loss, double accuracy);
+
+  int64_t epoch_;
+  int64_t epochs_;
+  int64_t steps_in_epoch_;
+  bool tty_;
+  bool line_open_ = false;
+  int64_t steps_ = 0;
+  int64_t examples_ = 0;
+  Stopwatch stopwatch_;
+  std::chrono::steady_clock::time_point last_print_;
+};
+
+/// One epoch's results, as printed and as written to --metrics-json.
+struct EpochResult {
+  int64_t epoch = 0;  ///< 1-based
+  double loss = 0.0;  ///< mean per-example training loss
+  double train_accuracy = 0.0;
+  double test_accuracy = 0.0;
+  double samples_per_sec = 0.0;  ///< training examples / training time (evaluation excluded)
+  double train_seconds = 0.0;
+  double eval_seconds = 0.0;
+  int replicas = 1;
+};
+
+/// "epoch 3/10: loss 0.3012  train acc 0.8891  test acc 0.8712  12345 samples/s  4.9 s (+0.3 s
+/// eval)".
+void print_epoch_summary(const EpochResult& result, int64_t epochs);
+
+/// The --metrics-json file: one JSON object per line per epoch, flushed as written. Does
+/// nothing when the path is empty.
+class MetricsLog {
+ public:
+  /// Opens `path`; `append` keeps the lines of an earlier run (a resumed one). Raises when
+  /// the file cannot be opened.
+  MetricsLog(const std::string& path, bool append);
+  void write(const EpochResult& result);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+}  // namespace samples

@@ -1,0 +1,95 @@
+// Strategy choice, setup line, distributed evaluation and the Ctrl-C flag for the samples.
+#include "common/training.h"
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <iostream>
+
+namespace samples {
+
+namespace {
+
+// Written by the signal handler, read by the training loop: a lock-free atomic is safe in both.
+std::atomic<bool> g_interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free);
+
+void on_sigint(int) { g_interrupted.store(true, std::memory_order_relaxed); }
+
+}  // namespace
+
+tandem::MirroredStrategy make_strategy(const Flags& flags) {
+  if (flags.replicas) return tandem::MirroredStrategy::cpu(*flags.replicas);
+  return tandem::MirroredStrategy();
+}
+
+void print_setup(const SampleInfo& info, const tandem::Strategy& strategy, int64_t global_batch,
+                 double learning_rate) {
+  const int replicas = strategy.num_replicas_in_sync();
+  const int cores = tandem::hardware_cores();
+  std::cout << info.name << ": " << replicas << " replica" << (replicas == 1 ? "" : "s") << " (";
+  for (size_t i = 0; i < strategy.devices().size(); ++i) {
+    std::cout << (i ? ", " : "") << strategy.devices()[i];
+  }
+  // The strategy gives each replica thread max(1, cores / replicas) compute threads.
+  std::cout << "; " << cores << " CPU core" << (cores == 1 ? "" : "s") << ", "
+            << std::max(1, cores / replicas) << " compute thread(s) per replica), global batch "
+            << global_batch << " = " << replicas << " x " << global_batch / replicas
+            << ", learning rate " << learning_rate << std::endl;
+}
+
+void print_start(const std::optional<std::string>& restored, bool checkpointing, const Flags& flags,
+                 uint64_t epoch, int64_t step) {
+  if (!checkpointing) {
+    std::cout << "checkpoints: off (Tandem was built without HDF5)" << std::endl;
+  } else if (restored) {
+    std::cout << "resumed from " << *restored << " (epoch " << epoch + 1 << ", step " << step
+              << "); saving to " << flags.checkpoint_dir << " every epoch" << std::endl;
+  } else {
+    std::cout << (flags.fresh ? "--fresh: not restoring" : "no checkpoint to resume")
+              << "; saving to " << flags.checkpoint_dir << " every epoch" << std::endl;
+  }
+  if (static_cast<int64_t>(epoch) >= flags.epochs) {
+    std::cout << "all " << flags.epochs << " epochs are trained already (raise --epochs to train "
+              << "more, or pass --fresh to start over)" << std::endl;
+  }
+}
+
+int64_t examples_in(const tandem::PerReplica<tandem::data::Batch>& batch) {
+  int64_t examples = 0;
+  for (const tandem::data::Batch& piece : batch) examples += piece.batch_size();
+  return examples;
+}
+
+int64_t steps_per_epoch(const tandem::data::DistributedDataset& train_data, const Flags& flags) {
+  const int64_t steps = train_data.dataset().cardinality();
+  if (steps < 0) return flags.max_steps.value_or(0);  // infinite or unknown
+  return flags.max_steps ? std::min(steps, *flags.max_steps) : steps;
+}
+
+double evaluate(tandem::Strategy& strategy, const tandem::nn::Module& model,
+                tandem::data::DistributedDataset& test_data,
+                tandem::metrics::SparseCategoricalAccuracy& accuracy) {
+  accuracy.reset_state();
+  auto eval_step = [&](tandem::ReplicaContext&, const tandem::data::Batch& batch) {
+    accuracy.update_state(batch.labels(), model(batch.features(), /*training=*/false));
+  };
+  for (const auto& batch : test_data) {
+    strategy.run(eval_step, tandem::PerReplica<tandem::data::Batch>(batch));
+  }
+  return accuracy.result();
+}
+
+void install_interrupt_handler() {
+  struct sigaction action {};
+  action.sa_handler = on_sigint;
+  sigemptyset(&action.sa_mask);
+  // SA_RESETHAND: the handler runs once; a second Ctrl-C gets the default action (exit now).
+  // SA_RESTART: system calls the signal interrupts resume instead of failing with EINTR.
+  action.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigaction(SIGINT, &action, nullptr);
+}
+
+bool interrupted() { return g_interrupted.load(std::memory_order_relaxed); }
+
+}  // namespace samples

@@ -1,0 +1,53 @@
+// The parts of the samples' training programs that are the same in every sample and not their
+// point: the strategy --replicas asks for, the setup line, evaluation on the test split, and
+// Ctrl-C (finish the step, save, exit 130).
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "common/flags.h"
+#include "tandem/tandem.h"
+
+namespace samples {
+
+/// Exit code after Ctrl-C (128 + SIGINT, what a shell reports for a process it interrupted).
+inline constexpr int kInterruptedExitCode = 130;
+/// Global batch of the test-split evaluation (split across the replicas like training batches).
+inline constexpr int64_t kEvalBatch = 1000;
+
+/// MirroredStrategy::cpu(N) for --replicas N; otherwise MirroredStrategy's default choice (every
+/// GPU, else TANDEM_CPU_REPLICAS CPU replicas), which logs one line saying which and why.
+tandem::MirroredStrategy make_strategy(const Flags& flags);
+
+/// Prints the replicas and their devices, the thread budget, the global batch and the learning
+/// rate on one line.
+void print_setup(const SampleInfo& info, const tandem::Strategy& strategy, int64_t global_batch,
+                 double learning_rate);
+
+/// Says where training starts: the checkpoint restored (`restored`, with the data's `epoch`
+/// (0-based) and the optimizer's `step`), or a fresh start, and whether checkpoints are written.
+void print_start(const std::optional<std::string>& restored, bool checkpointing, const Flags& flags,
+                 uint64_t epoch, int64_t step);
+
+/// Examples in one step: the sum of the replicas' batch sizes.
+int64_t examples_in(const tandem::PerReplica<tandem::data::Batch>& batch);
+
+/// Training steps in one epoch of `train_data` (capped by --max-steps); 0 when unknown.
+int64_t steps_per_epoch(const tandem::data::DistributedDataset& train_data, const Flags& flags);
+
+/// Accuracy of `model` on one pass over `test_data`: every replica runs the forward pass on its
+/// part of each batch and updates `accuracy` (sync-on-read); result() then combines the
+/// replicas' counts. Resets `accuracy` first.
+double evaluate(tandem::Strategy& strategy, const tandem::nn::Module& model,
+                tandem::data::DistributedDataset& test_data,
+                tandem::metrics::SparseCategoricalAccuracy& accuracy);
+
+/// Makes the first SIGINT (Ctrl-C) only set a flag that interrupted() reads; a second one ends
+/// the process at once.
+void install_interrupt_handler();
+/// True once SIGINT arrived.
+bool interrupted();
+
+}  // namespace samples

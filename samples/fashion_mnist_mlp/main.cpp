@@ -1,0 +1,151 @@
+// fashion_mnist_mlp: the main job. Trains an MLP (784-256-128-10, ReLU) with Adam on
+// Fashion-MNIST, data-parallel with MirroredStrategy on every device present, written the way
+// DESIGN.md §1 shows: a per-replica step that takes the ReplicaContext, strategy.run,
+// strategy.reduce, optimizer.apply_gradients(ctx, ...). Resumes from its checkpoints; Ctrl-C
+// finishes the step, saves and exits 130. Run from the repository root; --help lists the flags.
+#include <cstdint>
+#include <cstdlib>
+#include <exception>
+#include <iomanip>
+#include <iostream>
+#include <optional>
+#include <string>
+
+#include "common/flags.h"
+#include "common/reporting.h"
+#include "common/training.h"
+#include "tandem/tandem.h"
+
+namespace td = tandem;
+
+namespace {
+
+const samples::SampleInfo kInfo{
+    .name = "fashion_mnist_mlp",
+    .description =
+        "trains an MLP (784-256-128-10, ReLU, Adam) on Fashion-MNIST with MirroredStrategy",
+    .default_checkpoint_dir = "checkpoints/fashion_mnist_mlp"};
+
+int train_and_evaluate(const samples::Flags& flags) {
+  td::MirroredStrategy strategy = samples::make_strategy(flags);  // --replicas, else the default
+  const int num_replicas = strategy.num_replicas_in_sync();
+  const int64_t global_batch = flags.per_replica_batch * num_replicas;
+  const double learning_rate = flags.scaled_learning_rate(num_replicas);
+  samples::print_setup(kInfo, strategy, global_batch, learning_rate);
+
+  auto train = td::data::fashion_mnist(td::data::Split::kTrain)
+                   .shuffle(/*buffer_size=*/60000, flags.seed)
+                   .batch(global_batch)
+                   .prefetch(2);
+  auto dist_train = strategy.distribute_dataset(train);  // splits each global batch
+  auto dist_test = strategy.distribute_dataset(
+      td::data::fashion_mnist(td::data::Split::kTest).batch(samples::kEvalBatch));
+
+  auto scope = strategy.scope();  // variables created while it lives are mirrored
+  td::nn::Sequential model({td::nn::Flatten(), td::nn::Dense(256, td::nn::Activation::kRelu),
+                            td::nn::Dense(128, td::nn::Activation::kRelu), td::nn::Dense(10)});
+  model.set_seed(flags.seed);
+  model.build({28, 28});
+  td::optim::Adam optimizer({.learning_rate = learning_rate});
+  optimizer.build(model.trainable_variables());  // Adam's slots, mirrored like the weights
+  td::metrics::Mean train_loss("train_loss");
+  td::metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy");
+  td::metrics::SparseCategoricalAccuracy test_accuracy("test_accuracy");
+  td::losses::SparseCategoricalCrossentropy loss_fn(
+      {.from_logits = true, .reduction = td::losses::Reduction::kNone});
+
+  auto train_step = [&](td::ReplicaContext& ctx, const td::data::Batch& batch) {
+    td::GradientTape tape;
+    td::Tensor logits = model(batch.features(), /*training=*/true);
+    td::Tensor per_example_loss = loss_fn(batch.labels(), logits);
+    td::Tensor loss = td::compute_average_loss(per_example_loss, global_batch);
+    auto grads = tape.gradient(loss, model.trainable_variables());
+    optimizer.apply_gradients(ctx, grads, model.trainable_variables());  // SUM across replicas
+    train_loss.update_state(per_example_loss);
+    train_accuracy.update_state(batch.labels(), logits);
+    return loss;
+  };
+
+  // The metrics and the step counter are saved too, so that an epoch resumed after Ctrl-C
+  // reports all its steps.
+  int64_t step_in_epoch = 0;
+  td::Checkpoint checkpoint({{"model", &model},
+                             {"optimizer", &optimizer},
+                             {"train_data", &dist_train},
+                             {"train_loss", &train_loss},
+                             {"train_accuracy", &train_accuracy},
+                             {"step_in_epoch", &step_in_epoch}});
+  td::CheckpointManager manager(checkpoint, flags.checkpoint_dir, {.max_to_keep = 3});
+  // A build without HDF5 cannot write checkpoints; it trains without them.
+  const bool checkpointing = td::build_info().hdf5;
+  std::optional<std::string> restored;
+  if (checkpointing && !flags.fresh) restored = manager.restore_or_initialize();
+  samples::print_start(restored, checkpointing, flags, dist_train.epoch(), optimizer.iterations());
+
+  samples::MetricsLog metrics_log(flags.metrics_json, /*append=*/restored.has_value());
+  const int64_t steps_per_epoch = samples::steps_per_epoch(dist_train, flags);
+  std::optional<double> final_test_accuracy;
+  for (auto epoch = static_cast<int64_t>(dist_train.epoch()); epoch < flags.epochs; ++epoch) {
+    samples::Progress progress(epoch + 1, flags.epochs, steps_per_epoch);
+    for (const auto& step_batches : dist_train) {
+      // One td::data::Batch per replica (the steps are std::vector<Batch> today; the wrap is a
+      // no-op copy of handles once they are PerReplica<Batch>).
+      const td::PerReplica<td::data::Batch> batch(step_batches);
+      td::PerReplica<td::Tensor> losses = strategy.run(train_step, batch);
+      const float loss = strategy.reduce(td::ReduceOp::kSum, losses).item<float>();
+      progress.step(++step_in_epoch, samples::examples_in(batch), loss, train_accuracy.result());
+      if (flags.step_limit_reached(step_in_epoch) || samples::interrupted()) break;
+    }
+    progress.finish();
+    if (samples::interrupted()) {
+      // Mid-epoch: the data position and the metrics are saved with the weights.
+      if (checkpointing) std::cout << "interrupted: saved " << manager.save().value() << "\n";
+      return samples::kInterruptedExitCode;
+    }
+    if (dist_train.epoch() == static_cast<uint64_t>(epoch)) {
+      dist_train.set_epoch(epoch + 1);  // --max-steps ended the epoch early
+    }
+
+    samples::EpochResult result{.epoch = epoch + 1,
+                                .loss = train_loss.result(),
+                                .train_accuracy = train_accuracy.result(),
+                                .samples_per_sec = progress.samples_per_sec(),
+                                .train_seconds = progress.seconds(),
+                                .replicas = num_replicas};
+    const samples::Stopwatch eval_time;
+    result.test_accuracy = samples::evaluate(strategy, model, dist_test, test_accuracy);
+    result.eval_seconds = eval_time.seconds();
+    samples::print_epoch_summary(result, flags.epochs);
+    metrics_log.write(result);
+    final_test_accuracy = result.test_accuracy;
+    train_loss.reset_state();
+    train_accuracy.reset_state();
+    step_in_epoch = 0;
+    std::optional<std::string> saved;
+    if (checkpointing) saved = manager.save();
+    if (samples::interrupted()) {  // Ctrl-C during the evaluation
+      if (saved) std::cout << "interrupted: saved " << *saved << "\n";
+      return samples::kInterruptedExitCode;
+    }
+  }
+
+  if (!final_test_accuracy) {  // resumed a run that had already trained every epoch
+    final_test_accuracy = samples::evaluate(strategy, model, dist_test, test_accuracy);
+  }
+  std::cout << "final test accuracy: " << std::fixed << std::setprecision(4) << *final_test_accuracy
+            << std::endl;
+  return EXIT_SUCCESS;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const samples::Flags flags = samples::parse_flags_or_exit(argc, argv, kInfo);
+  samples::install_interrupt_handler();
+  try {
+    return train_and_evaluate(flags);
+  } catch (const std::exception& error) {
+    std::cerr << kInfo.name << ": " << error.what() << std::endl;
+    return EXIT_FAILURE;
+  }
+}

@@ -1,0 +1,202 @@
+// Smoke tests of the built sample programs: fashion_mnist_mlp trains a few steps on 2 replicas,
+// writes its --metrics-json line and a checkpoint, resumes from it; --help names every flag; a
+// bad flag value exits 2 naming the flag and the value. (Building the tests builds the sample:
+// see the add_dependencies at the end of the top-level CMakeLists.txt.)
+#include <sys/wait.h>
+
+#include <catch2/catch.hpp>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fs = std::filesystem;
+
+namespace {
+
+const std::string kMlp =
+    std::string(TANDEM_BINARY_DIR) + "/samples/fashion_mnist_mlp/fashion_mnist_mlp";
+
+struct Result {
+  int exit_code = -1;
+  std::string output;  // stdout and stderr
+};
+
+/// Runs `command` through the shell and returns its exit code and output.
+Result run(const std::string& command) {
+  Result result;
+  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
+  REQUIRE(pipe != nullptr);
+  char buffer[4096];
+  size_t n = 0;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
+  const int status = pclose(pipe);
+  REQUIRE(WIFEXITED(status));
+  result.exit_code = WEXITSTATUS(status);
+  return result;
+}
+
+/// A fresh directory under the system's temporary directory, removed at scope exit.
+struct TempDir {
+  TempDir() {
+    std::string pattern = (fs::temp_directory_path() / "tandem_samples_XXXXXX").string();
+    REQUIRE(mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~TempDir() {
+    std::error_code ignored;
+    fs::remove_all(path, ignored);
+  }
+  fs::path path;
+};
+
+/// Parses one flat JSON object whose values are numbers ({"a": 1, "b": 0.5}); fails the test on
+/// anything else.
+std::map<std::string, double> parse_json_object(const std::string& text) {
+  std::map<std::string, double> out;
+  size_t i = 0;
+  auto skip_space = [&] {
+    while (i < text.size() && std::isspace(static_cast<unsigned char>(text[i]))) ++i;
+  };
+  auto expect = [&](char c) {
+    skip_space();
+    INFO("JSON: " << text << " (at offset " << i << ")");
+    REQUIRE(i < text.size());
+    REQUIRE(text[i] == c);
+    ++i;
+  };
+  expect('{');
+  skip_space();
+  if (i < text.size() && text[i] == '}') return out;
+  while (true) {
+    expect('"');
+    const size_t end = text.find('"', i);
+    REQUIRE(end != std::string::npos);
+    const std::string key = text.substr(i, end - i);
+    i = end + 1;
+    expect(':');
+    skip_space();
+    const char* begin = text.c_str() + i;
+    char* stop = nullptr;
+    const double value = std::strtod(begin, &stop);
+    INFO("JSON: " << text << " (value of \"" << key << "\")");
+    REQUIRE(stop != begin);
+    i += static_cast<size_t>(stop - begin);
+    REQUIRE(out.emplace(key, value).second);
+    skip_space();
+    REQUIRE(i < text.size());
+    if (text[i] == '}') break;
+    expect(',');
+  }
+  ++i;
+  skip_space();
+  REQUIRE(i == text.size());
+  return out;
+}
+
+std::vector<std::string> read_lines(const fs::path& path) {
+  std::ifstream in(path);
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(in, line);) {
+    if (!line.empty()) lines.push_back(line);
+  }
+  return lines;
+}
+
+/// False (with a warning) when the sample was not built (TANDEM_BUILD_SAMPLES=OFF).
+bool sample_built() {
+  if (fs::exists(kMlp)) return true;
+  WARN("skipped: " << kMlp << " was not built (configure with -DTANDEM_BUILD_SAMPLES=ON)");
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("fashion_mnist_mlp trains 30 steps on 2 replicas, reports them and resumes",
+          "[cpu][samples]") {
+  if (!sample_built()) return;
+  TempDir dir;
+  const fs::path metrics = dir.path / "m.json";
+  const std::string common_flags = " --max-steps 30 --checkpoint-dir '" + dir.path.string() +
+                                   "' --metrics-json '" + metrics.string() + "' --replicas 2";
+
+  const Result first = run(kMlp + " --epochs 1 --fresh" + common_flags);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.output.find("2 replicas (cpu:0, cpu:1") != std::string::npos);
+  CHECK(first.output.find("final test accuracy: ") != std::string::npos);
+
+  std::vector<std::string> lines = read_lines(metrics);
+  REQUIRE(lines.size() == 1);
+  std::map<std::string, double> epoch1 = parse_json_object(lines[0]);
+  for (const char* key :
+       {"epoch", "loss", "train_accuracy", "test_accuracy", "samples_per_sec", "replicas"}) {
+    INFO("key " << key << " in " << lines[0]);
+    CHECK(epoch1.count(key) == 1);
+  }
+  CHECK(epoch1["epoch"] == 1);
+  CHECK(epoch1["replicas"] == 2);
+  CHECK(epoch1["test_accuracy"] > 0.3);  // chance is 0.1
+  CHECK(epoch1["test_accuracy"] <= 1.0);
+  CHECK(epoch1["train_accuracy"] > 0.1);
+  CHECK(std::isfinite(epoch1["loss"]));
+  CHECK(epoch1["loss"] > 0.0);
+  CHECK(epoch1["samples_per_sec"] > 0.0);
+  // One checkpoint, numbered by the optimizer's 30 updates.
+  CHECK(fs::exists(dir.path / "ckpt-30.h5"));
+  CHECK(fs::exists(dir.path / "checkpoint"));
+
+  // Without --fresh the next run resumes after epoch 1 and trains only epoch 2.
+  const Result second = run(kMlp + " --epochs 2" + common_flags);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK(second.output.find("resumed from ") != std::string::npos);
+  lines = read_lines(metrics);
+  REQUIRE(lines.size() == 2);
+  std::map<std::string, double> epoch2 = parse_json_object(lines[1]);
+  CHECK(epoch2["epoch"] == 2);
+  CHECK(epoch2["test_accuracy"] > 0.3);
+  CHECK(fs::exists(dir.path / "ckpt-60.h5"));
+}
+
+TEST_CASE("fashion_mnist_mlp --help names every flag", "[cpu][samples]") {
+  if (!sample_built()) return;
+  const Result help = run(kMlp + " --help");
+  INFO(help.output);
+  REQUIRE(help.exit_code == 0);
+  for (const char* flag :
+       {"--epochs", "--per-replica-batch", "--replicas", "--learning-rate", "--seed",
+        "--lr-scaling", "--checkpoint-dir", "--fresh", "--metrics-json", "--max-steps", "--help"}) {
+    INFO("flag " << flag);
+    CHECK(help.output.find(flag) != std::string::npos);
+  }
+}
+
+TEST_CASE("fashion_mnist_mlp: a bad flag value exits 2 naming the flag and the value",
+          "[cpu][samples]") {
+  if (!sample_built()) return;
+  struct BadFlag {
+    std::string arguments;
+    std::string flag;
+    std::string value;
+  };
+  for (const BadFlag& bad :
+       std::vector<BadFlag>{{"--epochs abc", "--epochs", "abc"},
+                            {"--replicas 0", "--replicas", "0"},
+                            {"--per-replica-batch=-4", "--per-replica-batch", "-4"},
+                            {"--learning-rate 0", "--learning-rate", "0"},
+                            {"--lr-scaling cubic", "--lr-scaling", "cubic"},
+                            {"--max-steps 1.5", "--max-steps", "1.5"},
+                            {"--no-such-flag", "--no-such-flag", ""}}) {
+    const Result result = run(kMlp + " " + bad.arguments);
+    INFO(bad.arguments << " -> " << result.output);
+    CHECK(result.exit_code == 2);
+    CHECK(result.output.find(bad.flag) != std::string::npos);
+    CHECK(result.output.find("\"" + bad.value) != std::string::npos);
+  }
+}
