@@ -1,0 +1,735 @@
+// Checkpoint: writes the tracked objects in the layout of CHECKPOINT_FORMAT.md (version 1) and
+// restores them: everything is read and checked into memory first, then applied, so a failed
+// restore changes nothing.
+#include "tandem/checkpoint/checkpoint.h"
+
+#include <array>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <optional>
+#include <set>
+#include <unordered_map>
+
+#include "tandem/checkpoint/file_io.h"
+#include "tandem/checkpoint/hdf5_file.h"
+#include "tandem/core/build_info.h"
+#include "tandem/core/logging.h"
+#include "tandem/data/dataset.h"
+#include "tandem/data/distributed_dataset.h"
+#include "tandem/metrics/metrics.h"
+#include "tandem/nn/layers.h"
+#include "tandem/nn/sequential.h"
+#include "tandem/optim/optimizer.h"
+
+namespace tandem {
+
+namespace {
+
+// ---- names of the layout (CHECKPOINT_FORMAT.md) ----------------------------------------------
+
+constexpr const char* kFormatName = "tandem.checkpoint";
+constexpr const char* kModelWeights = "model_weights";
+constexpr const char* kOptimizerWeights = "optimizer_weights";
+constexpr const char* kTrainingState = "training_state";
+constexpr const char* kIterationName = "iteration:0";
+constexpr const char* kRngAlgorithm = "philox4x32-10";
+/// The Keras version /model_weights claims: its legacy-h5 loaders accept this layout.
+constexpr const char* kKerasVersion = "2.15.0";
+/// The standard int64 scalars of /training_state.
+constexpr std::array<const char*, 4> kStandardCounters = {"global_step", "epoch", "step_in_epoch",
+                                                          "samples_seen"};
+
+bool is_standard_counter(const std::string& name) {
+  for (const char* standard : kStandardCounters)
+    if (name == standard) return true;
+  return false;
+}
+
+// ---- the tracked objects -------------------------------------------------------------------
+
+template <typename T>
+std::vector<std::pair<std::string, T*>> tracked(const std::vector<Checkpoint::Entry>& entries) {
+  std::vector<std::pair<std::string, T*>> out;
+  for (const Checkpoint::Entry& e : entries)
+    if (T* const* p = std::get_if<T*>(&e.object.pointer())) out.emplace_back(e.name, *p);
+  return out;
+}
+
+template <typename T>
+T* tracked_one(const std::vector<Checkpoint::Entry>& entries) {
+  auto all = tracked<T>(entries);
+  return all.empty() ? nullptr : all.front().second;
+}
+
+int64_t* tracked_counter(const std::vector<Checkpoint::Entry>& entries, const std::string& name) {
+  for (const auto& [counter_name, counter] : tracked<int64_t>(entries))
+    if (counter_name == name) return counter;
+  return nullptr;
+}
+
+/// One layer of the model as Keras stores it: its name and its variables in Keras order.
+struct LayerWeights {
+  std::string name;
+  std::vector<Variable> weights;
+};
+
+/// The model's layers in Keras' layout: a Sequential's layers (a nested Sequential is one
+/// layer holding all of its variables, as in Keras), or the module itself when it has none.
+std::vector<LayerWeights> layers_of(const nn::Module& model) {
+  TANDEM_CHECK(model.built(), "checkpoint: model \"", model.name(),
+               "\" is not built; call model.build(input_shape) (or run it once) before saving ",
+               "or restoring it");
+  std::vector<nn::Module> children = model.children();
+  if (children.empty()) children.push_back(model);
+  std::vector<LayerWeights> layers;
+  for (const nn::Module& child : children) layers.push_back({child.name(), child.weights()});
+  return layers;
+}
+
+/// The dropout streams of the model: a Sequential's, or a standalone Dropout's.
+nn::ReplicaGenerators* generators_of(const nn::Module& model) {
+  if (auto s = std::dynamic_pointer_cast<nn::SequentialImpl>(model.ptr())) return &s->generators();
+  if (auto d = std::dynamic_pointer_cast<nn::DropoutImpl>(model.ptr())) return &d->generators();
+  return nullptr;
+}
+
+std::string keras_name(const std::string& variable_name) { return variable_name + ":0"; }
+
+std::string strip_keras_suffix(const std::string& name) {
+  return name.size() > 2 && name.ends_with(":0") ? name.substr(0, name.size() - 2) : name;
+}
+
+/// FNV-1a, 64 bits: a stable hash (std::hash may differ between builds).
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (unsigned char c : text) {
+    hash ^= c;
+    hash *= 0x100000001b3ULL;
+  }
+  return hash;
+}
+
+std::string hex64(uint64_t value) {
+  static const char* digits = "0123456789abcdef";
+  std::string out(16, '0');
+  for (int i = 15; i >= 0; --i, value >>= 4) out[static_cast<size_t>(i)] = digits[value & 15];
+  return out;
+}
+
+std::string signature_of(const std::vector<LayerWeights>& layers) {
+  std::string text;
+  for (const LayerWeights& layer : layers) {
+    text += "layer " + layer.name + "\n";
+    for (const Variable& v : layer.weights)
+      text += detail::str_cat("  ", v.name(), " ", v.shape(), " ", v.dtype(), "\n");
+  }
+  return hex64(fnv1a(text));
+}
+
+/// Writes `value` into every replica's copy of `variable`, so that all replicas hold the same
+/// bits (the restore-side "broadcast" of a mirrored variable).
+void assign_all_copies(const Variable& variable, const Tensor& value) {
+  for (int r = 0; r < variable.num_copies(); ++r) {
+    Tensor copy = variable.copy(r);
+    copy.copy_from(value);
+  }
+}
+
+Tensor int64_scalar(int64_t value) {
+  return Tensor::from_vector(std::vector<int64_t>{value}, Shape(std::vector<int64_t>{}));
+}
+
+Tensor float64_scalar(double value) {
+  return Tensor::from_vector(std::vector<double>{value}, Shape(std::vector<int64_t>{}));
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm parts{};
+  gmtime_r(&now, &parts);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &parts);
+  return text;
+}
+
+// ---- what a restore reads before it changes anything --------------------------------------
+
+struct LoadedData {
+  std::string kind;
+  int64_t num_replicas = 0;
+  int64_t epoch = 0;
+  data::IteratorState state;
+};
+
+struct Loaded {
+  std::string path;
+  std::vector<std::pair<Variable, Tensor>> model_values;
+  std::optional<std::vector<std::array<uint64_t, 4>>> rng;
+  int64_t iteration = 0;
+  std::vector<std::pair<std::string, Tensor>> slots;  // slot variable name -> value
+  std::map<std::string, int64_t> counters;            // tracked counter name -> value
+  std::map<std::string, LoadedData> data;             // tracked name -> state
+  std::map<std::string, metrics::MetricState> metrics;
+};
+
+/// Names the first variable in which the file's /model_weights and the model differ, with both
+/// shapes; "" when they agree.
+std::string first_model_difference(const h5::Group& weights,
+                                   const std::vector<LayerWeights>& layers) {
+  struct Stored {
+    Shape shape;
+    DType dtype;
+  };
+  std::map<std::string, Stored> file_variables;
+  std::vector<std::string> file_order;
+  std::vector<std::string> file_layers = weights.has_attr("layer_names")
+                                             ? weights.read_attr_strings("layer_names")
+                                             : std::vector<std::string>{};
+  for (const std::string& layer : file_layers) {
+    if (!weights.exists(layer)) continue;
+    const h5::Group group = weights.open_group(layer);
+    if (!group.has_attr("weight_names")) continue;
+    for (const std::string& name : group.read_attr_strings("weight_names")) {
+      if (!group.exists(name)) continue;
+      file_variables[strip_keras_suffix(name)] = {group.dataset_shape(name),
+                                                  group.dataset_dtype(name)};
+      file_order.push_back(strip_keras_suffix(name));
+    }
+  }
+  std::set<std::string> model_names;
+  for (const LayerWeights& layer : layers) {
+    for (const Variable& v : layer.weights) {
+      model_names.insert(v.name());
+      const auto it = file_variables.find(v.name());
+      if (it == file_variables.end())
+        return detail::str_cat("variable \"", v.name(), "\" (shape ", v.shape(),
+                               " in this model) is missing from the file");
+      if (it->second.shape != v.shape())
+        return detail::str_cat("variable \"", v.name(), "\" has shape ", it->second.shape,
+                               " in the file but ", v.shape(), " in this model");
+      if (it->second.dtype != v.dtype())
+        return detail::str_cat("variable \"", v.name(), "\" is ", it->second.dtype,
+                               " in the file but ", v.dtype(), " in this model (shape ", v.shape(),
+                               " in both)");
+    }
+  }
+  for (const std::string& name : file_order) {
+    if (!model_names.contains(name))
+      return detail::str_cat("the file has variable \"", name, "\" (shape ",
+                             file_variables[name].shape, ") that this model lacks");
+  }
+  std::vector<std::string> model_layers;
+  for (const LayerWeights& layer : layers) model_layers.push_back(layer.name);
+  for (size_t i = 0; i < std::max(file_layers.size(), model_layers.size()); ++i) {
+    const std::string in_file = i < file_layers.size() ? file_layers[i] : "(none)";
+    const std::string in_model = i < model_layers.size() ? model_layers[i] : "(none)";
+    if (in_file != in_model)
+      return detail::str_cat("layer ", i, " is \"", in_file, "\" in the file but \"", in_model,
+                             "\" in this model");
+  }
+  return "";
+}
+
+[[noreturn]] void mismatch(const std::string& path, const std::string& what) {
+  throw CheckpointMismatchError(path + ": " + what);
+}
+
+void require_group(const h5::Group& root, const std::string& name, const std::string& path) {
+  TANDEM_CHECK(root.exists(name), path, ": incomplete checkpoint: the group /", name,
+               " is missing");
+}
+
+}  // namespace
+
+// ---- Trackable and Checkpoint --------------------------------------------------------------
+
+std::string_view Trackable::kind() const {
+  static constexpr std::array<std::string_view, 6> kNames = {
+      "model", "optimizer", "distributed dataset", "dataset iterator", "metric", "counter"};
+  return kNames[pointer_.index()];
+}
+
+Checkpoint::Checkpoint(std::initializer_list<Entry> entries) {
+  for (const Entry& e : entries) add(e.name, e.object);
+}
+
+void Checkpoint::add(std::string name, Trackable object) {
+  TANDEM_CHECK(!name.empty(), "Checkpoint: an object (", object.kind(), ") has an empty name");
+  TANDEM_CHECK(name.find('/') == std::string::npos, "Checkpoint: name \"", name,
+               "\" contains '/'; names are HDF5 group names");
+  const bool is_null = std::visit([](auto* p) { return p == nullptr; }, object.pointer());
+  TANDEM_CHECK(!is_null, "Checkpoint: \"", name, "\" is a null ", object.kind(), " pointer");
+  for (const Entry& e : entries_) {
+    TANDEM_CHECK(e.name != name, "Checkpoint: the name \"", name, "\" is used twice");
+    const bool one_only = object.pointer().index() <= 1;  // model, optimizer
+    TANDEM_CHECK(!one_only || e.object.pointer().index() != object.pointer().index(),
+                 "Checkpoint: \"", name, "\" is a second ", object.kind(), " (\"", e.name,
+                 "\" is the first); a checkpoint holds one model and one optimizer, as the ",
+                 "Keras layout has one /model_weights");
+  }
+  entries_.push_back({std::move(name), object});
+}
+
+int64_t Checkpoint::global_step() const {
+  if (const int64_t* counter = tracked_counter(entries_, "global_step")) return *counter;
+  if (const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_))
+    return optimizer->iterations();
+  return 0;
+}
+
+int Checkpoint::num_replicas() const {
+  if (const nn::Module* model = tracked_one<nn::Module>(entries_)) {
+    if (model->built()) {
+      const std::vector<Variable> weights = model->weights();
+      if (!weights.empty()) return weights.front().num_copies();
+    }
+  }
+  if (const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_))
+    return optimizer->iterations_variable().num_copies();
+  if (const data::DistributedDataset* d = tracked_one<data::DistributedDataset>(entries_))
+    return static_cast<int>(d->num_replicas());
+  return 1;
+}
+
+std::string Checkpoint::model_signature() const {
+  const nn::Module* model = tracked_one<nn::Module>(entries_);
+  return model ? signature_of(layers_of(*model)) : std::string();
+}
+
+// ---- write ---------------------------------------------------------------------------------
+
+namespace {
+
+void write_model(const h5::Group& root, const nn::Module* model) {
+  const h5::Group group = root.create_group(kModelWeights);
+  std::vector<std::string> layer_names;
+  const std::vector<LayerWeights> layers = model ? layers_of(*model) : std::vector<LayerWeights>{};
+  for (const LayerWeights& layer : layers) layer_names.push_back(layer.name);
+  // Keras' legacy h5 layout: load_weights finds no layer_names at the root, descends into
+  // /model_weights, and matches the layers that have weights by order.
+  group.write_attr("layer_names", layer_names);
+  group.write_attr("backend", std::string("tensorflow"));
+  group.write_attr("keras_version", std::string(kKerasVersion));
+  for (const LayerWeights& layer : layers) {
+    const h5::Group layer_group = group.create_group(layer.name);
+    std::vector<std::string> weight_names;
+    for (const Variable& v : layer.weights) {
+      weight_names.push_back(keras_name(v.name()));
+      // Replica 0's copy: after every synchronised update all copies hold the same bits.
+      layer_group.write_tensor(keras_name(v.name()), v.copy(0));
+    }
+    layer_group.write_attr("weight_names", weight_names);
+  }
+}
+
+void write_optimizer(const h5::Group& root, const optim::Optimizer& optimizer) {
+  const h5::Group group = root.create_group(kOptimizerWeights);
+  std::vector<std::string> weight_names = {kIterationName};
+  group.write_tensor(kIterationName, int64_scalar(optimizer.iterations()));
+  for (const auto& [name, slot] : optimizer.slot_variables()) {
+    weight_names.push_back(keras_name(name));
+    group.write_tensor(keras_name(name), slot.copy(0));
+  }
+  group.write_attr("optimizer", optimizer.name());
+  group.write_attr("config_json", optimizer.config_json());
+  group.write_attr("weight_names", weight_names);
+}
+
+void write_iterator_state(const h5::Group& group, const data::IteratorState& state) {
+  std::vector<std::string> names;
+  for (const auto& [name, values] : state.entries()) {
+    names.push_back(name);
+    group.write_tensor(name,
+                       Tensor::from_vector(values, Shape({static_cast<int64_t>(values.size())})));
+  }
+  // HDF5 lists links by name; the entry order of the state is kept here.
+  group.write_attr("entry_names", names);
+}
+
+void write_training_state(const h5::Group& root, const std::vector<Checkpoint::Entry>& entries,
+                          int64_t global_step, int num_replicas) {
+  const h5::Group group = root.create_group(kTrainingState);
+  const data::DistributedDataset* first_data = tracked_one<data::DistributedDataset>(entries);
+  std::map<std::string, int64_t> standard = {
+      {"global_step", global_step},
+      {"epoch", first_data ? static_cast<int64_t>(first_data->epoch()) : 0},
+      {"step_in_epoch", 0},
+      {"samples_seen", 0}};
+  for (const auto& [name, counter] : tracked<int64_t>(entries)) {
+    if (is_standard_counter(name))
+      standard[name] = *counter;
+    else
+      group.write_tensor("counters/" + name, int64_scalar(*counter));
+  }
+  for (const char* name : kStandardCounters) group.write_tensor(name, int64_scalar(standard[name]));
+
+  for (const auto& [name, dataset] : tracked<data::DistributedDataset>(entries)) {
+    const h5::Group d = group.require_group("data/" + name);
+    d.write_attr("kind", std::string("distributed_dataset"));
+    d.write_attr("num_replicas", dataset->num_replicas());
+    d.write_attr("epoch", static_cast<int64_t>(dataset->epoch()));
+    write_iterator_state(d, dataset->save());
+  }
+  for (const auto& [name, iterator] : tracked<data::Iterator>(entries)) {
+    const h5::Group d = group.require_group("data/" + name);
+    d.write_attr("kind", std::string("iterator"));
+    d.write_attr("epoch", static_cast<int64_t>(iterator->epoch()));
+    write_iterator_state(d, iterator->save());
+  }
+
+  if (const nn::Module* model = tracked_one<nn::Module>(entries)) {
+    if (const nn::ReplicaGenerators* generators = generators_of(*model)) {
+      // One row per replica {seed, stream, offset, 0}; a replica that never drew has its
+      // fresh stream (seed, 1 + replica, 0), exactly what it would be created with.
+      std::vector<std::array<uint64_t, 4>> states = generators->states();
+      std::vector<uint64_t> rows;
+      for (int r = 0; r < num_replicas; ++r) {
+        const std::array<uint64_t, 4> row =
+            r < static_cast<int>(states.size())
+                ? states[static_cast<size_t>(r)]
+                : std::array<uint64_t, 4>{generators->seed(), static_cast<uint64_t>(r) + 1, 0, 0};
+        rows.insert(rows.end(), row.begin(), row.end());
+      }
+      group.write_u64("rng/replica_state", rows, Shape({num_replicas, 4}));
+      group.write_attr_of("rng/replica_state", "algorithm", kRngAlgorithm);
+    }
+  }
+
+  for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
+    // The per-replica partial sums are gathered here: the stored state is their SUM.
+    const metrics::MetricState state = metric->combined_state();
+    const h5::Group m = group.require_group("metrics/" + name);
+    m.write_tensor("total", float64_scalar(state.total));
+    m.write_tensor("count", float64_scalar(state.count));
+    m.write_attr("metric_name", metric->name());
+  }
+
+  // Gradient accumulation (a later issue) extends this group: micro_step > 0 plus
+  // grad_accum/<layer>/<var>:0 holding the SUM over replicas of the local accumulators. Until
+  // then checkpoints are taken at update boundaries only.
+  group.write_tensor("grad_accum/micro_step", int64_scalar(0));
+}
+
+}  // namespace
+
+void Checkpoint::write(const std::string& path) const {
+  const nn::Module* model = tracked_one<nn::Module>(entries_);
+  const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_);
+  const int replicas = num_replicas();
+  const std::string temp = detail::temp_path_for(path);
+  try {
+    h5::File file = h5::File::create(temp);  // exclusive create: never reuses a stranger's file
+    detail::checkpoint_save_point("temp_created");
+    const h5::Group& root = file.root();
+    root.write_attr("tandem_format", std::string(kFormatName));
+    root.write_attr("tandem_format_version", kCheckpointFormatVersion);
+    root.write_attr("tandem_version", build_info().version);
+    root.write_attr("created_utc", utc_now());
+    root.write_attr("num_workers", int64_t{1});
+    root.write_attr("num_replicas", static_cast<int64_t>(replicas));
+    std::string backend = "cpu";
+    if (model) {
+      const std::vector<Variable> weights = model->weights();
+      if (!weights.empty() && weights.front().copy(0).device().is_cuda()) backend = "cuda";
+    }
+    root.write_attr("backend", backend);
+    root.write_attr("model_signature", model_signature());
+
+    write_model(root, model);
+    detail::checkpoint_save_point("model_weights");
+    if (optimizer) write_optimizer(root, *optimizer);
+    detail::checkpoint_save_point("optimizer_weights");
+    write_training_state(root, entries_, global_step(), replicas);
+    detail::checkpoint_save_point("training_state");
+    file.close();
+    detail::checkpoint_save_point("temp_closed");
+    // The bytes must reach the disk before the rename makes them the checkpoint: otherwise a
+    // power loss could leave `path` naming a file whose blocks were never written.
+    detail::fsync_file(temp);
+    detail::checkpoint_save_point("temp_synced");
+    detail::rename_file(temp, path);
+    // The rename is a change to the directory: fsync it so that the new name is durable.
+    detail::fsync_directory(std::filesystem::path(path).parent_path().string());
+    detail::checkpoint_save_point("renamed");
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(temp, ignored);
+    throw;
+  }
+}
+
+// ---- restore -------------------------------------------------------------------------------
+
+namespace {
+
+data::IteratorState read_iterator_state(const h5::Group& group) {
+  data::IteratorState::Entries entries;
+  for (const std::string& name : group.read_attr_strings("entry_names"))
+    entries.emplace_back(name, group.read_tensor(name).to_vector<int64_t>());
+  return data::IteratorState(std::move(entries));
+}
+
+int64_t read_int64_scalar(const h5::Group& group, const std::string& name) {
+  const Tensor t = group.read_tensor(name);
+  TANDEM_CHECK(t.numel() == 1, group.file(), ":", group.path(), "/", name,
+               ": expected a scalar, found shape ", t.shape());
+  return t.to_vector<int64_t>()[0];
+}
+
+void load_model(const h5::Group& root, const nn::Module& model, Loaded& out) {
+  const std::string& path = out.path;
+  const h5::Group weights = root.open_group(kModelWeights);
+  const std::vector<LayerWeights> layers = layers_of(model);
+  const std::string expected = signature_of(layers);
+  const std::string stored =
+      root.has_attr("model_signature") ? root.read_attr_string("model_signature") : "";
+  if (stored != expected) {
+    const std::string difference = first_model_difference(weights, layers);
+    mismatch(path, "checkpoint of another model: " +
+                       (difference.empty() ? "the layer or variable names differ" : difference) +
+                       " (model_signature " + stored + " in the file, " + expected +
+                       " for this model)");
+  }
+  for (const LayerWeights& layer : layers) {
+    for (const Variable& v : layer.weights) {
+      const std::string name = layer.name + "/" + keras_name(v.name());
+      if (!weights.exists(name)) mismatch(path, first_model_difference(weights, layers));
+      Tensor value = weights.read_tensor(name);
+      if (value.shape() != v.shape() || value.dtype() != v.dtype())
+        mismatch(path, detail::str_cat("variable \"", v.name(), "\" has shape ", value.shape(),
+                                       " (", value.dtype(), ") in the file but ", v.shape(), " (",
+                                       v.dtype(), ") in this model"));
+      out.model_values.emplace_back(v, std::move(value));
+    }
+  }
+}
+
+void load_optimizer(const h5::Group& root, const optim::Optimizer& optimizer,
+                    const nn::Module* model, Loaded& out) {
+  const std::string& path = out.path;
+  const h5::Group group = root.open_group(kOptimizerWeights);
+  const std::string stored = group.read_attr_string("optimizer");
+  if (stored != optimizer.name())
+    mismatch(path, "the checkpoint's optimizer is \"" + stored + "\" but this run's is \"" +
+                       optimizer.name() + "\"");
+  out.iteration = read_int64_scalar(group, kIterationName);
+  // The slots this optimizer has or will create for the model's trainable variables, by name,
+  // with the shape each must have.
+  std::unordered_map<std::string, Shape> expected;
+  for (const auto& [name, slot] : optimizer.slot_variables()) expected[name] = slot.shape();
+  if (model) {
+    for (const Variable& v : model->trainable_variables())
+      for (const std::string& kind : optimizer.slot_names())
+        expected[kind + "/" + v.name()] = v.shape();
+  }
+  for (const std::string& keras : group.read_attr_strings("weight_names")) {
+    if (keras == kIterationName) continue;
+    const std::string name = strip_keras_suffix(keras);
+    const auto it = expected.find(name);
+    if (it == expected.end())
+      mismatch(path, "optimizer slot \"" + name + "\" belongs to no variable of this model");
+    Tensor value = group.read_tensor(keras);
+    if (value.shape() != it->second)
+      mismatch(path, detail::str_cat("optimizer slot \"", name, "\" has shape ", value.shape(),
+                                     " in the file but ", it->second, " in this model"));
+    out.slots.emplace_back(name, std::move(value));
+  }
+}
+
+void load_training_state(const h5::Group& root, const std::vector<Checkpoint::Entry>& entries,
+                         const nn::Module* model, int num_replicas, Loaded& out) {
+  const std::string& path = out.path;
+  const h5::Group group = root.open_group(kTrainingState);
+  if (group.exists("grad_accum/micro_step")) {
+    const int64_t micro_step = read_int64_scalar(group, "grad_accum/micro_step");
+    if (micro_step != 0)
+      mismatch(path, detail::str_cat("saved in the middle of gradient accumulation (micro_step ",
+                                     micro_step, "); this build restores checkpoints taken at ",
+                                     "an update boundary only"));
+  }
+  for (const auto& [name, counter] : tracked<int64_t>(entries)) {
+    const std::string where = is_standard_counter(name) ? name : "counters/" + name;
+    if (group.exists(where)) {
+      out.counters[name] = read_int64_scalar(group, where);
+    } else {
+      TANDEM_LOG_WARNING(path, ": counter \"", name, "\" is not in the checkpoint; it keeps its ",
+                         "value ", *counter);
+    }
+  }
+  for (const auto& [name, dataset] : tracked<data::DistributedDataset>(entries)) {
+    if (!group.exists("data/" + name)) {
+      TANDEM_LOG_WARNING(path, ": data \"", name, "\" is not in the checkpoint; it keeps its ",
+                         "position");
+      continue;
+    }
+    const h5::Group d = group.open_group("data/" + name);
+    out.data[name] = {d.read_attr_string("kind"),
+                      d.has_attr("num_replicas") ? d.read_attr_int64("num_replicas") : 0,
+                      d.read_attr_int64("epoch"), read_iterator_state(d)};
+  }
+  for (const auto& [name, iterator] : tracked<data::Iterator>(entries)) {
+    if (!group.exists("data/" + name)) {
+      TANDEM_LOG_WARNING(path, ": iterator \"", name, "\" is not in the checkpoint; it keeps ",
+                         "its position");
+      continue;
+    }
+    const h5::Group d = group.open_group("data/" + name);
+    out.data[name] = {d.read_attr_string("kind"), 0, d.read_attr_int64("epoch"),
+                      read_iterator_state(d)};
+  }
+  if (model && generators_of(*model) != nullptr && group.exists("rng/replica_state")) {
+    const Shape shape = group.dataset_shape("rng/replica_state");
+    TANDEM_CHECK(shape.rank() == 2 && shape[1] == 4, path,
+                 ": /training_state/rng/replica_state has shape ", shape, ", expected [R, 4]");
+    const std::optional<std::string> algorithm =
+        group.read_attr_string_of("rng/replica_state", "algorithm");
+    TANDEM_CHECK(algorithm.value_or(kRngAlgorithm) == kRngAlgorithm, path,
+                 ": /training_state/rng/replica_state uses algorithm \"", *algorithm,
+                 "\"; this build has ", kRngAlgorithm);
+    const std::vector<uint64_t> values = group.read_u64("rng/replica_state");
+    std::vector<std::array<uint64_t, 4>> rows(static_cast<size_t>(shape[0]));
+    for (size_t i = 0; i < rows.size(); ++i)
+      for (size_t k = 0; k < 4; ++k) rows[i][k] = values[i * 4 + k];
+    if (static_cast<int>(rows.size()) != num_replicas)
+      TANDEM_LOG_INFO(path, ": dropout streams saved for ", rows.size(), " replicas, restoring ",
+                      "into ", num_replicas, "; replicas without a saved stream start fresh");
+    out.rng = std::move(rows);
+  }
+  for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
+    if (!group.exists("metrics/" + name)) {
+      TANDEM_LOG_WARNING(path, ": metric \"", name, "\" is not in the checkpoint; it keeps its ",
+                         "state");
+      continue;
+    }
+    const h5::Group m = group.open_group("metrics/" + name);
+    out.metrics[name] = {m.read_tensor("total").to_vector<double>()[0],
+                         m.read_tensor("count").to_vector<double>()[0]};
+  }
+}
+
+/// Creates the optimizer's slots for the model (mirrored like the model's variables) when a
+/// restore needs them before the first update has created them.
+void ensure_slots(optim::Optimizer& optimizer, const nn::Module* model,
+                  const std::vector<std::pair<std::string, Tensor>>& slots) {
+  std::set<std::string> existing;
+  for (const auto& [name, slot] : optimizer.slot_variables()) existing.insert(name);
+  bool missing = false;
+  for (const auto& [name, value] : slots) missing = missing || !existing.contains(name);
+  if (!missing || model == nullptr) return;
+  const std::vector<Variable> variables = model->trainable_variables();
+  optimizer.build(variables);
+  // Outside strategy.scope() build() makes single-copy slots; give each slot as many copies
+  // as its variable has, on the same devices, so that every replica finds its own.
+  for (const Variable& v : variables) {
+    for (const std::string& kind : optimizer.slot_names()) {
+      const Variable slot = optimizer.slot(v, kind);
+      if (slot.num_copies() == v.num_copies()) continue;
+      std::vector<Tensor> copies;
+      for (int r = 0; r < v.num_copies(); ++r) copies.push_back(Tensor::zeros_like(v.copy(r)));
+      slot.set_copies(std::move(copies));
+    }
+  }
+}
+
+}  // namespace
+
+void Checkpoint::restore(const std::string& path) const {
+  TANDEM_CHECK(current_replica_binding().num_replicas <= 1, "Checkpoint::restore(", path,
+               "): called inside strategy.run; restore from the main thread, outside run");
+  const nn::Module* model = tracked_one<nn::Module>(entries_);
+  optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_);
+  const int replicas = num_replicas();
+
+  // 1. Read and check everything.
+  Loaded loaded;
+  loaded.path = path;
+  {
+    h5::File file = h5::File::open(path);
+    const h5::Group& root = file.root();
+    TANDEM_CHECK(
+        root.has_attr("tandem_format") && root.read_attr_string("tandem_format") == kFormatName,
+        path, ": not a Tandem checkpoint (no tandem_format=\"", kFormatName,
+        "\" attribute at the root)");
+    TANDEM_CHECK(root.has_attr("tandem_format_version"), path,
+                 ": not a Tandem checkpoint (no tandem_format_version attribute)");
+    const int64_t version = root.read_attr_int64("tandem_format_version");
+    if (version > kCheckpointFormatVersion)
+      mismatch(path, detail::str_cat("written in checkpoint format version ", version,
+                                     ", but this build of Tandem reads versions up to ",
+                                     kCheckpointFormatVersion, "; restore it with a newer Tandem"));
+    TANDEM_CHECK(version >= 1, path, ": invalid tandem_format_version ", version);
+    require_group(root, kTrainingState, path);
+    if (model) require_group(root, kModelWeights, path);
+    if (optimizer) require_group(root, kOptimizerWeights, path);
+    if (model) load_model(root, *model, loaded);
+    if (optimizer) load_optimizer(root, *optimizer, model, loaded);
+    load_training_state(root, entries_, model, replicas, loaded);
+  }
+
+  // 2. Apply. The chief (this thread) read the file; every replica's copy gets the same bits.
+  // Plain iterators go first: their restore is the only step that can still refuse.
+  for (const auto& [name, iterator] : tracked<data::Iterator>(entries_)) {
+    const auto it = loaded.data.find(name);
+    if (it == loaded.data.end()) continue;
+    try {
+      iterator->restore(it->second.state);
+    } catch (const std::exception& e) {
+      mismatch(path,
+               "the saved position of iterator \"" + name + "\" does not fit it: " + e.what());
+    }
+  }
+  for (const auto& [variable, value] : loaded.model_values) assign_all_copies(variable, value);
+  if (model && loaded.rng) {
+    if (nn::ReplicaGenerators* generators = generators_of(*model))
+      generators->set_states(*loaded.rng);
+  }
+  if (optimizer) {
+    ensure_slots(*optimizer, model, loaded.slots);
+    std::unordered_map<std::string, Variable> slots;
+    for (const auto& [name, slot] : optimizer->slot_variables()) slots.emplace(name, slot);
+    std::set<std::string> restored;
+    for (const auto& [name, value] : loaded.slots) {
+      const auto it = slots.find(name);
+      TANDEM_CHECK(it != slots.end(), path, ": optimizer slot \"", name,
+                   "\" could not be created (is the model tracked by the checkpoint?)");
+      assign_all_copies(it->second, value);
+      restored.insert(name);
+    }
+    // Slots the file does not have start from zero, as they would have at that step.
+    for (const auto& [name, slot] : slots) {
+      if (restored.contains(name)) continue;
+      if (loaded.iteration > 0)
+        TANDEM_LOG_WARNING(path, ": optimizer slot \"", name, "\" is not in the checkpoint; it ",
+                           "restarts from zero");
+      assign_all_copies(slot, Tensor::zeros_like(slot.copy(0)));
+    }
+    optimizer->set_iterations(loaded.iteration);
+  }
+  for (const auto& [name, counter] : tracked<int64_t>(entries_)) {
+    const auto it = loaded.counters.find(name);
+    if (it != loaded.counters.end()) *counter = it->second;
+  }
+  for (const auto& [name, metric] : tracked<metrics::Metric>(entries_)) {
+    const auto it = loaded.metrics.find(name);
+    if (it != loaded.metrics.end()) metric->set_combined_state(it->second);
+  }
+  for (const auto& [name, dataset] : tracked<data::DistributedDataset>(entries_)) {
+    const auto it = loaded.data.find(name);
+    if (it == loaded.data.end()) continue;
+    const LoadedData& saved = it->second;
+    if (saved.num_replicas != dataset->num_replicas())
+      TANDEM_LOG_INFO(path, ": data \"", name, "\" was saved with ", saved.num_replicas,
+                      " replicas and is restored into ", dataset->num_replicas());
+    try {
+      dataset->restore(saved.state);
+    } catch (const std::exception& e) {
+      TANDEM_LOG_WARNING(path, ": the saved position of data \"", name, "\" cannot be used (",
+                         e.what(), "); it restarts at the beginning of epoch ", saved.epoch);
+      dataset->set_epoch(static_cast<uint64_t>(saved.epoch));
+    }
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,135 @@
+// Checkpoint: the objects of a training run that are saved and restored together (model,
+// optimizer, data iterators, metrics, step counters, dropout RNG streams), written in the HDF5
+// layout of CHECKPOINT_FORMAT.md (version 1), whose /model_weights Keras can load.
+#pragma once
+
+#include <cstdint>
+#include <initializer_list>
+#include <string>
+#include <string_view>
+#include <variant>
+#include <vector>
+
+#include "tandem/core/error.h"
+
+namespace tandem {
+
+namespace nn {
+class Module;
+}  // namespace nn
+namespace optim {
+class Optimizer;
+}  // namespace optim
+namespace data {
+class DistributedDataset;
+class Iterator;
+}  // namespace data
+namespace metrics {
+class Metric;
+}  // namespace metrics
+
+/// The checkpoint format version this build writes, and the newest it reads.
+inline constexpr int64_t kCheckpointFormatVersion = 1;
+
+/// A checkpoint that is intact but does not fit what restores it: written by a newer format
+/// version, or of another model (a variable missing, a shape differs). The message names the
+/// file, the first variable that differs and both shapes. restore_or_initialize does not fall
+/// back to an older checkpoint past this error (an older one would not fit either).
+class CheckpointMismatchError : public Error {
+ public:
+  using Error::Error;
+};
+
+/// One object a Checkpoint saves and restores, made implicitly from a pointer to it:
+///   nn::Module* (a Sequential or a single layer)   -> /model_weights, and the Sequential's
+///                                                      dropout streams -> rng/replica_state
+///   optim::Optimizer*                              -> /optimizer_weights (slots, iterations)
+///   data::DistributedDataset*, data::Iterator*     -> /training_state/data/<name>
+///   metrics::Metric*                               -> /training_state/metrics/<name>
+///   int64_t* (a counter the training loop keeps)   -> named "global_step", "epoch",
+///       "step_in_epoch" or "samples_seen": that /training_state scalar; any other name:
+///       /training_state/counters/<name>
+/// The object must outlive the Checkpoint (and every CheckpointManager made from it).
+class Trackable {
+ public:
+  using Pointer = std::variant<nn::Module*, optim::Optimizer*, data::DistributedDataset*,
+                               data::Iterator*, metrics::Metric*, int64_t*>;
+  // Implicit on purpose: Checkpoint({{"model", &model}, {"optimizer", &optimizer}}).
+  Trackable(nn::Module* model) : pointer_(model) {}                    // NOLINT
+  Trackable(optim::Optimizer* optimizer) : pointer_(optimizer) {}      // NOLINT
+  Trackable(data::DistributedDataset* dataset) : pointer_(dataset) {}  // NOLINT
+  Trackable(data::Iterator* iterator) : pointer_(iterator) {}          // NOLINT
+  Trackable(metrics::Metric* metric) : pointer_(metric) {}             // NOLINT
+  Trackable(int64_t* counter) : pointer_(counter) {}                   // NOLINT
+
+  const Pointer& pointer() const { return pointer_; }
+  /// "model", "optimizer", "distributed dataset", "dataset iterator", "metric" or "counter".
+  std::string_view kind() const;
+
+ private:
+  Pointer pointer_;
+};
+
+/// The state of a training run, tracked by name:
+///
+///   int64_t epoch = 0, step_in_epoch = 0;
+///   td::Checkpoint checkpoint({{"model", &model}, {"optimizer", &optimizer},
+///                              {"train_data", &dist_train}, {"train_accuracy", &accuracy},
+///                              {"epoch", &epoch}, {"step_in_epoch", &step_in_epoch}});
+///
+/// At most one model and one optimizer (the Keras layout has one /model_weights). The
+/// standard /training_state scalars default, when no counter of that name is tracked, to:
+/// global_step = the optimizer's iterations (else 0), epoch = the first tracked distributed
+/// dataset's epoch() (else 0), step_in_epoch = samples_seen = 0.
+///
+/// Mirrored variables: the values written are replica 0's copies (all copies are equal after
+/// each synchronised update); a restore writes into every copy, so all replicas restart
+/// bit-identical. Per-replica state is gathered: metrics store the SUM over replicas of their
+/// (total, count), the dropout streams one row per replica.
+///
+/// Use it through a CheckpointManager (rotation, the `checkpoint` state file, chief-only
+/// writes); write() and restore() are the single-file operations underneath.
+class Checkpoint {
+ public:
+  /// A tracked object and its name (the name is its key in the file: metrics/<name>, ...).
+  struct Entry {
+    std::string name;
+    Trackable object;
+  };
+
+  /// Raises on an empty or repeated name, a null pointer, or a second model or optimizer.
+  Checkpoint(std::initializer_list<Entry> entries);
+  /// Tracks one more object (same rules as the constructor).
+  void add(std::string name, Trackable object);
+  const std::vector<Entry>& entries() const { return entries_; }
+
+  /// Writes every tracked object to `path` (an existing file is replaced): the file is
+  /// written as "<path>.tmp.<pid>" (exclusive create), closed, fsynced, renamed to `path`, and
+  /// the directory is fsynced, so `path` is always either the old file or the complete new one.
+  /// Call it where no replica is running (or let CheckpointManager::save coordinate replicas).
+  void write(const std::string& path) const;
+
+  /// Restores every tracked object from `path`. Everything is read and checked before anything
+  /// changes, so a failed restore leaves the objects as they were. Raises tandem::Error naming
+  /// the file when it is missing, truncated, not HDF5, not a Tandem checkpoint, or lacks a
+  /// group this checkpoint needs; CheckpointMismatchError for a newer format version or
+  /// another model. A data iterator whose saved position cannot be used (another pipeline)
+  /// is reported and restarted at the beginning of its saved epoch. Call it from the main
+  /// thread, outside strategy.run.
+  void restore(const std::string& path) const;
+
+  /// The step the next checkpoint is numbered by: the "global_step" counter if one is tracked,
+  /// else the optimizer's iterations, else 0.
+  int64_t global_step() const;
+  /// Replicas of the tracked state (copies of the model's variables, else the optimizer's,
+  /// else the data's replica count; 1 when there is none).
+  int num_replicas() const;
+  /// Hex FNV-1a hash of the model's layer names, variable names, shapes and dtypes (what the
+  /// file's model_signature attribute holds); "" when no model is tracked.
+  std::string model_signature() const;
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+}  // namespace tandem

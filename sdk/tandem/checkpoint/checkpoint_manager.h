@@ -1,0 +1,95 @@
+// CheckpointManager: numbered checkpoints in a directory (ckpt-<step>.h5), the `checkpoint` state
+// file in TensorFlow's CheckpointState text format, rotation, chief-only crash-safe saves and
+// restores that fall back past damaged files.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "tandem/checkpoint/checkpoint.h"
+
+namespace tandem {
+
+class Strategy;
+
+/// The newest complete checkpoint in `directory` (tf.train.latest_checkpoint): the one the
+/// `checkpoint` state file names when it opens as a Tandem checkpoint with its groups, else
+/// the highest-numbered ckpt-<N>.h5 that does. std::nullopt when there is none. Cheap: it does
+/// not read the variables.
+std::optional<std::string> latest_checkpoint(const std::string& directory);
+
+/// Saves and restores a Checkpoint in a directory:
+///
+///   td::CheckpointManager manager(checkpoint, "checkpoints/mlp", {.max_to_keep = 3});
+///   manager.restore_or_initialize();            // resume where the last run stopped
+///   for (...) { ...; manager.save(); }          // ckpt-<global step>.h5
+///
+/// Who writes. Every replica and worker calls save(); only the chief writes. In one process the
+/// calling thread is the chief: call save() from the training loop's thread, between
+/// strategy.run calls (the samples do). save() may also be called from inside strategy.run by
+/// every replica: replica 0 then waits until all replicas have arrived (so that no replica is
+/// changing its per-replica state: the gather), writes, and releases them (the barrier); all
+/// replicas return the same result. With Options::strategy set, a process whose strategy is
+/// not the chief writes nothing (multi-worker).
+///
+/// How. The chief writes ckpt-N.h5.tmp.<pid> (exclusive create), closes and fsyncs it,
+/// renames it to ckpt-N.h5 and fsyncs the directory; then it rewrites `checkpoint` (temp +
+/// rename), deletes checkpoints beyond max_to_keep (oldest first) and rewrites `checkpoint`
+/// again. A crash at any point leaves the previous checkpoint intact; leftover temporary files
+/// are removed when the next CheckpointManager for the directory is constructed.
+class CheckpointManager {
+ public:
+  struct Options {
+    /// Checkpoints kept; older ones are deleted, oldest first. 0 keeps every checkpoint.
+    int max_to_keep = 5;
+    /// save() writes only when at least this many steps (global_step) have passed since the
+    /// last checkpoint; 0 writes on every call.
+    int64_t checkpoint_interval = 0;
+    /// The strategy whose chief writes; nullptr: this process is the chief (one process).
+    const Strategy* strategy = nullptr;
+  };
+
+  /// Manages `directory` (created if missing) for `checkpoint` (copied; its objects must outlive
+  /// the manager). The chief removes leftover temporary files of interrupted saves.
+  CheckpointManager(const Checkpoint& checkpoint, std::string directory);
+  CheckpointManager(const Checkpoint& checkpoint, std::string directory, Options options);
+  ~CheckpointManager();
+  CheckpointManager(const CheckpointManager&) = delete;
+  CheckpointManager& operator=(const CheckpointManager&) = delete;
+
+  /// Saves ckpt-<global_step>.h5 and returns its path, or std::nullopt when fewer than
+  /// checkpoint_interval steps passed since the last checkpoint. Raises naming the file when
+  /// the write fails (the previous checkpoints stay intact).
+  std::optional<std::string> save();
+  /// The same with an explicit checkpoint number `step` (also what the interval is judged on).
+  std::optional<std::string> save(int64_t step);
+
+  /// Restores `path` (see Checkpoint::restore for the errors). Call it outside strategy.run.
+  void restore(const std::string& path);
+  /// Restores the newest checkpoint; when the state file is missing, or names a file that is
+  /// damaged (truncated, not HDF5, a group missing), falls back to the newest complete
+  /// ckpt-<N>.h5 and logs which one (a warning). Returns the path restored, or std::nullopt
+  /// when the directory holds no checkpoint (a fresh start: the objects keep their initial
+  /// values). Raises CheckpointMismatchError for a checkpoint of another model or a newer
+  /// format (no fall back past that), and tandem::Error when every checkpoint is damaged.
+  std::optional<std::string> restore_or_initialize();
+
+  /// The checkpoint the state file names (tf's manager.latest_checkpoint), checked as in
+  /// tandem::latest_checkpoint(directory).
+  std::optional<std::string> latest_checkpoint() const;
+  /// The checkpoints kept, oldest first (paths).
+  std::vector<std::string> checkpoints() const;
+  const std::string& directory() const;
+
+  struct Impl;
+
+ private:
+  /// save() and save(step): `step` absent means the checkpoint's global_step().
+  std::optional<std::string> save_at(std::optional<int64_t> step);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace tandem
