@@ -1,6 +1,7 @@
 // Device: where a tensor lives and a replica runs ("cpu:0", "cuda:1"), and device discovery.
 #pragma once
 
+#include <cstdint>
 #include <ostream>
 #include <string>
 #include <string_view>

@@ -1,0 +1,76 @@
+// Device-side helpers shared by the .cu files of ops/cuda: the grid-stride loop, launch sizes
+// and warp/block reductions. Included by .cu files only (nvcc).
+#pragma once
+
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "tandem/core/cuda_check.h"
+#include "tandem/tensor/allocator.h"
+#include "tandem/tensor/cuda_context.h"
+
+namespace tandem::ops::cuda {
+
+/// Threads per block of the 1-D elementwise kernels.
+inline constexpr int kThreads = 256;
+
+/// The first index this thread handles and the grid-wide step of a grid-stride loop, in the
+/// index type I (uint32_t when the extent fits, so index math avoids 64-bit division).
+template <typename I>
+__device__ __forceinline__ I grid_start() {
+  return static_cast<I>(blockIdx.x) * static_cast<I>(blockDim.x) + static_cast<I>(threadIdx.x);
+}
+template <typename I>
+__device__ __forceinline__ I grid_step() {
+  return static_cast<I>(gridDim.x) * static_cast<I>(blockDim.x);
+}
+
+/// True when every index below n fits the 32-bit loop (with room for the last stride step).
+inline bool fits_32bit(int64_t n) { return n <= (int64_t{1} << 31); }
+
+/// Blocks for a grid-stride kernel of kThreads threads over n items.
+inline int blocks_for(int64_t n) { return tandem::cuda::grid_size(n, kThreads); }
+
+/// Sum over the 32 lanes of a warp; every lane gets the total.
+template <typename T>
+__device__ __forceinline__ T warp_sum(T value) {
+  for (int offset = 16; offset > 0; offset >>= 1)
+    value += __shfl_xor_sync(0xffffffffu, value, offset);
+  return value;
+}
+
+/// Maximum over the 32 lanes of a warp; every lane gets it.
+template <typename T>
+__device__ __forceinline__ T warp_max(T value) {
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    const T other = __shfl_xor_sync(0xffffffffu, value, offset);
+    value = other > value ? other : value;
+  }
+  return value;
+}
+
+/// Device scratch from the caching allocator, returned when it goes out of scope, possibly
+/// while the kernels using it are still queued: exactly what a temporary tensor does. The block
+/// is safe as long as its next user runs on the same stream (ordered after them); the caching
+/// allocator does not yet track streams, so that holds for one stream per GPU.
+class Scratch {
+ public:
+  explicit Scratch(size_t nbytes) : nbytes_(nbytes) {
+    int device = 0;
+    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
+    allocator_ = &allocator_for(Device::cuda(device));
+    data_ = allocator_->allocate(nbytes);
+  }
+  ~Scratch() { allocator_->deallocate(data_, nbytes_); }
+  Scratch(const Scratch&) = delete;
+  Scratch& operator=(const Scratch&) = delete;
+  void* data() const { return data_; }
+
+ private:
+  size_t nbytes_;
+  Allocator* allocator_;
+  void* data_;
+};
+
+}  // namespace tandem::ops::cuda

@@ -1,0 +1,234 @@
+// CUDA kernels behind conv2d, max_pool2d and dropout: im2col / col2im and max pooling over NHWC
+// inputs, and the Philox dropout mask. Backward passes gather per input element in the CPU
+// kernels' order, so they need no atomics and give the CPU's sums bit for bit.
+#include <algorithm>
+#include <limits>
+
+#include "tandem/ops/cuda/cuda_kernels.h"
+#include "tandem/ops/cuda/device_utils.cuh"
+#include "tandem/tensor/philox.h"
+
+namespace tandem::ops::cuda {
+
+namespace {
+
+/// The geometry as kernel arguments in the index type I (int32 when every index fits).
+template <typename I>
+struct Geometry {
+  I batch, in_h, in_w, channels, window_h, window_w, stride_h, stride_w, pad_top, pad_left, out_h,
+      out_w;
+};
+
+template <typename I>
+Geometry<I> narrow(const ConvGeometry& g) {
+  return {static_cast<I>(g.batch),    static_cast<I>(g.in_h),     static_cast<I>(g.in_w),
+          static_cast<I>(g.channels), static_cast<I>(g.window_h), static_cast<I>(g.window_w),
+          static_cast<I>(g.stride_h), static_cast<I>(g.stride_w), static_cast<I>(g.pad_top),
+          static_cast<I>(g.pad_left), static_cast<I>(g.out_h),    static_cast<I>(g.out_w)};
+}
+
+/// Signed 32-bit indices are safe when every index and the last grid-stride step stay below
+/// 2^31 (int32 overflow is undefined, so keep a wide margin).
+bool fits_int32(int64_t n) { return n < (int64_t{1} << 30); }
+
+/// One thread per cols element [r, (kh, kw, c)].
+template <typename I, typename T>
+__global__ void im2col_kernel(Geometry<I> g, const T* x, T* cols) {
+  const I row_size = g.window_h * g.window_w * g.channels;
+  const I total = g.batch * g.out_h * g.out_w * row_size;
+  for (I j = grid_start<I>(); j < total; j += grid_step<I>()) {
+    const I r = j / row_size, e = j % row_size;
+    const I c = e % g.channels, kw = (e / g.channels) % g.window_w;
+    const I kh = e / (g.channels * g.window_w);
+    const I ow = r % g.out_w, oh = (r / g.out_w) % g.out_h, n = r / (g.out_w * g.out_h);
+    const I ih = oh * g.stride_h - g.pad_top + kh, iw = ow * g.stride_w - g.pad_left + kw;
+    const bool inside = ih >= 0 && ih < g.in_h && iw >= 0 && iw < g.in_w;
+    cols[j] = inside ? x[((n * g.in_h + ih) * g.in_w + iw) * g.channels + c] : T(0);
+  }
+}
+
+/// One thread per dx element (n, ih, iw, c): the sum, in (kh, kw) order as ops::cpu::col2im,
+/// of the cols entries that read it.
+template <typename I, typename T>
+__global__ void col2im_kernel(Geometry<I> g, const T* cols, T* dx) {
+  const I row_size = g.window_h * g.window_w * g.channels;
+  const I total = g.batch * g.in_h * g.in_w * g.channels;
+  for (I j = grid_start<I>(); j < total; j += grid_step<I>()) {
+    const I c = j % g.channels, iw = (j / g.channels) % g.in_w;
+    const I ih = (j / (g.channels * g.in_w)) % g.in_h, n = j / (g.channels * g.in_w * g.in_h);
+    T sum = T(0);
+    for (I kh = 0; kh < g.window_h; ++kh) {
+      // Output row oh reads input row ih through kernel row kh when oh * stride = ih + pad - kh.
+      const I sh = ih + g.pad_top - kh;
+      if (sh < 0 || sh % g.stride_h != 0) continue;
+      const I oh = sh / g.stride_h;
+      if (oh >= g.out_h) continue;
+      for (I kw = 0; kw < g.window_w; ++kw) {
+        const I sw = iw + g.pad_left - kw;
+        if (sw < 0 || sw % g.stride_w != 0) continue;
+        const I ow = sw / g.stride_w;
+        if (ow >= g.out_w) continue;
+        sum += cols[((n * g.out_h + oh) * g.out_w + ow) * row_size +
+                    (kh * g.window_w + kw) * g.channels + c];
+      }
+    }
+    dx[j] = sum;
+  }
+}
+
+/// One thread per output element; the window is scanned in ops::cpu::max_pool2d_forward's order
+/// with its rules (padding skipped, first maximum kept, a NaN wins and stays).
+template <typename I, typename T>
+__global__ void max_pool_forward_kernel(Geometry<I> g, const T* x, T* y, int64_t* argmax) {
+  const I total = g.batch * g.out_h * g.out_w * g.channels;
+  for (I j = grid_start<I>(); j < total; j += grid_step<I>()) {
+    const I c = j % g.channels, o = j / g.channels;
+    const I ow = o % g.out_w, oh = (o / g.out_w) % g.out_h, n = o / (g.out_w * g.out_h);
+    T best = -std::numeric_limits<T>::infinity();
+    int64_t best_index = -1;
+    for (I kh = 0; kh < g.window_h; ++kh) {
+      const I ih = oh * g.stride_h - g.pad_top + kh;
+      if (ih < 0 || ih >= g.in_h) continue;
+      for (I kw = 0; kw < g.window_w; ++kw) {
+        const I iw = ow * g.stride_w - g.pad_left + kw;
+        if (iw < 0 || iw >= g.in_w) continue;
+        const int64_t at = static_cast<int64_t>(((n * g.in_h + ih) * g.in_w + iw) * g.channels + c);
+        const T v = x[at];
+        if (best_index < 0 || (best == best && (v > best || v != v))) {
+          best = v;
+          best_index = at;
+        }
+      }
+    }
+    y[j] = best;
+    argmax[j] = best_index;
+  }
+}
+
+/// One thread per dx element: the sum of dy over the windows that contain it and chose it, in
+/// output order (the order ops::cpu::max_pool2d_backward adds them).
+template <typename I, typename T>
+__global__ void max_pool_backward_kernel(Geometry<I> g, const T* dy, const int64_t* argmax, T* dx) {
+  const I total = g.batch * g.in_h * g.in_w * g.channels;
+  for (I j = grid_start<I>(); j < total; j += grid_step<I>()) {
+    const I c = j % g.channels, iw = (j / g.channels) % g.in_w;
+    const I ih = (j / (g.channels * g.in_w)) % g.in_h, n = j / (g.channels * g.in_w * g.in_h);
+    // Windows oh with oh * stride - pad <= ih <= oh * stride - pad + window - 1.
+    const I h_low = ih + g.pad_top - g.window_h + 1, w_low = iw + g.pad_left - g.window_w + 1;
+    const I oh_begin = h_low <= 0 ? 0 : (h_low + g.stride_h - 1) / g.stride_h;
+    const I ow_begin = w_low <= 0 ? 0 : (w_low + g.stride_w - 1) / g.stride_w;
+    const I oh_last = (ih + g.pad_top) / g.stride_h, ow_last = (iw + g.pad_left) / g.stride_w;
+    const I oh_end = oh_last + 1 < g.out_h ? oh_last + 1 : g.out_h;
+    const I ow_end = ow_last + 1 < g.out_w ? ow_last + 1 : g.out_w;
+    T sum = T(0);
+    for (I oh = oh_begin; oh < oh_end; ++oh) {
+      for (I ow = ow_begin; ow < ow_end; ++ow) {
+        const I o = ((n * g.out_h + oh) * g.out_w + ow) * g.channels + c;
+        if (argmax[o] == static_cast<int64_t>(j)) sum += dy[o];
+      }
+    }
+    dx[j] = sum;
+  }
+}
+
+/// One thread per Philox block: four consecutive mask elements.
+template <typename T>
+__global__ void dropout_mask_kernel(int64_t n, double rate, T kept, uint64_t seed,
+                                    uint64_t stream_id, uint64_t first_block, T* mask) {
+  const int64_t blocks = (n + 3) / 4;
+  for (int64_t b = grid_start<int64_t>(); b < blocks; b += grid_step<int64_t>()) {
+    const philox::Block bits =
+        philox::block(seed, stream_id, first_block + static_cast<uint64_t>(b));
+#pragma unroll
+    for (int lane = 0; lane < 4; ++lane) {
+      const int64_t i = b * 4 + lane;
+      // Compared in double, as ops::cpu::dropout_mask does, so both drop the same elements.
+      const double u = philox::to_unit_float(bits.v[lane]);
+      if (i < n) mask[i] = u >= rate ? kept : T(0);
+    }
+  }
+}
+
+/// Every index these kernels form is below the largest of the input, the cols matrix and the
+/// pooled output (cols has at least as many elements as the output, the window being >= 1).
+bool indices_fit_int32(const ConvGeometry& g) {
+  const int64_t input = g.batch * g.in_h * g.in_w * g.channels;
+  const int64_t cols = g.batch * g.out_h * g.out_w * g.window_h * g.window_w * g.channels;
+  return fits_int32(std::max(input, cols));
+}
+
+/// Calls launch(geometry) with the geometry in int32 when the indices allow, else int64.
+template <typename Launch>
+void with_index_type(const ConvGeometry& g, const Launch& launch) {
+  if (indices_fit_int32(g)) {
+    launch(narrow<int32_t>(g));
+  } else {
+    launch(narrow<int64_t>(g));
+  }
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+}  // namespace
+
+template <typename T>
+void im2col(const ConvGeometry& g, const T* x, T* cols, cudaStream_t stream) {
+  const int64_t total = g.batch * g.out_h * g.out_w * g.window_h * g.window_w * g.channels;
+  if (total <= 0) return;
+  with_index_type(g, [&](auto geometry) {
+    im2col_kernel<<<blocks_for(total), kThreads, 0, stream>>>(geometry, x, cols);
+  });
+}
+
+template <typename T>
+void col2im(const ConvGeometry& g, const T* cols, T* dx, cudaStream_t stream) {
+  const int64_t total = g.batch * g.in_h * g.in_w * g.channels;
+  if (total <= 0) return;
+  with_index_type(g, [&](auto geometry) {
+    col2im_kernel<<<blocks_for(total), kThreads, 0, stream>>>(geometry, cols, dx);
+  });
+}
+
+template <typename T>
+void max_pool2d_forward(const ConvGeometry& g, const T* x, T* y, int64_t* argmax,
+                        cudaStream_t stream) {
+  const int64_t total = g.batch * g.out_h * g.out_w * g.channels;
+  if (total <= 0) return;
+  with_index_type(g, [&](auto geometry) {
+    max_pool_forward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(geometry, x, y, argmax);
+  });
+}
+
+template <typename T>
+void max_pool2d_backward(const ConvGeometry& g, const T* dy, const int64_t* argmax, T* dx,
+                         cudaStream_t stream) {
+  const int64_t total = g.batch * g.in_h * g.in_w * g.channels;
+  if (total <= 0) return;
+  with_index_type(g, [&](auto geometry) {
+    max_pool_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(geometry, dy, argmax, dx);
+  });
+}
+
+template <typename T>
+void dropout_mask(int64_t n, double rate, uint64_t seed, uint64_t stream_id, uint64_t first_block,
+                  T* mask, cudaStream_t stream) {
+  TANDEM_CHECK(rate >= 0.0 && rate <= 1.0, "dropout_mask: rate ", rate, " is outside [0, 1]");
+  if (n <= 0) return;
+  // Computed on the host exactly as the CPU kernel does; with rate == 1 nothing is kept, so
+  // the infinite scale is never written.
+  const T kept = static_cast<T>(1.0 / (1.0 - rate));
+  dropout_mask_kernel<<<blocks_for((n + 3) / 4), kThreads, 0, stream>>>(
+      n, rate, kept, seed, stream_id, first_block, mask);
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+#define TANDEM_CUDA_NN(T)                                                                         \
+  template void im2col<T>(const ConvGeometry&, const T*, T*, cudaStream_t);                       \
+  template void col2im<T>(const ConvGeometry&, const T*, T*, cudaStream_t);                       \
+  template void max_pool2d_forward<T>(const ConvGeometry&, const T*, T*, int64_t*, cudaStream_t); \
+  template void max_pool2d_backward<T>(const ConvGeometry&, const T*, const int64_t*, T*,         \
+                                       cudaStream_t);                                             \
+  template void dropout_mask<T>(int64_t, double, uint64_t, uint64_t, uint64_t, T*, cudaStream_t);
+TANDEM_CUDA_NN(float)
+TANDEM_CUDA_NN(double)
+
+}  // namespace tandem::ops::cuda

@@ -1,0 +1,114 @@
+// Device synchronisation, event timing and the TF32 switch. A dispatch point: the CUDA half
+// exists only when CUDA is built; the CPU half (and a build without CUDA) uses the host.
+#include "tandem/tensor/device_runtime.h"
+
+#include <atomic>
+#include <cstdlib>
+#include <string_view>
+
+#include "tandem/core/error.h"
+
+#if TANDEM_WITH_CUDA
+#include "tandem/core/cuda_check.h"
+#include "tandem/core/logging.h"
+#include "tandem/tensor/cuda_context.h"
+#endif
+
+namespace tandem {
+
+namespace {
+
+#if !TANDEM_WITH_CUDA
+[[noreturn]] void throw_cuda_not_built(Device device) {
+  throw NotBuiltError(device.to_string() +
+                      ": CUDA support was not built (configure with -DTANDEM_ENABLE_CUDA=ON)");
+}
+#endif
+
+std::atomic<bool>& tf32_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* value = std::getenv("TANDEM_ALLOW_TF32");
+    return value != nullptr && std::string_view(value) == "1";
+  }()};
+  return flag;
+}
+
+}  // namespace
+
+void synchronize(Device device) {
+  if (device.is_cpu()) return;
+#if TANDEM_WITH_CUDA
+  cuda::DeviceGuard guard(device);
+  // Waits for this thread's stream only, not the whole device: other replicas keep running.
+  TANDEM_CUDA_CHECK(cudaStreamSynchronize(cuda::current_stream()));
+#else
+  throw_cuda_not_built(device);
+#endif
+}
+
+DeviceTimer::DeviceTimer(Device device) : device_(device) {
+  if (device.is_cpu()) return;
+#if TANDEM_WITH_CUDA
+  cuda::DeviceGuard guard(device);
+  cudaEvent_t start = nullptr, stop = nullptr;
+  TANDEM_CUDA_CHECK(cudaEventCreate(&start));
+  const cudaError_t status = cudaEventCreate(&stop);
+  if (status != cudaSuccess) (void)cudaEventDestroy(start);
+  TANDEM_CUDA_CHECK(status);
+  start_event_ = start;
+  stop_event_ = stop;
+#else
+  throw_cuda_not_built(device);
+#endif
+}
+
+DeviceTimer::~DeviceTimer() {
+#if TANDEM_WITH_CUDA
+  if (start_event_ == nullptr) return;
+  cuda::DeviceGuard guard(device_);
+  if (cudaEventDestroy(static_cast<cudaEvent_t>(start_event_)) != cudaSuccess ||
+      cudaEventDestroy(static_cast<cudaEvent_t>(stop_event_)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    TANDEM_LOG_WARNING("DeviceTimer: cudaEventDestroy failed on ", device_);
+  }
+#endif
+}
+
+void DeviceTimer::start() {
+  if (device_.is_cpu()) {
+    host_start_ = std::chrono::steady_clock::now();
+    return;
+  }
+#if TANDEM_WITH_CUDA
+  cuda::DeviceGuard guard(device_);
+  TANDEM_CUDA_CHECK(
+      cudaEventRecord(static_cast<cudaEvent_t>(start_event_), cuda::current_stream()));
+#endif
+}
+
+double DeviceTimer::stop() {
+  if (device_.is_cpu()) {
+    return std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - host_start_)
+        .count();
+  }
+#if TANDEM_WITH_CUDA
+  cuda::DeviceGuard guard(device_);
+  const auto start = static_cast<cudaEvent_t>(start_event_);
+  const auto stop = static_cast<cudaEvent_t>(stop_event_);
+  TANDEM_CUDA_CHECK(cudaEventRecord(stop, cuda::current_stream()));
+  // Waiting on the event rather than the device blocks only until this stream reaches it.
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(stop));
+  float ms = 0.0f;
+  TANDEM_CUDA_CHECK(cudaEventElapsedTime(&ms, start, stop));
+  return ms;
+#else
+  return 0.0;
+#endif
+}
+
+namespace cuda {
+void set_allow_tf32(bool allow) { tf32_flag().store(allow, std::memory_order_relaxed); }
+bool allow_tf32() { return tf32_flag().load(std::memory_order_relaxed); }
+}  // namespace cuda
+
+}  // namespace tandem
