@@ -7,6 +7,18 @@ namespace tandem {
 
 namespace {
 thread_local ReplicaBinding t_binding;
+thread_local VariableCreator t_creator;
+}  // namespace
+
+Variable make_variable(std::string name, const Tensor& initial, bool trainable) {
+  if (t_creator) return t_creator(std::move(name), initial, trainable);
+  return Variable(std::move(name), initial, trainable);
+}
+
+VariableCreator set_variable_creator(VariableCreator creator) {
+  VariableCreator previous = std::move(t_creator);
+  t_creator = std::move(creator);
+  return previous;
 }
 
 ReplicaBinding current_replica_binding() { return t_binding; }

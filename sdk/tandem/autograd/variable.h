@@ -3,6 +3,7 @@
 // copy of the replica running on the calling thread.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -49,6 +50,17 @@ class Variable {
   };
   std::shared_ptr<State> state_;
 };
+
+/// Creates a variable. This is the one place variables are made: inside a strategy scope the
+/// scope's creator makes it mirrored (one copy per replica); elsewhere it is a plain Variable.
+/// Models, layers and optimizers create every variable (weights and slots) through it.
+Variable make_variable(std::string name, const Tensor& initial, bool trainable = true);
+
+/// Builds a variable from (name, initial value, trainable).
+using VariableCreator = std::function<Variable(std::string, const Tensor&, bool)>;
+/// Installs `creator` for variables made on the calling thread and returns the previous one
+/// (an empty function means plain variables). Strategy scopes use this.
+VariableCreator set_variable_creator(VariableCreator creator);
 
 /// The replica whose copies Variable::value() returns on the calling thread, and the number of
 /// replicas in sync (set by strategies on their replica threads; 0 and 1 elsewhere).

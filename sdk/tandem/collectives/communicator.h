@@ -1,0 +1,123 @@
+// collectives::Communicator: the interface every collective backend implements (modelled on
+// PyTorch c10d's Backend), the Work handle collectives return, per-communicator call counters
+// and the collective timeout (TANDEM_COLLECTIVE_TIMEOUT).
+#pragma once
+
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "tandem/collectives/reduce_op.h"
+#include "tandem/core/error.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::collectives {
+
+/// A collective in flight. Backends that finish a collective before returning (InProcess) hand
+/// back a completed Work, whose wait() returns at once; asynchronous backends (NCCL) block in
+/// wait() and raise there what the collective raised.
+class Work {
+ public:
+  virtual ~Work() = default;
+  /// Blocks until the collective has finished; raises what the collective raised.
+  virtual void wait() {}
+  /// True once wait() would not block.
+  virtual bool is_completed() const { return true; }
+};
+
+/// The one completed Work, shared by every synchronous call (returning it allocates nothing).
+std::shared_ptr<Work> completed_work();
+
+/// Calls made through one communicator since it was created (never reset; read them while the
+/// rank is idle, e.g. after strategy.run returned). A batched all_reduce counts once.
+struct CollectiveStats {
+  uint64_t all_reduce = 0;
+  uint64_t all_gather = 0;
+  uint64_t broadcast = 0;
+  uint64_t reduce_scatter = 0;
+  uint64_t barrier = 0;
+  uint64_t bytes_all_reduced = 0;  ///< bytes of this rank's tensors passed to all_reduce
+  /// Every collective call of any kind.
+  uint64_t total() const { return all_reduce + all_gather + broadcast + reduce_scatter + barrier; }
+};
+
+/// Raised by a collective that was abandoned because of something outside it: a peer replica
+/// raised an exception, or the group was aborted after a timeout or a mismatch. The message
+/// names the collective and the cause; the cause itself is raised where it happened.
+class AbortedError : public Error {
+ public:
+  explicit AbortedError(const std::string& message) : Error(message) {}
+};
+
+/// The longest a collective waits for its peers: TANDEM_COLLECTIVE_TIMEOUT seconds (default 300;
+/// fractions allowed), unless set_collective_timeout overrides it.
+std::chrono::milliseconds collective_timeout();
+/// Overrides the timeout for collectives that start waiting afterwards (tests use 1-2 s);
+/// returns the previous value.
+std::chrono::milliseconds set_collective_timeout(std::chrono::milliseconds timeout);
+
+/// One rank's endpoint of a group of ranks that run collectives together. Every rank must make
+/// the same calls in the same order with matching arguments; a mismatch, or a peer that never
+/// arrives, raises on every waiting rank (after at most collective_timeout()), never hangs.
+/// Unsupported calls raise "backend X does not support Y".
+class Communicator {
+ public:
+  virtual ~Communicator() = default;
+
+  /// This endpoint's rank in [0, size()).
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  /// The backend: "in_process", "nccl", "mpi".
+  virtual std::string name() const = 0;
+
+  /// Reduces every tensor of `tensors` across ranks, in place, in ONE batched call. The list may
+  /// mix shapes and numeric dtypes; every rank passes the same shapes and dtypes in the same order.
+  std::shared_ptr<Work> all_reduce(std::vector<Tensor>& tensors, ReduceOp op = ReduceOp::kSum);
+  /// Out of place: outputs[i] = the reduction of inputs[i] across ranks; `outputs` must hold
+  /// defined tensors of the inputs' shapes and dtypes (e.g. Tensor::empty_like). Inputs are
+  /// not modified.
+  std::shared_ptr<Work> all_reduce(const std::vector<Tensor>& inputs, std::vector<Tensor>& outputs,
+                                   ReduceOp op = ReduceOp::kSum);
+  /// outputs is resized to size(); outputs[k] becomes a new tensor holding rank k's `input`.
+  /// Inputs may differ in shape (e.g. the first dimension of a split batch); dtype and rank
+  /// must agree.
+  std::shared_ptr<Work> all_gather(std::vector<Tensor>& outputs, const Tensor& input);
+  /// Copies rank `root`'s tensors into the other ranks' tensors (same shapes and dtypes).
+  std::shared_ptr<Work> broadcast(std::vector<Tensor>& tensors, int root = 0);
+  /// `input` is [size() * k, ...] on every rank; `output` receives rows [rank*k, (rank+1)*k) of
+  /// the reduction of the inputs. An undefined `output` is allocated.
+  std::shared_ptr<Work> reduce_scatter(Tensor& output, const Tensor& input,
+                                       ReduceOp op = ReduceOp::kSum);
+  /// Returns once every rank has called barrier().
+  std::shared_ptr<Work> barrier();
+
+  /// Calls made through this communicator so far.
+  CollectiveStats stats() const;
+
+ protected:
+  // Backends override what they support; the defaults raise "backend X does not support Y".
+  virtual std::shared_ptr<Work> all_reduce_impl(const std::vector<Tensor>& inputs,
+                                                const std::vector<Tensor>& outputs, ReduceOp op);
+  virtual std::shared_ptr<Work> all_gather_impl(std::vector<Tensor>& outputs, const Tensor& input);
+  virtual std::shared_ptr<Work> broadcast_impl(std::vector<Tensor>& tensors, int root);
+  virtual std::shared_ptr<Work> reduce_scatter_impl(Tensor& output, const Tensor& input,
+                                                    ReduceOp op);
+  virtual std::shared_ptr<Work> barrier_impl();
+
+  [[noreturn]] void throw_unsupported(std::string_view operation) const;
+
+ private:
+  // Counters are written by the rank's own thread; atomics so another thread may read them.
+  std::atomic<uint64_t> all_reduce_calls_{0};
+  std::atomic<uint64_t> all_gather_calls_{0};
+  std::atomic<uint64_t> broadcast_calls_{0};
+  std::atomic<uint64_t> reduce_scatter_calls_{0};
+  std::atomic<uint64_t> barrier_calls_{0};
+  std::atomic<uint64_t> bytes_all_reduced_{0};
+};
+
+}  // namespace tandem::collectives

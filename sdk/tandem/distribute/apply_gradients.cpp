@@ -1,0 +1,18 @@
+// optim::Optimizer::apply_gradients(ctx, ...), the replica-context form: the optimizer's own
+// header declares it; it lives here because it is where optimizers meet the collectives.
+#include "tandem/distribute/replica_context.h"
+#include "tandem/optim/optimizer.h"
+
+namespace tandem::optim {
+
+void Optimizer::apply_gradients(ReplicaContext& ctx, const std::vector<Tensor>& gradients,
+                                const std::vector<Variable>& variables) {
+  // One batched all-reduce (SUM) of every defined gradient: each replica divided its loss by
+  // the global batch, so the sum is the global gradient. Every replica then holds the same
+  // gradients, clips them identically (clipping happens inside the update, after this
+  // reduction) and applies the same update to its own copies of the variables and slots.
+  const std::vector<Tensor> reduced = ctx.all_reduce(ReduceOp::kSum, gradients);
+  apply_gradients(reduced, variables);
+}
+
+}  // namespace tandem::optim

@@ -1,0 +1,47 @@
+// Internal to the distribute layer: the merge_call state the replicas of one strategy share,
+// the per-thread replica context, and the guard that enters cross-replica context.
+#pragma once
+
+#include <exception>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/autograd/variable.h"
+#include "tandem/distribute/replica_context.h"
+
+namespace tandem::detail {
+
+struct MergeState {
+  std::vector<const void*> arguments;  // per replica: its argument tuple for the open merge_call
+  std::shared_ptr<void> result;        // the merge function's result, read by every replica
+  std::exception_ptr error;            // what the merge function raised
+};
+
+/// Sets the calling thread's replica context (nullptr: cross-replica context).
+void set_current_replica_context(ReplicaContext* context);
+
+/// The message of an exception_ptr ("an exception of unknown type" for non-std exceptions).
+std::string describe_exception(const std::exception_ptr& error);
+
+/// While alive, the calling thread is in cross-replica context: no replica context, and a
+/// replica binding of {0, 1} (reads of mirrored variables see replica 0's copy).
+class CrossReplicaGuard {
+ public:
+  CrossReplicaGuard() : context_(current_replica_context()), binding_(current_replica_binding()) {
+    set_current_replica_context(nullptr);
+    set_current_replica_binding({0, 1});
+  }
+  ~CrossReplicaGuard() {
+    set_current_replica_context(context_);
+    set_current_replica_binding(binding_);
+  }
+  CrossReplicaGuard(const CrossReplicaGuard&) = delete;
+  CrossReplicaGuard& operator=(const CrossReplicaGuard&) = delete;
+
+ private:
+  ReplicaContext* context_;
+  ReplicaBinding binding_;
+};
+
+}  // namespace tandem::detail

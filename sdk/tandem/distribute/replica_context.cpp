@@ -1,0 +1,87 @@
+// ReplicaContext's collectives (new tensors out, inputs untouched) and merge_call's two
+// rendezvous around the merge function that replica 0 runs in cross-replica context.
+#include "tandem/distribute/replica_context.h"
+
+#include "tandem/collectives/in_process.h"
+#include "tandem/distribute/host_reduce.h"
+#include "tandem/distribute/internal.h"
+
+namespace tandem {
+
+Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
+  TANDEM_CHECK(value.defined(), "ctx.all_reduce: the value is undefined");
+  if (num_replicas_ == 1) return value;
+  return all_reduce(op, std::vector<Tensor>{value})[0];
+}
+
+std::vector<Tensor> ReplicaContext::all_reduce(ReduceOp op, const std::vector<Tensor>& values) {
+  if (num_replicas_ == 1) return values;
+  std::vector<Tensor> inputs;
+  std::vector<Tensor> outputs;
+  inputs.reserve(values.size());
+  outputs.reserve(values.size());
+  for (const Tensor& v : values) {
+    if (!v.defined()) continue;  // no gradient: stays undefined (same on every replica)
+    inputs.push_back(v);
+    outputs.push_back(Tensor::empty_like(v));
+  }
+  communicator_->all_reduce(inputs, outputs, op)->wait();
+  if (inputs.size() == values.size()) return outputs;
+  std::vector<Tensor> result(values.size());
+  size_t next = 0;
+  for (size_t i = 0; i < values.size(); ++i)
+    if (values[i].defined()) result[i] = std::move(outputs[next++]);
+  return result;
+}
+
+Tensor ReplicaContext::all_gather(const Tensor& value, int64_t axis) {
+  TANDEM_CHECK(value.defined(), "ctx.all_gather: the value is undefined");
+  if (num_replicas_ == 1) return value;
+  std::vector<Tensor> parts;
+  communicator_->all_gather(parts, value)->wait();
+  return detail::concat_along(parts, axis, "ctx.all_gather");
+}
+
+Tensor ReplicaContext::broadcast(const Tensor& value, int root) {
+  TANDEM_CHECK(value.defined(), "ctx.broadcast: the value is undefined");
+  TANDEM_CHECK(root >= 0 && root < num_replicas_, "ctx.broadcast: root ", root, " is outside [0, ",
+               num_replicas_, ")");
+  if (num_replicas_ == 1) return value;
+  std::vector<Tensor> tensors{replica_id_ == root ? value.clone() : Tensor::empty_like(value)};
+  communicator_->broadcast(tensors, root)->wait();
+  return tensors[0];
+}
+
+std::shared_ptr<void> ReplicaContext::merge_call_erased(const void* my_arguments,
+                                                        detail::MergeFn fn) {
+  TANDEM_CHECK(current_replica_context() == this,
+               "ctx.merge_call: call it from the replica function that received this context, "
+               "on its own thread (not from inside another merge_call)");
+  detail::MergeState& merge = *merge_;
+  merge.arguments[static_cast<size_t>(replica_id_)] = my_arguments;
+  // First rendezvous: every replica has published its arguments (the group's mutex orders the
+  // write above before replica 0's reads in the merge function).
+  sync_->rendezvous("merge_call");
+  if (replica_id_ == 0) {
+    merge.result.reset();
+    merge.error = nullptr;
+    detail::CrossReplicaGuard cross_replica;
+    try {
+      merge.result = fn.call(fn.object, *strategy_, merge.arguments.data(), num_replicas_);
+    } catch (...) {
+      merge.error = std::current_exception();
+    }
+  }
+  // Second rendezvous: replica 0 has stored the result. It stays valid until replica 0 passes
+  // the next merge_call's first rendezvous, which needs every replica to have left this one.
+  sync_->rendezvous("merge_call result");
+  if (merge.error) {
+    if (replica_id_ == 0) std::rethrow_exception(merge.error);
+    throw collectives::AbortedError(
+        detail::str_cat("merge_call: the merge function raised on replica 0: ",
+                        detail::describe_exception(merge.error)));
+  }
+  return merge.result;
+}
+
+}  // namespace tandem

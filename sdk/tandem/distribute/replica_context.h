@@ -1,0 +1,149 @@
+// ReplicaContext: the explicit first parameter of every replica function. It names the replica,
+// carries its collectives (all_reduce, all_gather, broadcast) and merge_call, the way back to
+// cross-replica context.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <tuple>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "tandem/collectives/communicator.h"
+#include "tandem/collectives/reduce_op.h"
+#include "tandem/core/device.h"
+#include "tandem/distribute/per_replica.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem {
+
+class Strategy;
+
+namespace collectives {
+class InProcessCommunicator;
+}
+
+namespace detail {
+/// A merge function with its type erased: run once, on replica 0's thread, with every replica's
+/// argument tuple; returns the result (null for void).
+struct MergeFn {
+  const void* object;
+  std::shared_ptr<void> (*call)(const void* object, Strategy& strategy,
+                                const void* const* arguments, int num_replicas);
+};
+/// What the replicas of one strategy share for merge_call (defined in strategy.cpp).
+struct MergeState;
+}  // namespace detail
+
+/// Replica `replica_id_in_sync_group()` of the strategy running the current strategy.run.
+/// Every replica must make the same collective calls (all_reduce, all_gather, broadcast,
+/// merge_call) in the same order; a mismatch or a replica that never arrives raises on every
+/// waiting replica (after at most TANDEM_COLLECTIVE_TIMEOUT seconds), never hangs.
+/// Collectives here are not recorded on gradient tapes.
+class ReplicaContext {
+ public:
+  ReplicaContext(const ReplicaContext&) = delete;
+  ReplicaContext& operator=(const ReplicaContext&) = delete;
+
+  /// This replica's index in [0, num_replicas_in_sync()).
+  int replica_id_in_sync_group() const { return replica_id_; }
+  int num_replicas_in_sync() const { return num_replicas_; }
+  /// The device this replica computes on.
+  Device device() const { return device_; }
+  /// The strategy running this replica.
+  Strategy& strategy() const { return *strategy_; }
+
+  /// The reduction of `value` across replicas, as a new tensor (the input is not modified).
+  /// With one replica it returns `value` itself.
+  Tensor all_reduce(ReduceOp op, const Tensor& value);
+  /// Reduces every tensor of `values` in ONE batched collective and returns new tensors in the
+  /// same order (inputs are not modified; with one replica they are returned as they are).
+  /// Undefined entries (variables without a gradient) stay undefined; every replica must
+  /// pass the same shapes, dtypes and undefined entries.
+  std::vector<Tensor> all_reduce(ReduceOp op, const std::vector<Tensor>& values);
+  /// The replicas' values concatenated along `axis` in replica order; they may differ in the
+  /// size of that axis (a 4/2 split gathers into 6).
+  Tensor all_gather(const Tensor& value, int64_t axis = 0);
+  /// Replica `root`'s value, on every replica (a new tensor, except with one replica).
+  Tensor broadcast(const Tensor& value, int root = 0);
+
+  /// Runs fn(strategy, PerReplica<Args>...) ONCE, on replica 0's thread, after every replica has
+  /// called merge_call; fn runs in cross-replica context and sees, for each argument, every
+  /// replica's value. Its result is returned to every replica (each gets a copy). Only replica
+  /// 0's `fn` is called. An exception thrown by fn is raised on every replica.
+  template <typename Fn, typename... Args>
+  auto merge_call(Fn&& fn, const Args&... args);
+
+  /// This replica's endpoint of the strategy's collectives (for call counters, or direct use).
+  collectives::Communicator& communicator() const { return *communicator_; }
+
+ private:
+  friend class Strategy;
+  ReplicaContext(Strategy* strategy, int replica_id, int num_replicas, Device device,
+                 collectives::Communicator* communicator, collectives::InProcessCommunicator* sync,
+                 detail::MergeState* merge)
+      : strategy_(strategy),
+        replica_id_(replica_id),
+        num_replicas_(num_replicas),
+        device_(device),
+        communicator_(communicator),
+        sync_(sync),
+        merge_(merge) {}
+
+  std::shared_ptr<void> merge_call_erased(const void* my_arguments, detail::MergeFn fn);
+
+  Strategy* strategy_;
+  int replica_id_;
+  int num_replicas_;
+  Device device_;
+  collectives::Communicator* communicator_;
+  collectives::InProcessCommunicator* sync_;  // thread rendezvous for merge_call
+  detail::MergeState* merge_;
+};
+
+/// The replica context of the calling thread inside strategy.run, or nullptr in cross-replica
+/// context (outside run, or inside a merge_call function).
+ReplicaContext* current_replica_context();
+/// True outside strategy.run's replica functions (and inside merge_call functions).
+inline bool in_cross_replica_context() { return current_replica_context() == nullptr; }
+
+// ---- template definitions ------------------------------------------------------------------
+
+template <typename Fn, typename... Args>
+auto ReplicaContext::merge_call(Fn&& fn, const Args&... args) {
+  using Pointers = std::tuple<const Args*...>;
+  using Result = std::invoke_result_t<Fn&, Strategy&, const PerReplica<Args>&...>;
+  using Stored = std::decay_t<Result>;
+  using FnType = std::remove_reference_t<Fn>;
+  const Pointers mine(&args...);
+
+  auto call = [](const void* object, Strategy& strategy, const void* const* arguments,
+                 int num_replicas) -> std::shared_ptr<void> {
+    FnType& f = *static_cast<FnType*>(const_cast<void*>(object));
+    return [&]<size_t... I>(std::index_sequence<I...>)->std::shared_ptr<void> {
+      // Collects argument I of every replica into one PerReplica.
+      auto collect = [&]<size_t J>() {
+        using A = std::tuple_element_t<J, std::tuple<Args...>>;
+        std::vector<A> values;
+        values.reserve(static_cast<size_t>(num_replicas));
+        for (int r = 0; r < num_replicas; ++r)
+          values.push_back(*std::get<J>(*static_cast<const Pointers*>(arguments[r])));
+        return PerReplica<A>(std::move(values));
+      };
+      if constexpr (std::is_void_v<Result>) {
+        f(strategy, collect.template operator()<I>()...);
+        return nullptr;
+      } else {
+        return std::make_shared<Stored>(f(strategy, collect.template operator()<I>()...));
+      }
+    }
+    (std::index_sequence_for<Args...>{});
+  };
+
+  std::shared_ptr<void> result =
+      merge_call_erased(&mine, detail::MergeFn{static_cast<const void*>(std::addressof(fn)), call});
+  if constexpr (!std::is_void_v<Result>) return Stored(*static_cast<const Stored*>(result.get()));
+}
+
+}  // namespace tandem

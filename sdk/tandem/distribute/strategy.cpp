@@ -1,0 +1,549 @@
+// Strategy machinery: the persistent replica threads and the run hand-off, error collection
+// and re-raising, scopes and mirrored variables, cross-replica reduce/gather, and the device
+// choice of MirroredStrategy's default constructor.
+#include "tandem/distribute/strategy.h"
+
+#include <algorithm>
+#include <atomic>
+#include <condition_variable>
+#include <cstdlib>
+#include <mutex>
+#include <sstream>
+
+#include "tandem/collectives/in_process.h"
+#include "tandem/collectives/spin_wait.h"
+#include "tandem/core/logging.h"
+#include "tandem/core/threading.h"
+#include "tandem/distribute/host_reduce.h"
+#include "tandem/distribute/internal.h"
+
+namespace tandem {
+
+namespace {
+thread_local ReplicaContext* t_replica_context = nullptr;
+thread_local const Strategy* t_scope_strategy = nullptr;
+thread_local const void* t_worker_of = nullptr;  // the Strategy::Impl whose replica thread this is
+}  // namespace
+
+ReplicaContext* current_replica_context() { return t_replica_context; }
+
+namespace detail {
+
+void set_current_replica_context(ReplicaContext* context) { t_replica_context = context; }
+
+std::string describe_exception(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception of unknown type";
+  }
+}
+
+}  // namespace detail
+
+namespace {
+
+/// A variable with one copy per device, every copy equal to `initial` (replica 0's value).
+Variable mirrored_variable(const std::vector<Device>& devices, std::string name,
+                           const Tensor& initial, bool trainable) {
+  Variable variable(std::move(name), initial.to(devices[0]), trainable);
+  if (devices.size() == 1) return variable;
+  std::vector<Tensor> copies;
+  copies.reserve(devices.size());
+  copies.push_back(variable.copy(0));
+  for (size_t r = 1; r < devices.size(); ++r)
+    copies.push_back(variable.copy(0).to(devices[r]).clone());
+  variable.set_copies(std::move(copies));
+  return variable;
+}
+
+VariableCreator mirrored_creator(std::vector<Device> devices) {
+  // Captures the devices by value, so the creator never refers back to the strategy.
+  return [devices = std::move(devices)](std::string name, const Tensor& initial, bool trainable) {
+    return mirrored_variable(devices, std::move(name), initial, trainable);
+  };
+}
+
+std::string replica_list(const std::vector<int>& ids) {
+  std::ostringstream out;
+  out << (ids.size() == 1 ? "replica " : "replicas ");
+  for (size_t i = 0; i < ids.size(); ++i) out << (i ? ", " : "") << ids[i];
+  return out.str();
+}
+
+bool is_aborted(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const collectives::AbortedError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+void validate_devices(const std::string& strategy, const std::vector<Device>& devices) {
+  TANDEM_CHECK(!devices.empty(), strategy, ": needs at least one device");
+  for (const Device& d : devices) {
+    if (!d.is_cuda()) continue;
+    if (!cuda_availability().built)
+      throw NotBuiltError(detail::str_cat(strategy, ": device ", d,
+                                          " needs CUDA support, which this build does not have; "
+                                          "configure with -DTANDEM_ENABLE_CUDA=ON"));
+    TANDEM_THROW(strategy, ": CUDA replicas (", d,
+                 ") are not supported yet; use CPU replicas, e.g. MirroredStrategy::cpu(2)");
+  }
+}
+
+std::vector<Device> parse_devices(const std::vector<std::string>& names) {
+  std::vector<Device> devices;
+  devices.reserve(names.size());
+  for (const std::string& name : names) devices.push_back(Device::parse(name));
+  return devices;
+}
+
+std::vector<Device> cpu_devices(int count) {
+  TANDEM_CHECK(count >= 1, "MirroredStrategy::cpu: needs at least one replica, got ", count);
+  std::vector<Device> devices;
+  for (int i = 0; i < count; ++i) devices.push_back(Device::cpu(i));
+  return devices;
+}
+
+/// MirroredStrategy's default devices and the one line that explains the choice.
+std::vector<Device> default_devices(std::string& report) {
+  int replicas = 1;
+  const char* env = std::getenv("TANDEM_CPU_REPLICAS");
+  const bool from_env = env != nullptr && *env != '\0';
+  if (from_env) {
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    TANDEM_CHECK(end != env && *end == '\0' && value >= 1 && value <= 4096,
+                 "TANDEM_CPU_REPLICAS=\"", env, "\" is not a replica count (a whole number >= 1)");
+    replicas = static_cast<int>(value);
+  }
+  const CudaAvailability& cuda = cuda_availability();
+  std::ostringstream out;
+  out << "MirroredStrategy: ";
+  if (!cuda.devices.empty()) {
+    // TODO(cuda issue): use the GPUs here once CUDA replicas exist.
+    out << cuda.devices.size() << " CUDA device" << (cuda.devices.size() == 1 ? "" : "s")
+        << " visible (" << cuda.devices[0].name << ") but CUDA replicas are not supported yet";
+  } else {
+    out << "no CUDA device (" << cuda.reason << ")";
+  }
+  out << "; using " << replicas << " CPU replica" << (replicas == 1 ? "" : "s");
+  if (from_env) {
+    out << " (TANDEM_CPU_REPLICAS=" << replicas << ")";
+  } else {
+    out << " (set TANDEM_CPU_REPLICAS for more)";
+  }
+  if (replicas > hardware_cores())
+    out << "; " << replicas << " replicas share " << hardware_cores() << " cores";
+  report = out.str();
+  return cpu_devices(replicas);
+}
+
+}  // namespace
+
+// ---- Strategy::Impl and the replica threads -------------------------------------------------
+
+struct Strategy::Impl {
+  std::string name;
+  std::vector<Device> devices;
+  int num_replicas = 1;
+  Execution execution = Execution::kThreads;
+  bool is_default = false;
+
+  std::shared_ptr<collectives::InProcessGroup> group;
+  detail::MergeState merge;
+  std::vector<std::unique_ptr<ReplicaContext>> contexts;
+
+  // The hand-off between run() and the replica threads: run publishes a task and bumps
+  // `generation`; each thread runs it once and decrements `pending`; run waits for zero.
+  // Both counters change under `mutex` (so condition-variable waits never miss an update) and
+  // are atomic so that waiters can poll them briefly before sleeping.
+  std::mutex mutex;
+  std::condition_variable work_cv;
+  std::condition_variable done_cv;
+  std::atomic<uint64_t> generation{0};
+  std::atomic<int> pending{0};
+  bool stop = false;
+  // How waiting threads poll before sleeping: pause when the replica threads and the caller
+  // each have a core, yield to the others when they do not.
+  detail::SpinPolicy spin = detail::SpinPolicy::kYield;
+  detail::ReplicaTask task{nullptr, nullptr};
+  std::vector<std::exception_ptr> errors;  // per replica, for the current run
+  std::vector<std::thread> threads;
+  std::mutex run_mutex;  // one run at a time (runs from several user threads queue here)
+
+  void stop_threads() {
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      stop = true;
+    }
+    work_cv.notify_all();
+    for (std::thread& t : threads)
+      if (t.joinable()) t.join();
+    threads.clear();
+  }
+};
+
+namespace {
+
+void replica_thread_main(Strategy::Impl* impl, int id) {
+  // Thread budget: replicas split the cores, so replicas x compute threads <= cores.
+  set_compute_threads(std::max(1, hardware_cores() / impl->num_replicas));
+  set_current_replica_binding({id, impl->num_replicas});
+  // Variables created inside run (a model built on first use, optimizer slots) are mirrored
+  // too; code that creates them lazily does so once, under its own lock, not once per replica.
+  set_variable_creator(mirrored_creator(impl->devices));
+  t_worker_of = impl;
+  ReplicaContext& ctx = *impl->contexts[static_cast<size_t>(id)];
+  t_replica_context = &ctx;
+
+  uint64_t seen = 0;
+  for (;;) {
+    detail::ReplicaTask task{nullptr, nullptr};
+    // Training loops call run back to back: poll for the next generation a moment first.
+    detail::spin_wait([&] { return impl->generation.load(std::memory_order_acquire) != seen; },
+                      impl->spin);
+    {
+      // Sleeps until run() publishes a new generation (or the strategy shuts down).
+      std::unique_lock<std::mutex> lock(impl->mutex);
+      impl->work_cv.wait(lock, [&] { return impl->stop || impl->generation != seen; });
+      if (impl->stop) return;
+      seen = impl->generation;
+      task = impl->task;
+    }
+    {
+      // Scoped so that this thread's reference to the exception is gone before the decrement
+      // below lets run() read, re-raise and free it.
+      std::exception_ptr error;
+      try {
+        task.call(task.object, ctx);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      if (error) {
+        // Releases the peers: whoever waits in (or later enters) a collective this replica
+        // will never join raises AbortedError at once instead of waiting for the timeout.
+        impl->group->abort(detail::str_cat(
+            "replica ", id, " raised an exception: ", detail::describe_exception(error)));
+        impl->errors[static_cast<size_t>(id)] = std::move(error);
+      } else {
+        // Peers still waiting for a collective this replica never made raise at once.
+        impl->group->depart(id);
+      }
+    }
+    {
+      // After this decrement the caller may return: nothing of the task is touched below.
+      std::lock_guard<std::mutex> lock(impl->mutex);
+      if (impl->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) impl->done_cv.notify_all();
+    }
+  }
+}
+
+}  // namespace
+
+Strategy::Strategy(std::string name, std::vector<Device> devices, Execution execution)
+    : impl_(std::make_unique<Impl>()) {
+  validate_devices(name, devices);
+  Impl& impl = *impl_;
+  impl.name = std::move(name);
+  impl.devices = std::move(devices);
+  impl.num_replicas = static_cast<int>(impl.devices.size());
+  impl.execution = execution;
+  impl.spin = impl.num_replicas < hardware_cores() ? detail::SpinPolicy::kPause
+                                                   : detail::SpinPolicy::kYield;
+  TANDEM_CHECK(execution == Execution::kThreads || impl.num_replicas == 1, impl.name,
+               ": inline execution needs exactly one replica");
+  impl.group = collectives::InProcessGroup::create(impl.num_replicas);
+  impl.merge.arguments.assign(static_cast<size_t>(impl.num_replicas), nullptr);
+  impl.errors.assign(static_cast<size_t>(impl.num_replicas), nullptr);
+  for (int r = 0; r < impl.num_replicas; ++r) {
+    collectives::InProcessCommunicator* comm = &impl.group->communicator(r);
+    impl.contexts.push_back(std::unique_ptr<ReplicaContext>(
+        new ReplicaContext(this, r, impl.num_replicas, impl.devices[static_cast<size_t>(r)], comm,
+                           comm, &impl.merge)));
+  }
+  if (execution == Execution::kThreads) {
+    try {
+      for (int r = 0; r < impl.num_replicas; ++r)
+        impl.threads.emplace_back(replica_thread_main, &impl, r);
+    } catch (...) {
+      impl.stop_threads();
+      throw;
+    }
+  }
+}
+
+Strategy::~Strategy() { impl_->stop_threads(); }
+
+const std::string& Strategy::name() const { return impl_->name; }
+void Strategy::mark_default() { impl_->is_default = true; }
+int Strategy::num_replicas_in_sync() const { return impl_->num_replicas; }
+const std::vector<Device>& Strategy::devices() const { return impl_->devices; }
+
+collectives::Communicator& Strategy::communicator(int replica) const {
+  TANDEM_CHECK(replica >= 0 && replica < impl_->num_replicas, name(), ": no replica ", replica,
+               " (", impl_->num_replicas, " replicas)");
+  return impl_->group->communicator(replica);
+}
+
+void Strategy::check_per_replica_size(size_t size) const {
+  TANDEM_CHECK(size == static_cast<size_t>(impl_->num_replicas), name(),
+               ".run: a PerReplica argument holds ", size, " values but the strategy has ",
+               impl_->num_replicas, " replicas");
+}
+
+void Strategy::execute(detail::ReplicaTask task) {
+  Impl& impl = *impl_;
+  TANDEM_CHECK(t_worker_of != &impl && t_replica_context == nullptr, impl.name,
+               ".run was called from inside a replica function (or a merge_call function); "
+               "strategy.run cannot nest. Call the function directly instead");
+  std::lock_guard<std::mutex> run_lock(impl.run_mutex);
+  std::fill(impl.errors.begin(), impl.errors.end(), nullptr);
+  // No replica is inside a collective between runs, so the group can restart its call numbers
+  // (#1 is the first collective of this run) and forget the previous run's abort.
+  impl.group->reset();
+
+  if (impl.execution == Execution::kInline) {
+    const ReplicaBinding saved = current_replica_binding();
+    set_current_replica_binding({0, 1});
+    t_replica_context = impl.contexts[0].get();
+    try {
+      task.call(task.object, *impl.contexts[0]);
+    } catch (...) {
+      impl.errors[0] = std::current_exception();
+    }
+    t_replica_context = nullptr;
+    set_current_replica_binding(saved);
+  } else {
+    {
+      std::lock_guard<std::mutex> lock(impl.mutex);
+      impl.task = task;
+      impl.pending = impl.num_replicas;
+      ++impl.generation;
+    }
+    impl.work_cv.notify_all();
+    // Every replica finishes (or is released from its collectives) before run returns, so
+    // the task and its captures on this stack stay valid while any thread uses them.
+    auto all_done = [&] { return impl.pending.load(std::memory_order_acquire) == 0; };
+    if (!detail::spin_wait(all_done, impl.spin)) {
+      std::unique_lock<std::mutex> lock(impl.mutex);
+      impl.done_cv.wait(lock, all_done);
+    }
+  }
+
+  // The cause is the first replica whose error is its own (not AbortedError, which marks a
+  // replica released from a collective because of another replica's failure).
+  int cause = -1;
+  for (int r = 0; r < impl.num_replicas && cause < 0; ++r)
+    if (impl.errors[static_cast<size_t>(r)] && !is_aborted(impl.errors[static_cast<size_t>(r)]))
+      cause = r;
+  for (int r = 0; r < impl.num_replicas && cause < 0; ++r)
+    if (impl.errors[static_cast<size_t>(r)]) cause = r;
+  if (cause < 0) return;
+
+  const std::exception_ptr error = impl.errors[static_cast<size_t>(cause)];
+  std::string message = detail::str_cat("replica ", cause, ": ", detail::describe_exception(error));
+  std::vector<int> released;
+  for (int r = 0; r < impl.num_replicas; ++r) {
+    if (r == cause || !impl.errors[static_cast<size_t>(r)]) continue;
+    if (is_aborted(impl.errors[static_cast<size_t>(r)])) {
+      released.push_back(r);
+    } else {
+      message += detail::str_cat(
+          " [replica ", r,
+          " also failed: ", detail::describe_exception(impl.errors[static_cast<size_t>(r)]), "]");
+    }
+  }
+  if (!released.empty())
+    message +=
+        detail::str_cat(" [", replica_list(released), released.size() == 1 ? " was" : " were",
+                        " released from pending collectives]");
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError&) {
+    throw TimeoutError(message);
+  } catch (const NotBuiltError&) {
+    throw NotBuiltError(message);
+  } catch (...) {
+    throw Error(message);
+  }
+}
+
+// ---- scope and variables ----------------------------------------------------------------------
+
+StrategyScope Strategy::scope() const { return StrategyScope(impl_->is_default ? nullptr : this); }
+
+Variable Strategy::create_variable(std::string name, const Tensor& initial, bool trainable) const {
+  return mirrored_variable(impl_->devices, std::move(name), initial, trainable);
+}
+
+StrategyScope::StrategyScope(const Strategy* strategy)
+    : strategy_(strategy), thread_(std::this_thread::get_id()) {
+  if (strategy_ == nullptr) return;
+  TANDEM_CHECK(t_scope_strategy == nullptr || t_scope_strategy == strategy_,
+               "strategy.scope(): this thread is already inside the scope of another strategy (",
+               t_scope_strategy ? t_scope_strategy->name() : std::string(), " with ",
+               t_scope_strategy ? t_scope_strategy->num_replicas_in_sync() : 0,
+               " replicas); end that scope first, Tandem does not mix strategies");
+  previous_strategy_ = t_scope_strategy;
+  t_scope_strategy = strategy_;
+  previous_creator_ = set_variable_creator(mirrored_creator(strategy_->devices()));
+}
+
+StrategyScope::StrategyScope(StrategyScope&& other) noexcept
+    : strategy_(other.strategy_),
+      previous_strategy_(other.previous_strategy_),
+      previous_creator_(std::move(other.previous_creator_)),
+      thread_(other.thread_) {
+  other.strategy_ = nullptr;
+}
+
+StrategyScope::~StrategyScope() {
+  if (strategy_ == nullptr) return;
+  if (std::this_thread::get_id() != thread_) {
+    TANDEM_LOG_ERROR(
+        "a strategy scope ended on another thread than the one that entered it; "
+        "the entering thread stays in the scope");
+    return;
+  }
+  set_variable_creator(std::move(previous_creator_));
+  t_scope_strategy = previous_strategy_;
+}
+
+// ---- cross-replica reductions -----------------------------------------------------------------
+
+namespace {
+void check_cross_replica(const char* what) {
+  TANDEM_CHECK(t_replica_context == nullptr, "strategy.", what,
+               " is a cross-replica call: use it outside strategy.run (inside a replica function, "
+               "use ctx.all_reduce or ctx.all_gather)");
+}
+}  // namespace
+
+Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
+                        std::optional<int64_t> axis) const {
+  check_cross_replica("reduce");
+  TANDEM_CHECK(value.size() == static_cast<size_t>(impl_->num_replicas), name(),
+               ".reduce: the PerReplica holds ", value.size(), " values but the strategy has ",
+               impl_->num_replicas, " replicas");
+  if (!axis) return detail::combine_elementwise(value.values(), op, "strategy.reduce");
+
+  // With an axis: reduce each replica's value over it, combine, and for kMean divide by the
+  // total length of that axis over all replicas (not by the replica count).
+  const ReduceOp partial_op = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
+  std::vector<Tensor> partials;
+  double count = 0;
+  for (const Tensor& v : value.values()) {
+    TANDEM_CHECK(v.defined() && v.rank() > 0, "strategy.reduce: axis ", *axis,
+                 " given, but a replica's value is ", v.defined() ? "a scalar" : "undefined");
+    const int64_t length = v.dim(*axis);
+    count += static_cast<double>(length);
+    if (op == ReduceOp::kMax && length == 0) continue;  // an empty replica adds nothing
+    partials.push_back(detail::reduce_over_axis(v, *axis, partial_op, "strategy.reduce"));
+  }
+  TANDEM_CHECK(!partials.empty(), "strategy.reduce(max, axis ", *axis,
+               "): every replica's value is empty along that axis");
+  Tensor total = detail::combine_elementwise(partials, partial_op, "strategy.reduce");
+  if (op != ReduceOp::kMean) return total;
+  TANDEM_CHECK(count > 0 || is_floating(total.dtype()), "strategy.reduce(mean, axis ", *axis,
+               "): no element along the axis on any replica, and ", total.dtype(), " has no NaN");
+  return detail::divide_by(total, count);
+}
+
+Tensor Strategy::reduce(ReduceOp op, const Tensor& value, std::optional<int64_t> axis) const {
+  check_cross_replica("reduce");
+  const int n = impl_->num_replicas;
+  TANDEM_CHECK(op != ReduceOp::kSum || n == 1, name(),
+               ".reduce(sum, value): the value is a plain Tensor, not a PerReplica, and the "
+               "strategy has ",
+               n,
+               " replicas. A non-distributed value is the same on every "
+               "replica, so it has no per-replica parts to add (summing would count it ",
+               n,
+               " times). Pass the PerReplica<Tensor> that strategy.run returned, or reduce with "
+               "ReduceOp::kMean");
+  TANDEM_CHECK(value.defined(), name(), ".reduce: the value is undefined");
+  if (!axis) return value;
+  Tensor total = detail::reduce_over_axis(
+      value, *axis, op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum, "strategy.reduce");
+  if (op != ReduceOp::kMean) return total;
+  return detail::divide_by(total, static_cast<double>(value.dim(*axis)));
+}
+
+Tensor Strategy::gather(const PerReplica<Tensor>& value, int64_t axis) const {
+  check_cross_replica("gather");
+  TANDEM_CHECK(value.size() == static_cast<size_t>(impl_->num_replicas), name(),
+               ".gather: the PerReplica holds ", value.size(), " values but the strategy has ",
+               impl_->num_replicas, " replicas");
+  return detail::concat_along(value.values(), axis, "strategy.gather");
+}
+
+// ---- input -------------------------------------------------------------------------------------
+
+data::DistributedDataset Strategy::distribute_dataset(const data::Dataset& dataset,
+                                                      data::DistributeOptions options) const {
+  return data::DistributedDataset(dataset, impl_->num_replicas, options);
+}
+
+data::DistributedDataset Strategy::distribute_datasets_from_function(
+    std::function<data::Dataset(const data::InputContext&)> fn,
+    data::DistributeOptions options) const {
+  return data::DistributedDataset::from_function(std::move(fn), impl_->num_replicas, options);
+}
+
+// ---- concrete strategies ----------------------------------------------------------------------
+
+namespace {
+std::vector<Device> default_devices_logged() {
+  std::string report;
+  std::vector<Device> devices = default_devices(report);
+  TANDEM_LOG_INFO(report);
+  return devices;
+}
+}  // namespace
+
+MirroredStrategy::MirroredStrategy()
+    : Strategy("MirroredStrategy", default_devices_logged(), Execution::kThreads) {}
+
+MirroredStrategy::MirroredStrategy(std::initializer_list<std::string> devices)
+    : MirroredStrategy(std::vector<std::string>(devices)) {}
+
+MirroredStrategy::MirroredStrategy(const std::vector<std::string>& devices)
+    : Strategy("MirroredStrategy", parse_devices(devices), Execution::kThreads) {}
+
+MirroredStrategy::MirroredStrategy(std::vector<Device> devices)
+    : Strategy("MirroredStrategy", std::move(devices), Execution::kThreads) {}
+
+MirroredStrategy MirroredStrategy::cpu(int num_replicas) {
+  return MirroredStrategy(cpu_devices(num_replicas));
+}
+
+OneDeviceStrategy::OneDeviceStrategy(Device device)
+    : Strategy("OneDeviceStrategy", {device}, Execution::kInline) {}
+
+OneDeviceStrategy::OneDeviceStrategy(const std::string& device)
+    : OneDeviceStrategy(Device::parse(device)) {}
+
+namespace {
+class DefaultStrategy final : public Strategy {
+ public:
+  DefaultStrategy() : Strategy("DefaultStrategy", {Device::cpu()}, Execution::kInline) {}
+  using Strategy::mark_default;
+};
+}  // namespace
+
+Strategy& default_strategy() {
+  static DefaultStrategy* strategy = [] {
+    auto* s = new DefaultStrategy();  // never destroyed: used from static destructors too
+    s->mark_default();
+    return s;
+  }();
+  return *strategy;
+}
+
+}  // namespace tandem

@@ -1,0 +1,203 @@
+// The Strategy family (tf.distribute): Strategy (the API every strategy shares),
+// MirroredStrategy (N replicas in one process, one persistent thread each), OneDeviceStrategy
+// and default_strategy() (one replica, collectives are no-ops), and StrategyScope, which mirrors
+// the variables created while it lives.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <initializer_list>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <type_traits>
+#include <utility>
+#include <vector>
+
+#include "tandem/autograd/variable.h"
+#include "tandem/collectives/communicator.h"
+#include "tandem/collectives/reduce_op.h"
+#include "tandem/core/device.h"
+#include "tandem/data/distributed_dataset.h"
+#include "tandem/distribute/per_replica.h"
+#include "tandem/distribute/replica_context.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem {
+
+namespace detail {
+/// A replica task with its type erased (no allocation): call(object, ctx).
+struct ReplicaTask {
+  const void* object;
+  void (*call)(const void* object, ReplicaContext& ctx);
+};
+}  // namespace detail
+
+/// While alive (on the thread that created it), tandem::make_variable creates variables of the
+/// strategy: with N replicas, one copy per replica, each initialised from the first copy
+/// (replica 0's value, broadcast). Obtain it from strategy.scope(); it must end before the
+/// strategy does, on the same thread.
+class StrategyScope {
+ public:
+  StrategyScope(StrategyScope&& other) noexcept;
+  StrategyScope& operator=(StrategyScope&&) = delete;
+  StrategyScope(const StrategyScope&) = delete;
+  StrategyScope& operator=(const StrategyScope&) = delete;
+  ~StrategyScope();
+
+ private:
+  friend class Strategy;
+  explicit StrategyScope(const Strategy* strategy);
+
+  const Strategy* strategy_;
+  const Strategy* previous_strategy_ = nullptr;
+  VariableCreator previous_creator_;
+  std::thread::id thread_;
+};
+
+/// What every strategy offers (binding names from tf.distribute). Strategies own threads and
+/// are neither copied nor moved.
+class Strategy {
+ public:
+  virtual ~Strategy();
+  Strategy(const Strategy&) = delete;
+  Strategy& operator=(const Strategy&) = delete;
+
+  /// "MirroredStrategy", "OneDeviceStrategy", "DefaultStrategy".
+  const std::string& name() const;
+  /// Replicas that run each step in lock-step.
+  int num_replicas_in_sync() const;
+  /// The replicas' devices, in replica order.
+  const std::vector<Device>& devices() const;
+  /// True in the process that writes checkpoints (always, in one process).
+  bool is_chief() const { return true; }
+
+  /// Variables created (tandem::make_variable) while the returned scope lives are mirrored.
+  [[nodiscard]] StrategyScope scope() const;
+
+  /// Runs fn(ctx, pieces...) on every replica concurrently and returns PerReplica<R> (nothing
+  /// when fn returns void). A PerReplica argument hands replica k its value [k]; any other
+  /// argument is passed to every replica by const reference. If a replica throws, its peers
+  /// are released from pending collectives, every replica finishes, and run raises on this
+  /// thread a tandem::Error (TimeoutError for timeouts) whose message starts with
+  /// "replica K: " followed by the original message. The strategy stays usable.
+  template <typename Fn, typename... Args>
+  auto run(Fn&& fn, const Args&... args);
+
+  /// Cross-replica reduction of per-replica tensors. Without `axis`: element-wise across
+  /// replicas (shapes must agree; kMean divides by the replica count). With `axis`: that axis
+  /// is reduced too, and kMean divides the summed totals by the summed counts along it, so
+  /// uneven splits are exact (a batch split 4/2 divides by 6).
+  Tensor reduce(ReduceOp op, const PerReplica<Tensor>& value,
+                std::optional<int64_t> axis = std::nullopt) const;
+  /// A non-distributed value (the same on every replica). kMean and kMax return it (reduced
+  /// over `axis` if given); kSum with more than one replica raises, because a value that is
+  /// not per-replica has no per-replica parts to add.
+  Tensor reduce(ReduceOp op, const Tensor& value, std::optional<int64_t> axis = std::nullopt) const;
+  /// The per-replica values concatenated along `axis`, in replica order.
+  Tensor gather(const PerReplica<Tensor>& value, int64_t axis = 0) const;
+  /// The per-replica values, in replica order.
+  template <typename T>
+  const std::vector<T>& local_results(const PerReplica<T>& value) const {
+    return value.values();
+  }
+
+  /// Splits each batch of `dataset` (batched by the GLOBAL batch size) across the replicas:
+  /// sizes differ by at most one, larger first, and every replica gets a batch every step.
+  data::DistributedDataset distribute_dataset(const data::Dataset& dataset,
+                                              data::DistributeOptions options = {}) const;
+  /// Calls `fn` once with an InputContext; the dataset it returns is batched per replica.
+  data::DistributedDataset distribute_datasets_from_function(
+      std::function<data::Dataset(const data::InputContext&)> fn,
+      data::DistributeOptions options = {}) const;
+
+  /// Replica `replica`'s collectives endpoint (call counters in tests; idle outside run).
+  collectives::Communicator& communicator(int replica) const;
+
+  /// A variable of this strategy: one copy per replica (on its device), all equal to `initial`.
+  /// What make_variable calls inside scope() and inside run.
+  Variable create_variable(std::string name, const Tensor& initial, bool trainable) const;
+
+  struct Impl;  // implementation detail (strategy.cpp)
+
+ protected:
+  /// How replicas execute: each on its own persistent thread, or (one replica) on the calling
+  /// thread.
+  enum class Execution { kThreads, kInline };
+  Strategy(std::string name, std::vector<Device> devices, Execution execution);
+  /// Makes scope() a no-op (default_strategy()).
+  void mark_default();
+
+ private:
+  /// Runs task on every replica and waits; raises the first replica's error as documented in run.
+  void execute(detail::ReplicaTask task);
+  void check_per_replica_size(size_t size) const;
+
+  std::unique_ptr<Impl> impl_;
+};
+
+/// N replicas in one process, one persistent worker thread each (created once, reused for every
+/// run); each thread's compute-thread budget is max(1, cores / N), so replicas never
+/// oversubscribe the cores. Collectives use the in-process backend (fixed reduction order).
+class MirroredStrategy : public Strategy {
+ public:
+  /// Every visible GPU; with none, TANDEM_CPU_REPLICAS CPU replicas (default 1). Logs one line
+  /// naming the devices and why.
+  MirroredStrategy();
+  /// Explicit devices: {"cpu:0", "cpu:1"}. CUDA devices are not supported yet (they raise).
+  explicit MirroredStrategy(std::initializer_list<std::string> devices);
+  explicit MirroredStrategy(const std::vector<std::string>& devices);
+  explicit MirroredStrategy(std::vector<Device> devices);
+  /// `num_replicas` CPU replicas (logical devices cpu:0 ... cpu:N-1).
+  static MirroredStrategy cpu(int num_replicas);
+};
+
+/// One replica on `device`, run on the calling thread; collectives are no-ops.
+class OneDeviceStrategy : public Strategy {
+ public:
+  explicit OneDeviceStrategy(Device device = Device::cpu());
+  explicit OneDeviceStrategy(const std::string& device);
+};
+
+/// The strategy in effect when none is chosen: one replica on the CPU, run on the calling
+/// thread, scope() has no effect. Lets the same training loop run without distribution.
+Strategy& default_strategy();
+
+// ---- template definitions ------------------------------------------------------------------
+
+template <typename Fn, typename... Args>
+auto Strategy::run(Fn&& fn, const Args&... args) {
+  // A PerReplica argument must hold one value per replica.
+  auto check = [this]<typename A>(const A& argument) {
+    if constexpr (detail::is_per_replica_v<A>) check_per_replica_size(argument.size());
+  };
+  (check(args), ...);
+  (void)check;  // no arguments: nothing to check
+  using Result = std::invoke_result_t<Fn&, ReplicaContext&, detail::replica_piece_t<Args>...>;
+  if constexpr (std::is_void_v<Result>) {
+    auto task = [&](ReplicaContext& ctx) {
+      fn(ctx, detail::replica_piece(args, ctx.replica_id_in_sync_group())...);
+    };
+    execute({&task, [](const void* object, ReplicaContext& ctx) {
+               (*static_cast<const decltype(task)*>(object))(ctx);
+             }});
+  } else {
+    using Value = std::decay_t<Result>;
+    std::vector<std::optional<Value>> results(static_cast<size_t>(num_replicas_in_sync()));
+    // Each replica writes only its own element, so the threads never share one.
+    auto task = [&](ReplicaContext& ctx) {
+      const int id = ctx.replica_id_in_sync_group();
+      results[static_cast<size_t>(id)].emplace(fn(ctx, detail::replica_piece(args, id)...));
+    };
+    execute({&task, [](const void* object, ReplicaContext& ctx) {
+               (*static_cast<const decltype(task)*>(object))(ctx);
+             }});
+    std::vector<Value> values;
+    values.reserve(results.size());
+    for (std::optional<Value>& r : results) values.push_back(std::move(*r));
+    return PerReplica<Value>(std::move(values));
+  }
+}
+
+}  // namespace tandem
