@@ -1,0 +1,43 @@
+# shellcheck shell=bash
+# Helpers shared by scripts/train, scripts/test and .ci/run (sourced, not run).
+# Provides: TANDEM_ROOT (the repository root), TANDEM_JOBS (default 2), heading, note, die,
+# run_timed, configure_build, tandem_mpi_env.
+
+TANDEM_ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+TANDEM_JOBS="${TANDEM_JOBS:-2}"
+
+heading() { printf '\n==== %s ====\n' "$*"; }
+note() { printf '[%s] %s\n' "${TANDEM_LOG_NAME:-$(basename "$0")}" "$*"; }
+die() { printf '[%s] error: %s\n' "${TANDEM_LOG_NAME:-$(basename "$0")}" "$*" >&2; exit 1; }
+
+# run_timed "label" command...: runs the command under a heading, prints how long it took and
+# returns its exit status.
+run_timed() {
+  local label="$1"; shift
+  heading "$label"
+  local start=$SECONDS status=0
+  "$@" || status=$?
+  if [[ $status -eq 0 ]]; then
+    note "$label: done in $((SECONDS - start)) s"
+  else
+    note "$label: FAILED (exit $status) after $((SECONDS - start)) s"
+  fi
+  return "$status"
+}
+
+# configure_build DIR [cmake options...]: configures the repository into DIR (default options
+# unless given; CUDA is ON when nvcc is found), printing CMake's dependency summary.
+configure_build() {
+  local dir="$1"; shift
+  cmake -S "$TANDEM_ROOT" -B "$TANDEM_ROOT/$dir" "$@"
+}
+
+# Open MPI refuses to run as root and to start more ranks than cores unless told; the
+# multi-process tests and samples start several ranks on small machines (CI runs as root).
+tandem_mpi_env() {
+  if [[ $(id -u) -eq 0 ]]; then
+    export OMPI_ALLOW_RUN_AS_ROOT="${OMPI_ALLOW_RUN_AS_ROOT:-1}"
+    export OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="${OMPI_ALLOW_RUN_AS_ROOT_CONFIRM:-1}"
+  fi
+  export OMPI_MCA_rmaps_base_oversubscribe="${OMPI_MCA_rmaps_base_oversubscribe:-1}"
+}
