@@ -87,10 +87,7 @@ int train_and_evaluate(const samples::Flags& flags) {
   std::optional<double> final_test_accuracy;
   for (auto epoch = static_cast<int64_t>(dist_train.epoch()); epoch < flags.epochs; ++epoch) {
     samples::Progress progress(epoch + 1, flags.epochs, steps_per_epoch);
-    for (const auto& step_batches : dist_train) {
-      // One td::data::Batch per replica (the steps are std::vector<Batch> today; the wrap is a
-      // no-op copy of handles once they are PerReplica<Batch>).
-      const td::PerReplica<td::data::Batch> batch(step_batches);
+    for (const auto& batch : dist_train) {  // td::PerReplica<td::data::Batch>
       td::PerReplica<td::Tensor> losses = strategy.run(train_step, batch);
       const float loss = strategy.reduce(td::ReduceOp::kSum, losses).item<float>();
       progress.step(++step_in_epoch, samples::examples_in(batch), loss, train_accuracy.result());

@@ -17,7 +17,7 @@ using Step = std::vector<std::vector<int64_t>>;  // per replica: tensor 0's valu
 
 std::vector<Step> all_steps(DistributedDataset& dist) {
   std::vector<Step> steps;
-  for (const std::vector<Batch>& per_replica : dist) {
+  for (const PerReplica<Batch>& per_replica : dist) {
     Step step;
     for (const Batch& b : per_replica) step.push_back(b.features().to_vector<int64_t>());
     steps.push_back(step);

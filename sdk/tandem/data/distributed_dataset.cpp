@@ -276,11 +276,11 @@ void DistributedDataset::set_epoch(uint64_t epoch) {
 }
 
 DistributedDataset::StepCursor::StepCursor(DistributedDataset* owner) : owner_(owner) {
-  done_ = !owner_->next(current_);
+  done_ = !owner_->next(current_.values());
 }
 
 DistributedDataset::StepCursor& DistributedDataset::StepCursor::operator++() {
-  done_ = !owner_->next(current_);
+  done_ = !owner_->next(current_.values());
   return *this;
 }
 

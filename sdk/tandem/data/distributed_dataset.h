@@ -12,6 +12,7 @@
 
 #include "tandem/data/batch.h"
 #include "tandem/data/dataset.h"
+#include "tandem/distribute/per_replica.h"
 
 namespace tandem::data {
 
@@ -99,18 +100,19 @@ class DistributedDataset {
   /// whose data state cannot be used, e.g. after changing the pipeline).
   void set_epoch(uint64_t epoch);
 
-  /// Range-for over the steps of the current epoch (resuming it if it is under way).
+  /// Range-for over the steps of the current epoch (resuming it if it is under way); each step
+  /// is a PerReplica<Batch>, ready to pass to strategy.run.
   class StepCursor {
    public:
     explicit StepCursor(DistributedDataset* owner);
-    const std::vector<Batch>& operator*() const { return current_; }
-    const std::vector<Batch>* operator->() const { return &current_; }
+    const PerReplica<Batch>& operator*() const { return current_; }
+    const PerReplica<Batch>* operator->() const { return &current_; }
     StepCursor& operator++();
     bool operator==(std::default_sentinel_t) const { return done_; }
 
    private:
     DistributedDataset* owner_;
-    std::vector<Batch> current_;
+    PerReplica<Batch> current_;
     bool done_ = false;
   };
   StepCursor begin() { return StepCursor(this); }
