@@ -2,7 +2,9 @@
 // single-thread memcpy bandwidth on the same machine, and the fixed cost of an empty
 // strategy.run. Bandwidths follow nccl-tests: algbw = bytes / time, busbw = algbw * 2(n-1)/n.
 //
-//   bench_allreduce_cpu [--min-kib N] [--max-mib N] [--samples N]
+//   bench_allreduce_cpu [--min-kib N] [--max-mib N] [--samples N] [--out-of-place 1]
+// In place is c10d's all_reduce; out of place is what ctx.all_reduce and
+// optimizer.apply_gradients(ctx, ...) do (inputs kept, results in new tensors).
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
@@ -24,25 +26,39 @@ double median(std::vector<double> values) {
   return values[values.size() / 2];
 }
 
-/// Seconds per in-place all_reduce (sum) of `bytes` per replica, median over samples. Timed
-/// inside one strategy.run, between barriers, so the run hand-off is not counted.
-double all_reduce_seconds(td::MirroredStrategy& strategy, size_t bytes, int samples) {
+/// Seconds per all_reduce (sum) of `bytes` per replica, median over samples. Timed inside one
+/// strategy.run, between barriers, so the run hand-off is not counted.
+double all_reduce_seconds(td::MirroredStrategy& strategy, size_t bytes, int samples,
+                          bool out_of_place) {
   const int n = strategy.num_replicas_in_sync();
   const int64_t elements = static_cast<int64_t>(bytes / sizeof(float));
   std::vector<std::vector<td::Tensor>> buffers(static_cast<size_t>(n));
+  std::vector<std::vector<td::Tensor>> outputs(static_cast<size_t>(n));
   for (auto& b : buffers) b = {td::Tensor::zeros({elements})};  // zeros stay zeros when summed
+  if (out_of_place)
+    for (auto& o : outputs) o = {td::Tensor::zeros({elements})};
   // About 0.1 s of traffic per sample (at ~10 GB/s), at least 3 calls, at most 20000.
   const int calls =
       static_cast<int>(std::clamp<double>(1e9 / static_cast<double>(bytes), 3, 20000));
   std::vector<double> times;
   strategy.run([&](td::ReplicaContext& ctx) {
     td::collectives::Communicator& comm = ctx.communicator();
-    std::vector<td::Tensor>& mine = buffers[static_cast<size_t>(ctx.replica_id_in_sync_group())];
-    comm.all_reduce(mine, td::ReduceOp::kSum)->wait();  // warm-up: page faults, caches
+    const size_t id = static_cast<size_t>(ctx.replica_id_in_sync_group());
+    std::vector<td::Tensor>& mine = buffers[id];
+    std::vector<td::Tensor>& out = out_of_place ? outputs[id] : buffers[id];
+    auto reduce = [&] {
+      if (out_of_place) {
+        comm.all_reduce(static_cast<const std::vector<td::Tensor>&>(mine), out, td::ReduceOp::kSum)
+            ->wait();
+      } else {
+        comm.all_reduce(mine, td::ReduceOp::kSum)->wait();
+      }
+    };
+    reduce();  // warm-up: page faults, caches
     for (int s = 0; s < samples; ++s) {
       comm.barrier()->wait();
       const double start = tb::now_seconds();
-      for (int i = 0; i < calls; ++i) comm.all_reduce(mine, td::ReduceOp::kSum)->wait();
+      for (int i = 0; i < calls; ++i) reduce();
       comm.barrier()->wait();  // the last replica to finish ends the sample
       if (ctx.replica_id_in_sync_group() == 0) times.push_back((tb::now_seconds() - start) / calls);
     }
@@ -78,19 +94,21 @@ int main(int argc, char** argv) {
   size_t min_kib = 1;
   size_t max_mib = 256;
   int samples = 5;
+  bool out_of_place = false;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
     if (flag == "--min-kib")
       min_kib = std::max<size_t>(1, static_cast<size_t>(std::atol(argv[i + 1])));
     if (flag == "--max-mib") max_mib = static_cast<size_t>(std::atol(argv[i + 1]));
     if (flag == "--samples") samples = std::max(1, std::atoi(argv[i + 1]));
+    if (flag == "--out-of-place") out_of_place = std::atoi(argv[i + 1]) != 0;
   }
 
   {
     td::MirroredStrategy two = td::MirroredStrategy::cpu(2);
     td::MirroredStrategy four = td::MirroredStrategy::cpu(4);
-    std::printf("In-process all-reduce (float32 sum, in place) on %d cores; GB/s = 1e9 bytes/s\n",
-                td::hardware_cores());
+    std::printf("In-process all-reduce (float32 sum, %s) on %d cores; GB/s = 1e9 bytes/s\n",
+                out_of_place ? "out of place" : "in place", td::hardware_cores());
     std::printf(
         "algbw = bytes / time, busbw = algbw * 2(n-1)/n (nccl-tests), ratio = algbw / "
         "single-thread memcpy\n\n");
@@ -103,8 +121,8 @@ int main(int argc, char** argv) {
       std::printf("%9s | %7.2f", size_label(bytes).c_str(), copy);
       for (td::MirroredStrategy* strategy : {&two, &four}) {
         const int n = strategy->num_replicas_in_sync();
-        const double alg =
-            static_cast<double>(bytes) / all_reduce_seconds(*strategy, bytes, samples) / 1e9;
+        const double alg = static_cast<double>(bytes) /
+                           all_reduce_seconds(*strategy, bytes, samples, out_of_place) / 1e9;
         const double bus = alg * 2.0 * (n - 1) / n;
         std::printf(" | %7.2f %7.2f %6.2fx", alg, bus, alg / copy);
       }

@@ -230,10 +230,9 @@ TEST_CASE("a replica that skips a collective fails the run on every replica", "[
                       Catch::Contains("do not match"));
 }
 
-// ---- variables
-// -----------------------------------------------------------------------------------
+// ---- variables ----------------------------------------------------------------------------------
 
-TEST_CASE("variables created in scope are mirrored; outside it they are refused",
+TEST_CASE("variables created in scope are mirrored, outside it they are refused",
           "[cpu][distribute]") {
   auto strategy = td::MirroredStrategy::cpu(2);
   td::Variable mirrored;
@@ -269,8 +268,7 @@ TEST_CASE("variables created in scope are mirrored; outside it they are refused"
   REQUIRE_THROWS_WITH(other.scope(), Catch::Contains("already inside the scope of another"));
 }
 
-// ---- ReplicaContext
-// ------------------------------------------------------------------------------
+// ---- ReplicaContext -----------------------------------------------------------------------------
 
 TEST_CASE("ctx.all_reduce of a list is one batched call and returns new tensors",
           "[cpu][distribute]") {
@@ -310,7 +308,7 @@ TEST_CASE("replica-context collectives allocate nothing from the system in stead
   REQUIRE(td::cpu_allocator().stats().system_allocs == before);
 }
 
-TEST_CASE("ctx.all_gather concatenates uneven pieces; ctx.broadcast copies the root",
+TEST_CASE("ctx.all_gather concatenates uneven pieces and ctx.broadcast copies the root",
           "[cpu][distribute]") {
   auto strategy = td::MirroredStrategy::cpu(2);
   const td::PerReplica<td::Tensor> pieces(

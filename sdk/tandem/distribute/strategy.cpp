@@ -169,9 +169,10 @@ struct Strategy::Impl {
   std::atomic<uint64_t> generation{0};
   std::atomic<int> pending{0};
   bool stop = false;
-  // How waiting threads poll before sleeping: pause when the replica threads and the caller
-  // each have a core, yield to the others when they do not.
-  detail::SpinPolicy spin = detail::SpinPolicy::kYield;
+  // How replica threads poll for the next run before sleeping: pause when they and the caller
+  // each have a core, yield otherwise. The caller always yields while it waits for a run to
+  // finish, so that it never takes a core from a replica's compute threads.
+  detail::SpinPolicy worker_spin = detail::SpinPolicy::kYield;
   detail::ReplicaTask task{nullptr, nullptr};
   std::vector<std::exception_ptr> errors;  // per replica, for the current run
   std::vector<std::thread> threads;
@@ -207,7 +208,7 @@ void replica_thread_main(Strategy::Impl* impl, int id) {
     detail::ReplicaTask task{nullptr, nullptr};
     // Training loops call run back to back: poll for the next generation a moment first.
     detail::spin_wait([&] { return impl->generation.load(std::memory_order_acquire) != seen; },
-                      impl->spin);
+                      impl->worker_spin);
     {
       // Sleeps until run() publishes a new generation (or the strategy shuts down).
       std::unique_lock<std::mutex> lock(impl->mutex);
@@ -254,8 +255,8 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   impl.devices = std::move(devices);
   impl.num_replicas = static_cast<int>(impl.devices.size());
   impl.execution = execution;
-  impl.spin = impl.num_replicas < hardware_cores() ? detail::SpinPolicy::kPause
-                                                   : detail::SpinPolicy::kYield;
+  impl.worker_spin = impl.num_replicas < hardware_cores() ? detail::SpinPolicy::kPause
+                                                          : detail::SpinPolicy::kYield;
   TANDEM_CHECK(execution == Execution::kThreads || impl.num_replicas == 1, impl.name,
                ": inline execution needs exactly one replica");
   impl.group = collectives::InProcessGroup::create(impl.num_replicas);
@@ -330,7 +331,7 @@ void Strategy::execute(detail::ReplicaTask task) {
     // Every replica finishes (or is released from its collectives) before run returns, so
     // the task and its captures on this stack stay valid while any thread uses them.
     auto all_done = [&] { return impl.pending.load(std::memory_order_acquire) == 0; };
-    if (!detail::spin_wait(all_done, impl.spin)) {
+    if (!detail::spin_wait(all_done, detail::SpinPolicy::kYield)) {
       std::unique_lock<std::mutex> lock(impl.mutex);
       impl.done_cv.wait(lock, all_done);
     }
