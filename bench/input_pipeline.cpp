@@ -172,8 +172,9 @@ int main(int argc, char** argv) {
       "training, the prefetch thread overlaps the step). CPU s/epoch: CPU time of both\n"
       "threads, what the pipeline costs a training run's cores; trust it over the wall\n"
       "clock when other processes load the machine.\n");
-  std::printf("\nRequirement: the pipeline delivers batches >= 5x faster than the sample MLP trains\n"
-              "on them (one CPU replica, all cores, Adam; median of 50 steps):\n\n");
+  std::printf(
+      "\nRequirement: the pipeline delivers batches >= 5x faster than the sample MLP trains\n"
+      "on them (one CPU replica, all cores, Adam; median of 50 steps):\n\n");
   std::printf("| batch | MLP steps/s | pipeline batches/s (prefetch 2) | ratio | >= 5x |\n");
   std::printf("|------:|------------:|--------------------------------:|------:|:-----:|\n");
   for (const Row& r : rows) {
@@ -181,9 +182,8 @@ int main(int argc, char** argv) {
     const double steps_per_second = 1.0 / mlp_step_seconds(r.batch_size);
     const double batches_per_second = static_cast<double>(r.batches) / r.epoch_seconds;
     const double ratio = batches_per_second / steps_per_second;
-    std::printf("| %5lld | %11.0f | %31.0f | %5.1f | %5s |\n",
-                static_cast<long long>(r.batch_size), steps_per_second, batches_per_second, ratio,
-                ratio >= 5.0 ? "yes" : "NO");
+    std::printf("| %5lld | %11.0f | %31.0f | %5.1f | %5s |\n", static_cast<long long>(r.batch_size),
+                steps_per_second, batches_per_second, ratio, ratio >= 5.0 ? "yes" : "NO");
   }
   std::printf(
       "\niterator state after 100 batches of 256: %zu int64 values in %zu arrays; "

@@ -1,6 +1,5 @@
 // Tests of core: devices, dtypes, shapes, errors and device discovery.
 #include <catch2/catch.hpp>
-
 #include <thread>
 
 #include "tandem/tandem.h"
@@ -41,7 +40,8 @@ TEST_CASE("Shape arithmetic and axis checks", "[cpu][core]") {
   CHECK(Shape{}.numel() == 1);
   CHECK(Shape{5, 0}.numel() == 0);
   CHECK(s.to_string() == "[2, 3, 4]");
-  CHECK_THROWS_WITH(s.normalize_axis(3), Catch::Contains("axis 3 is out of range for shape [2, 3, 4]"));
+  CHECK_THROWS_WITH(s.normalize_axis(3),
+                    Catch::Contains("axis 3 is out of range for shape [2, 3, 4]"));
 }
 
 TEST_CASE("TANDEM_CHECK puts the values and the location in the message", "[cpu][core]") {

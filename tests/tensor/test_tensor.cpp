@@ -1,7 +1,6 @@
 // Tests of the tensor layer: factories, element access, views, printing, the caching CPU
 // allocator and the Philox generator.
 #include <catch2/catch.hpp>
-
 #include <cmath>
 #include <set>
 

@@ -46,7 +46,8 @@ const Tensor& Variable::value_untracked() const {
   if (n == 1) {
     TANDEM_CHECK(binding.num_replicas <= 1, "variable \"", state_->name,
                  "\" was created outside strategy.scope() but is used inside a strategy.run "
-                 "of ", binding.num_replicas,
+                 "of ",
+                 binding.num_replicas,
                  " replicas; create it (build the model, the optimizer) while "
                  "`auto scope = strategy.scope();` is alive, so every replica gets its copy");
     return state_->copies[0];
@@ -67,13 +68,11 @@ void Variable::assign(const Tensor& new_value) const {
   target.copy_from(new_value);
 }
 
-int Variable::num_copies() const {
-  return state_ ? static_cast<int>(state_->copies.size()) : 0;
-}
+int Variable::num_copies() const { return state_ ? static_cast<int>(state_->copies.size()) : 0; }
 
 const Tensor& Variable::copy(int replica) const {
-  TANDEM_CHECK(state_ != nullptr && replica >= 0 && replica < num_copies(), "variable \"",
-               name(), "\": no copy for replica ", replica, " (", num_copies(), " copies)");
+  TANDEM_CHECK(state_ != nullptr && replica >= 0 && replica < num_copies(), "variable \"", name(),
+               "\": no copy for replica ", replica, " (", num_copies(), " copies)");
   return state_->copies[replica];
 }
 

@@ -42,9 +42,9 @@ struct CudaDeviceInfo {
 };
 
 struct CudaAvailability {
-  bool built = false;                 ///< TANDEM_ENABLE_CUDA was ON
+  bool built = false;                   ///< TANDEM_ENABLE_CUDA was ON
   std::vector<CudaDeviceInfo> devices;  ///< visible GPUs (CUDA_VISIBLE_DEVICES respected)
-  std::string reason;                 ///< why there are none, when devices is empty
+  std::string reason;                   ///< why there are none, when devices is empty
 };
 
 /// Queries the CUDA runtime once (cached); safe on machines without a driver.
