@@ -9,6 +9,7 @@
 #include "tandem/core/error.h"
 #include "tandem/ops/cpu/parallel.h"
 #include "tandem/ops/kernels/op_list.h"
+#include "tandem/ops/kernels/transpose_plan.h"
 
 namespace tandem::ops::cpu {
 
@@ -75,49 +76,13 @@ void transpose_typed(const std::vector<int64_t>& dims, const std::vector<int64_t
   int64_t numel = 1;
   for (int64_t d : dims) numel *= d;
   if (numel == 0) return;
-  // Drop axes of size 1, then merge runs of input axes that stay consecutive in the output.
-  std::vector<int64_t> kept(dims.size(), -1);  // input axis -> index among the kept axes
-  std::vector<int64_t> kept_dims;
-  for (size_t a = 0; a < dims.size(); ++a) {
-    if (dims[a] == 1) continue;
-    kept[a] = static_cast<int64_t>(kept_dims.size());
-    kept_dims.push_back(dims[a]);
-  }
-  std::vector<int64_t> kept_perm;
-  for (int64_t p : perm)
-    if (kept[p] >= 0) kept_perm.push_back(kept[p]);
-  // Groups of input axes, in output order: [first input axis, last input axis].
-  std::vector<std::pair<int64_t, int64_t>> groups;
-  for (int64_t p : kept_perm) {
-    if (!groups.empty() && groups.back().second + 1 == p)
-      groups.back().second = p;
-    else
-      groups.push_back({p, p});
-  }
-  if (groups.size() <= 1) {
+  const TransposePlan plan = plan_transpose(dims, perm);
+  if (plan.out_dims.size() <= 1) {
     std::memcpy(y, x, static_cast<size_t>(numel) * sizeof(E));
     return;
   }
-  // The groups in input order give the merged input shape; output axis i reads group g_i.
-  std::vector<std::pair<int64_t, int64_t>> by_input = groups;
-  std::sort(by_input.begin(), by_input.end());
-  std::vector<int64_t> merged_dims, merged_strides(by_input.size());
-  for (const auto& [first, last] : by_input) {
-    int64_t d = 1;
-    for (int64_t a = first; a <= last; ++a) d *= kept_dims[a];
-    merged_dims.push_back(d);
-  }
-  for (size_t g = by_input.size(), stride = 1; g-- > 0;) {
-    merged_strides[g] = static_cast<int64_t>(stride);
-    stride *= static_cast<size_t>(merged_dims[g]);
-  }
-  std::vector<int64_t> out_dims, src_strides;
-  for (const auto& group : groups) {
-    const size_t g = static_cast<size_t>(std::lower_bound(by_input.begin(), by_input.end(), group) -
-                                         by_input.begin());
-    out_dims.push_back(merged_dims[g]);
-    src_strides.push_back(merged_strides[g]);
-  }
+  const std::vector<int64_t>& out_dims = plan.out_dims;
+  const std::vector<int64_t>& src_strides = plan.src_strides;
   // [A, B] -> [B, A] under any batch prefix is a batch of matrix transposes.
   if (out_dims.size() == 2) {
     transpose_matrices(1, out_dims[1], out_dims[0], x, y);

@@ -6,6 +6,7 @@
 #include "tandem/ops/cuda/cuda_kernels.h"
 #include "tandem/ops/cuda/device_utils.cuh"
 #include "tandem/ops/kernels/op_list.h"
+#include "tandem/ops/kernels/transpose_plan.h"
 
 namespace tandem::ops::cuda {
 
@@ -71,46 +72,13 @@ void transpose_typed(const std::vector<int64_t>& dims, const std::vector<int64_t
   int64_t numel = 1;
   for (int64_t d : dims) numel *= d;
   if (numel == 0) return;
-  // The CPU kernel's simplification: drop axes of size 1, merge runs of input axes that stay
-  // consecutive in the output, and recognise a batch of matrix transposes.
-  std::vector<int64_t> kept(dims.size(), -1);
-  std::vector<int64_t> kept_dims;
-  for (size_t a = 0; a < dims.size(); ++a) {
-    if (dims[a] == 1) continue;
-    kept[a] = static_cast<int64_t>(kept_dims.size());
-    kept_dims.push_back(dims[a]);
-  }
-  std::vector<std::pair<int64_t, int64_t>> groups;  // [first, last] input axis, output order
-  for (int64_t p : perm) {
-    if (kept[p] < 0) continue;
-    if (!groups.empty() && groups.back().second + 1 == kept[p])
-      groups.back().second = kept[p];
-    else
-      groups.push_back({kept[p], kept[p]});
-  }
-  if (groups.size() <= 1) {
+  const TransposePlan plan = plan_transpose(dims, perm);
+  if (plan.out_dims.size() <= 1) {
     copy(y, x, static_cast<size_t>(numel) * sizeof(E), stream);
     return;
   }
-  std::vector<std::pair<int64_t, int64_t>> by_input = groups;
-  std::sort(by_input.begin(), by_input.end());
-  std::vector<int64_t> merged_dims, merged_strides(by_input.size());
-  for (const auto& [first, last] : by_input) {
-    int64_t d = 1;
-    for (int64_t a = first; a <= last; ++a) d *= kept_dims[a];
-    merged_dims.push_back(d);
-  }
-  for (size_t g = by_input.size(), stride = 1; g-- > 0;) {
-    merged_strides[g] = static_cast<int64_t>(stride);
-    stride *= static_cast<size_t>(merged_dims[g]);
-  }
-  std::vector<int64_t> out_dims, src_strides;
-  for (const auto& group : groups) {
-    const size_t g = static_cast<size_t>(std::lower_bound(by_input.begin(), by_input.end(), group) -
-                                         by_input.begin());
-    out_dims.push_back(merged_dims[g]);
-    src_strides.push_back(merged_strides[g]);
-  }
+  const std::vector<int64_t>& out_dims = plan.out_dims;
+  const std::vector<int64_t>& src_strides = plan.src_strides;
   const int device_blocks = tandem::cuda::grid_size(int64_t{1} << 40, kTile * kTileRows);
   auto tiles_launch = [&](int64_t batch, int64_t rows, int64_t cols) {
     const int64_t tiles = batch * ((rows + kTile - 1) / kTile) * ((cols + kTile - 1) / kTile);
