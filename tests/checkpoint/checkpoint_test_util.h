@@ -230,7 +230,8 @@ struct TrainingRun {
   static constexpr int64_t kExamples = 330;  // 11 steps per epoch, the last one of 10 examples
   static constexpr int64_t kGlobalBatch = 32;
 
-  explicit TrainingRun(int replicas)
+  /// `accumulation_steps` > 1: each train() step is a micro-step of an accumulating optimizer.
+  explicit TrainingRun(int replicas, int accumulation_steps = 1)
       : strategy(MirroredStrategy::cpu(replicas)),
         data(strategy.distribute_dataset(make_dataset())),
         accuracy("train_accuracy") {
@@ -239,7 +240,8 @@ struct TrainingRun {
         nn::Dense(16, nn::Activation::kRelu), nn::Dropout(0.25), nn::Dense(kClasses)});
     model->set_seed(11);
     model->build({kFeatures});
-    optimizer = std::make_unique<optim::Adam>(optim::Adam::Options{.learning_rate = 0.01});
+    optimizer = std::make_unique<optim::Adam>(optim::Adam::Options{
+        .learning_rate = 0.01, .gradient_accumulation_steps = accumulation_steps});
   }
 
   static data::Dataset make_dataset() {
@@ -316,6 +318,9 @@ struct TrainingRun {
     for (const Variable& v : model->weights()) add(v.name(), v);
     for (const auto& [name, slot] : optimizer->slot_variables()) add(name, slot);
     add("iteration", optimizer->iterations_variable());
+    for (const auto& [name, accumulator] : optimizer->accumulator_variables())
+      add("grad_accum/" + name, accumulator);
+    out["micro_step"] = std::to_string(optimizer->micro_step());
     const metrics::MetricState m = accuracy.combined_state();
     out["accuracy_total"] = std::to_string(m.total);
     out["accuracy_count"] = std::to_string(m.count);

@@ -21,6 +21,7 @@
 #include "tandem/metrics/metrics.h"
 #include "tandem/nn/layers.h"
 #include "tandem/nn/sequential.h"
+#include "tandem/ops/ops.h"
 #include "tandem/optim/optimizer.h"
 
 namespace tandem {
@@ -169,6 +170,8 @@ struct Loaded {
   std::optional<std::vector<std::array<uint64_t, 4>>> rng;
   int64_t iteration = 0;
   std::vector<std::pair<std::string, Tensor>> slots;  // slot variable name -> value
+  int64_t micro_step = 0;
+  std::vector<std::pair<std::string, Tensor>> accumulators;  // variable name -> summed value
   std::map<std::string, int64_t> counters;            // tracked counter name -> value
   std::map<std::string, LoadedData> data;             // tracked name -> state
   std::map<std::string, metrics::MetricState> metrics;
@@ -406,10 +409,24 @@ void write_training_state(const h5::Group& root, const std::vector<Checkpoint::E
     m.write_attr("metric_name", metric->name());
   }
 
-  // Gradient accumulation (a later issue) extends this group: micro_step > 0 plus
-  // grad_accum/<layer>/<var>:0 holding the SUM over replicas of the local accumulators. Until
-  // then checkpoints are taken at update boundaries only.
-  group.write_tensor("grad_accum/micro_step", int64_scalar(0));
+  // Gradient accumulation: micro_step (0 at an update boundary) and, in the middle of an
+  // accumulation, each variable's accumulator as the SUM over replicas of the replica-local
+  // copies (only that sum is ever all-reduced, so a restore may put it on one replica).
+  const h5::Group accumulation = group.require_group("grad_accum");
+  const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
+  const int64_t micro_step = optimizer ? optimizer->micro_step() : 0;
+  accumulation.write_tensor("micro_step", int64_scalar(micro_step));
+  accumulation.write_attr("gradient_accumulation_steps",
+                          static_cast<int64_t>(optimizer ? optimizer->gradient_accumulation_steps()
+                                                         : 1));
+  if (micro_step > 0) {
+    for (const auto& [name, accumulator] : optimizer->accumulator_variables()) {
+      Tensor sum = accumulator.copy(0).to(Device::cpu());
+      for (int r = 1; r < accumulator.num_copies(); ++r)
+        sum = ops::add(sum, accumulator.copy(r).to(Device::cpu()));
+      accumulation.write_tensor(keras_name(name), sum);
+    }
+  }
 }
 
 }  // namespace
@@ -543,11 +560,41 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
   const std::string& path = out.path;
   const h5::Group group = root.open_group(kTrainingState);
   if (group.exists("grad_accum/micro_step")) {
-    const int64_t micro_step = read_int64_scalar(group, "grad_accum/micro_step");
-    if (micro_step != 0)
-      mismatch(path, detail::str_cat("saved in the middle of gradient accumulation (micro_step ",
-                                     micro_step, "); this build restores checkpoints taken at ",
-                                     "an update boundary only"));
+    const h5::Group accumulation = group.open_group("grad_accum");
+    out.micro_step = read_int64_scalar(accumulation, "micro_step");
+    const int64_t saved_steps = accumulation.has_attr("gradient_accumulation_steps")
+                                    ? accumulation.read_attr_int64("gradient_accumulation_steps")
+                                    : 1;
+    if (out.micro_step < 0 || (out.micro_step > 0 && out.micro_step >= saved_steps))
+      mismatch(path, detail::str_cat("/training_state/grad_accum/micro_step is ", out.micro_step,
+                                     ", outside [0, gradient_accumulation_steps = ",
+                                     saved_steps, ")"));
+    if (out.micro_step > 0) {
+      const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
+      const int steps = optimizer ? optimizer->gradient_accumulation_steps() : 1;
+      if (steps != saved_steps)
+        mismatch(path, detail::str_cat("saved in the middle of gradient accumulation (micro_step ",
+                                       out.micro_step, " of ", saved_steps,
+                                       "), but this run's optimizer accumulates ", steps,
+                                       " steps; resume with gradient_accumulation_steps = ",
+                                       saved_steps, " or from a checkpoint at an update boundary"));
+      std::unordered_map<std::string, Shape> expected;
+      if (model)
+        for (const Variable& v : model->trainable_variables()) expected[v.name()] = v.shape();
+      for (const auto& [name, accumulator] : optimizer->accumulator_variables())
+        expected[name] = accumulator.shape();
+      for (const auto& [name, shape] : expected) {
+        // A variable that never had a gradient has no stored accumulator: it stays zero.
+        const std::string where = keras_name(name);
+        if (!accumulation.exists(where)) continue;
+        Tensor value = accumulation.read_tensor(where);
+        if (value.shape() != shape)
+          mismatch(path, detail::str_cat("the accumulator of variable \"", name, "\" has shape ",
+                                         value.shape(), " in the file but ", shape,
+                                         " in this model"));
+        out.accumulators.emplace_back(name, std::move(value));
+      }
+    }
   }
   for (const auto& [name, counter] : tracked<int64_t>(entries)) {
     const std::string where = is_standard_counter(name) ? name : "counters/" + name;
@@ -633,6 +680,47 @@ void ensure_slots(optim::Optimizer& optimizer, const nn::Module* model,
   }
 }
 
+/// Continues a gradient accumulation saved mid-way: the chief's replica (copy 0) takes each
+/// summed accumulator and the other replicas start from zero, which all-reduces to the same
+/// sum. A checkpoint taken at an update boundary zeroes every accumulator.
+void restore_accumulation(optim::Optimizer& optimizer, const nn::Module* model,
+                          const Loaded& loaded) {
+  if (optimizer.gradient_accumulation_steps() == 1) return;
+  std::unordered_map<std::string, Variable> model_variables;
+  if (model) {
+    const std::vector<Variable> variables = model->trainable_variables();
+    if (!loaded.accumulators.empty()) optimizer.build(variables);
+    for (const Variable& v : variables) model_variables.emplace(v.name(), v);
+  }
+  std::unordered_map<std::string, Variable> accumulators;
+  for (const auto& [name, accumulator] : optimizer.accumulator_variables()) {
+    // Outside strategy.scope() build() makes single-copy accumulators; give each as many
+    // copies as its variable has, so that every replica finds its own.
+    const auto variable = model_variables.find(name);
+    if (variable != model_variables.end() &&
+        accumulator.num_copies() != variable->second.num_copies()) {
+      std::vector<Tensor> copies;
+      for (int r = 0; r < variable->second.num_copies(); ++r)
+        copies.push_back(Tensor::zeros_like(variable->second.copy(r)));
+      accumulator.set_copies(std::move(copies));
+    }
+    accumulators.emplace(name, accumulator);
+  }
+  for (const auto& [name, accumulator] : accumulators)
+    for (int r = 0; r < accumulator.num_copies(); ++r) {
+      Tensor copy = accumulator.copy(r);
+      copy.fill_(0.0);
+    }
+  for (const auto& [name, value] : loaded.accumulators) {
+    const auto it = accumulators.find(name);
+    TANDEM_CHECK(it != accumulators.end(), loaded.path, ": the accumulator of variable \"", name,
+                 "\" could not be created (is the model tracked by the checkpoint?)");
+    Tensor chief = it->second.copy(0);
+    chief.copy_from(value);
+  }
+  optimizer.set_micro_step(loaded.micro_step);
+}
+
 }  // namespace
 
 void Checkpoint::restore(const std::string& path) const {
@@ -706,6 +794,7 @@ void Checkpoint::restore(const std::string& path) const {
       assign_all_copies(slot, Tensor::zeros_like(slot.copy(0)));
     }
     optimizer->set_iterations(loaded.iteration);
+    restore_accumulation(*optimizer, model, loaded);
   }
   for (const auto& [name, counter] : tracked<int64_t>(entries_)) {
     const auto it = loaded.counters.find(name);

@@ -7,12 +7,21 @@ namespace tandem::optim {
 
 void Optimizer::apply_gradients(ReplicaContext& ctx, const std::vector<Tensor>& gradients,
                                 const std::vector<Variable>& variables) {
-  // One batched all-reduce (SUM) of every defined gradient: each replica divided its loss by
-  // the global batch, so the sum is the global gradient. Every replica then holds the same
-  // gradients, clips them identically (clipping happens inside the update, after this
-  // reduction) and applies the same update to its own copies of the variables and slots.
-  const std::vector<Tensor> reduced = ctx.all_reduce(ReduceOp::kSum, gradients);
-  apply_gradients(reduced, variables);
+  check_pairs(gradients, variables);
+  if (accumulation_steps_ == 1) {
+    // One batched all-reduce (SUM) of every defined gradient: each replica divided its loss by
+    // the global batch, so the sum is the global gradient. Every replica then holds the same
+    // gradients, clips them identically (clipping happens inside the update, after this
+    // reduction) and applies the same update to its own copies of the variables and slots.
+    apply_update(ctx.all_reduce(ReduceOp::kSum, gradients), variables);
+    return;
+  }
+  // Micro-steps 1..N-1 only add into this replica's accumulators: no collective. Micro-step N
+  // all-reduces the accumulators in one batched call; every replica then divides by N and
+  // applies the same update.
+  std::vector<Tensor> accumulated;
+  if (!accumulate(gradients, variables, accumulated)) return;
+  finish_accumulation(ctx.all_reduce(ReduceOp::kSum, accumulated), variables);
 }
 
 }  // namespace tandem::optim

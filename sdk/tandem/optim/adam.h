@@ -20,6 +20,9 @@ class Adam : public Optimizer {
     double epsilon = 1e-7;
     /// Clip the gradients to this global norm before the update (unset: no clipping).
     std::optional<double> global_clipnorm = std::nullopt;
+    /// Update once every N calls of apply_gradients, with the mean of the N gradients (N >= 1;
+    /// see Optimizer::gradient_accumulation_steps()).
+    int gradient_accumulation_steps = 1;
   };
   Adam();
   explicit Adam(Options options);
@@ -47,6 +50,7 @@ class AdamW : public Adam {
     double beta_2 = 0.999;
     double epsilon = 1e-7;
     std::optional<double> global_clipnorm = std::nullopt;
+    int gradient_accumulation_steps = 1;
   };
   AdamW();
   explicit AdamW(Options options);

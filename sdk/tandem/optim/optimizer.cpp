@@ -5,21 +5,30 @@
 #include "tandem/autograd/tape.h"
 #include "tandem/core/error.h"
 #include "tandem/core/logging.h"
+#include "tandem/ops/ops.h"
 #include "tandem/optim/clip.h"
 #include "tandem/optim/json_number.h"
 
 namespace tandem::optim {
 
 Optimizer::Optimizer(std::string name, LearningRate learning_rate,
-                     std::optional<double> global_clipnorm, std::vector<std::string> slot_names)
+                     std::optional<double> global_clipnorm, int gradient_accumulation_steps,
+                     std::vector<std::string> slot_names)
     : name_(std::move(name)),
       learning_rate_(std::move(learning_rate)),
       global_clipnorm_(global_clipnorm),
       slot_names_(std::move(slot_names)),
+      accumulation_steps_(gradient_accumulation_steps),
       iterations_(make_variable("iteration", Tensor::scalar(0, DType::kInt64),
                                 /*trainable=*/false)) {
   TANDEM_CHECK(!global_clipnorm_ || *global_clipnorm_ > 0.0, name_,
                ": global_clipnorm must be positive, got ", global_clipnorm_.value_or(0.0));
+  TANDEM_CHECK(accumulation_steps_ >= 1, name_,
+               ": gradient_accumulation_steps must be >= 1, got ", accumulation_steps_);
+  if (accumulation_steps_ > 1) {
+    micro_step_ = make_variable("grad_accum/micro_step", Tensor::scalar(0, DType::kInt64),
+                                /*trainable=*/false);
+  }
 }
 
 int64_t Optimizer::iterations() const { return iterations_.value_untracked().item<int64_t>(); }
@@ -29,6 +38,23 @@ void Optimizer::set_iterations(int64_t iterations) {
   const Tensor value = Tensor::scalar(static_cast<double>(iterations), DType::kInt64);
   for (int r = 0; r < iterations_.num_copies(); ++r) {
     Tensor copy = iterations_.copy(r);
+    copy.copy_from(value);
+  }
+}
+
+int64_t Optimizer::micro_step() const {
+  if (accumulation_steps_ == 1) return 0;
+  return micro_step_.value_untracked().item<int64_t>();
+}
+
+void Optimizer::set_micro_step(int64_t micro_step) {
+  TANDEM_CHECK(micro_step >= 0 && micro_step < accumulation_steps_, name_,
+               ": micro_step must be in [0, gradient_accumulation_steps = ", accumulation_steps_,
+               "), got ", micro_step);
+  if (accumulation_steps_ == 1) return;
+  const Tensor value = Tensor::scalar(static_cast<double>(micro_step), DType::kInt64);
+  for (int r = 0; r < micro_step_.num_copies(); ++r) {
+    Tensor copy = micro_step_.copy(r);
     copy.copy_from(value);
   }
 }
@@ -46,6 +72,10 @@ Optimizer::Entry& Optimizer::entry_for(const Variable& variable) {
     entry->slots.push_back(make_variable(slot + "/" + variable.name(), Tensor::zeros_like(value),
                                          /*trainable=*/false));
   }
+  if (accumulation_steps_ > 1) {
+    entry->accumulator = make_variable("grad_accum/" + variable.name(), Tensor::zeros_like(value),
+                                       /*trainable=*/false);
+  }
   index_.emplace(variable.id(), entries_.size());
   entries_.push_back(std::move(entry));
   return *entries_.back();
@@ -58,12 +88,11 @@ void Optimizer::build(const std::vector<Variable>& variables) {
   }
 }
 
-void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
-                                const std::vector<Variable>& variables) {
+void Optimizer::check_pairs(const std::vector<Tensor>& gradients,
+                            const std::vector<Variable>& variables) {
   TANDEM_CHECK(gradients.size() == variables.size(), name_, ".apply_gradients: ", gradients.size(),
                " gradients for ", variables.size(),
                " variables; pass one gradient per variable, in order");
-  autograd::NoRecordGuard no_record;  // updates are never differentiated
   bool any_defined = false;
   for (size_t i = 0; i < variables.size(); ++i) {
     const Variable& var = variables[i];
@@ -91,7 +120,23 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
                  variables.size(), " variables (first: \"", variables[0].name(),
                  "\"); was the loss computed under the GradientTape from these variables?");
   }
+}
 
+void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
+                                const std::vector<Variable>& variables) {
+  check_pairs(gradients, variables);
+  if (accumulation_steps_ == 1) {
+    apply_update(gradients, variables);
+    return;
+  }
+  std::vector<Tensor> accumulated;
+  if (accumulate(gradients, variables, accumulated))
+    finish_accumulation(std::move(accumulated), variables);
+}
+
+void Optimizer::apply_update(const std::vector<Tensor>& gradients,
+                             const std::vector<Variable>& variables) {
+  autograd::NoRecordGuard no_record;  // updates are never differentiated
   std::vector<Tensor> grads = gradients;
   if (global_clipnorm_) grads = clip_by_global_norm(grads, *global_clipnorm_).gradients;
 
@@ -110,6 +155,56 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
     update_step(grads[i], value, slots, lr, done + 1);
   }
   iterations_.assign(Tensor::scalar(static_cast<double>(done + 1), DType::kInt64));
+}
+
+bool Optimizer::accumulate(const std::vector<Tensor>& gradients,
+                           const std::vector<Variable>& variables,
+                           std::vector<Tensor>& accumulated) {
+  autograd::NoRecordGuard no_record;
+  accumulated.assign(variables.size(), Tensor());
+  for (size_t i = 0; i < variables.size(); ++i) {
+    if (!gradients[i].defined()) continue;
+    Tensor acc = entry_for(variables[i]).accumulator.value_untracked();
+    ops::add_(acc, gradients[i]);
+    accumulated[i] = acc;
+  }
+  const int64_t done = micro_step() + 1;
+  if (done < accumulation_steps_) {
+    micro_step_.assign(Tensor::scalar(static_cast<double>(done), DType::kInt64));
+    return false;
+  }
+  return true;
+}
+
+void Optimizer::finish_accumulation(std::vector<Tensor> combined,
+                                    const std::vector<Variable>& variables) {
+  autograd::NoRecordGuard no_record;
+  // The mean over micro-steps, divided as Keras does: (sum of N gradients) / N.
+  for (Tensor& g : combined) {
+    if (!g.defined()) continue;
+    g = ops::div(g, Tensor::scalar(static_cast<double>(accumulation_steps_), g.dtype(),
+                                   g.device()));
+  }
+  apply_update(combined, variables);
+  // Reset every accumulator of this replica, also of variables without a gradient this time.
+  std::vector<Variable> to_reset;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    for (const auto& entry : entries_) to_reset.push_back(entry->accumulator);
+  }
+  for (const Variable& acc : to_reset) {
+    Tensor value = acc.value_untracked();
+    value.fill_(0.0);
+  }
+  micro_step_.assign(Tensor::scalar(0, DType::kInt64));
+}
+
+std::vector<std::pair<std::string, Variable>> Optimizer::accumulator_variables() const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  std::vector<std::pair<std::string, Variable>> out;
+  if (accumulation_steps_ == 1) return out;
+  for (const auto& entry : entries_) out.emplace_back(entry->variable.name(), entry->accumulator);
+  return out;
 }
 
 std::vector<std::pair<std::string, Variable>> Optimizer::slot_variables() const {
@@ -140,8 +235,11 @@ Variable Optimizer::slot(const Variable& variable, const std::string& slot_name)
 
 std::string Optimizer::base_config_json() const {
   const std::string clip = global_clipnorm_ ? detail::json_number(*global_clipnorm_) : "null";
+  // Keras writes null for "no accumulation".
+  const std::string steps =
+      accumulation_steps_ > 1 ? std::to_string(accumulation_steps_) : std::string("null");
   return "\"name\": \"" + name_ + "\", \"learning_rate\": " + learning_rate_.schedule().to_json() +
-         ", \"global_clipnorm\": " + clip;
+         ", \"global_clipnorm\": " + clip + ", \"gradient_accumulation_steps\": " + steps;
 }
 
 std::string Optimizer::config_json() const {

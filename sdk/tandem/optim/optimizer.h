@@ -29,6 +29,17 @@ namespace tandem::optim {
 /// That is everything that happens after gradients are combined, so the replica-context form
 /// (apply_gradients(ctx, ...), with distribution) all-reduces and then calls the same code; the
 /// counter is itself a variable, so each replica steps its own copy identically.
+///
+/// Gradient accumulation (gradient_accumulation_steps = N > 1, Keras 3's option of that name):
+/// each call of apply_gradients is a micro-step. On micro-steps 1..N-1 each replica adds its
+/// gradients to its own accumulators (one per trainable variable, replica-local) and nothing
+/// else happens: no collective, no update, iterations() unchanged. On micro-step N the
+/// accumulators are all-reduced (SUM, one batched call), divided by N, and the update above runs
+/// on that mean (clipping after the division); then the accumulators are reset. The update
+/// therefore sees the mean of the N micro-step gradients, so each micro-step's loss is divided
+/// by the micro-step's global batch (per-replica batch x replicas; compute_average_loss's
+/// default): N micro-batches of B equal one batch of N x B. A variable is updated at the
+/// boundary when its gradient is defined on micro-step N (as in Keras).
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -45,12 +56,14 @@ class Optimizer {
 
   /// One update of `variables` with `gradients` (one per variable, in order). A variable whose
   /// gradient is undefined is left unchanged (a warning is logged once); shapes and dtypes
-  /// must match (the error names the variable). Increments iterations() by one.
+  /// must match (the error names the variable). Increments iterations() by one (with gradient
+  /// accumulation: accumulates, and updates on every N-th call).
   void apply_gradients(const std::vector<Tensor>& gradients,
                        const std::vector<Variable>& variables);
   /// The replica-context form (inside strategy.run; defined in distribute/apply_gradients.cpp):
   /// all-reduces (SUM) the gradients across replicas in one batched call, then runs the update
   /// above (clipping after the reduction) on this replica's copies, identically everywhere.
+  /// With gradient accumulation, only micro-step N all-reduces (the accumulators).
   void apply_gradients(ReplicaContext& ctx, const std::vector<Tensor>& gradients,
                        const std::vector<Variable>& variables);
 
@@ -67,6 +80,17 @@ class Optimizer {
   void set_learning_rate(LearningRate learning_rate) { learning_rate_ = std::move(learning_rate); }
   const std::optional<double>& global_clipnorm() const { return global_clipnorm_; }
 
+  /// N: one update every N calls of apply_gradients (1: every call, no accumulators).
+  int gradient_accumulation_steps() const { return accumulation_steps_; }
+  /// Micro-steps accumulated since the last update, in [0, N): 0 at an update boundary. Inside
+  /// strategy.run, this replica's count; outside, replica 0's (all replicas count alike).
+  int64_t micro_step() const;
+  /// Sets the micro-step counter on every replica copy (checkpoint restore).
+  void set_micro_step(int64_t micro_step);
+  /// The gradient accumulators with the names of their variables ("dense/kernel"), in the
+  /// order of slot_variables(); each has one replica-local copy per replica. Empty when N = 1.
+  std::vector<std::pair<std::string, Variable>> accumulator_variables() const;
+
   /// Slot kinds per variable, in order: {"momentum"} for SGD with momentum, {"m", "v"} for
   /// Adam/AdamW, {} for plain SGD.
   const std::vector<std::string>& slot_names() const { return slot_names_; }
@@ -82,7 +106,7 @@ class Optimizer {
 
  protected:
   Optimizer(std::string name, LearningRate learning_rate, std::optional<double> global_clipnorm,
-            std::vector<std::string> slot_names);
+            int gradient_accumulation_steps, std::vector<std::string> slot_names);
 
   /// The whole math of one update of one variable, in Keras' float32 operation order, in place
   /// on this replica's tensors: `variable` and its `slots` (slot_names() order) are updated
@@ -98,15 +122,32 @@ class Optimizer {
   struct Entry {
     Variable variable;
     std::vector<Variable> slots;
+    Variable accumulator;  // defined when accumulation_steps_ > 1
   };
   /// The entry of `variable`, created (with its slots) when missing.
   Entry& entry_for(const Variable& variable);
+  /// Raises unless gradients and variables pair up (count, shape, dtype) and at least one
+  /// gradient is defined; warns once per variable without a gradient.
+  void check_pairs(const std::vector<Tensor>& gradients,
+                   const std::vector<Variable>& variables);
+  /// One update from gradients already combined (and checked): clip, update_step, iterations+1.
+  void apply_update(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
+  /// Adds the defined gradients to this replica's accumulators and counts the micro-step.
+  /// Returns true when this was micro-step N: then `accumulated` holds, for each variable whose
+  /// gradient is defined now, this replica's accumulator (undefined for the others).
+  bool accumulate(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
+                  std::vector<Tensor>& accumulated);
+  /// Divides the combined accumulators by N, applies the update and resets this replica's
+  /// accumulators and micro-step counter.
+  void finish_accumulation(std::vector<Tensor> combined, const std::vector<Variable>& variables);
 
   std::string name_;
   LearningRate learning_rate_;
   std::optional<double> global_clipnorm_;
   std::vector<std::string> slot_names_;
+  int accumulation_steps_;
   Variable iterations_;
+  Variable micro_step_;  // defined when accumulation_steps_ > 1
   mutable std::mutex mutex_;  // guards entries_, index_ and warned_
   std::vector<std::unique_ptr<Entry>> entries_;
   std::unordered_map<const void*, size_t> index_;

@@ -17,7 +17,8 @@ std::vector<std::string> sgd_slots(double momentum) {
 SGD::SGD() : SGD(Options{}) {}
 
 SGD::SGD(Options options)
-    : Optimizer("sgd", options.learning_rate, options.global_clipnorm, sgd_slots(options.momentum)),
+    : Optimizer("sgd", options.learning_rate, options.global_clipnorm,
+                options.gradient_accumulation_steps, sgd_slots(options.momentum)),
       options_(std::move(options)) {
   TANDEM_CHECK(options_.momentum >= 0.0 && options_.momentum <= 1.0,
                "SGD: momentum must be in [0, 1], got ", options_.momentum);

@@ -18,6 +18,9 @@ class SGD : public Optimizer {
     bool nesterov = false;
     /// Clip the gradients to this global norm before the update (unset: no clipping).
     std::optional<double> global_clipnorm = std::nullopt;
+    /// Update once every N calls of apply_gradients, with the mean of the N gradients (N >= 1;
+    /// see Optimizer::gradient_accumulation_steps()).
+    int gradient_accumulation_steps = 1;
   };
   SGD();
   explicit SGD(Options options);
