@@ -108,6 +108,8 @@ Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
       const std::string_view v = value();
       if (v.empty()) bad_value(flag, v, "a file name");
       flags.metrics_json = std::string(v);
+    } else if (flag == "--accumulation-steps") {
+      flags.accumulation_steps = parse_int<int>(flag, value(), 1, 1'000'000, "a whole number >= 1");
     } else if (flag == "--max-steps") {
       flags.max_steps = parse_int<int64_t>(flag, value(), 1, INT64_MAX, "a whole number >= 1");
     } else {
@@ -148,6 +150,10 @@ std::string usage(const SampleInfo& info) {
       << "  --metrics-json FILE       write one JSON object per line per epoch: epoch, loss,\n"
       << "                            train_accuracy, test_accuracy, samples_per_sec, replicas,\n"
       << "                            epoch_seconds (appended to when the run resumes)\n"
+      << "  --accumulation-steps N    accumulate the gradients of N steps (micro-batches) and\n"
+      << "                            update once with their mean: the effective batch is\n"
+      << "                            N x the global batch, with the memory of one step and\n"
+      << "                            one all-reduce per update (default 1)\n"
       << "  --max-steps N             at most N training steps per epoch (smoke tests); the\n"
       << "                            whole test split is still evaluated\n"
       << "  --help                    this text\n\n"

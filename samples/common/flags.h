@@ -35,6 +35,8 @@ struct Flags {
   bool fresh = false;
   /// JSON-lines file of per-epoch metrics; empty: none.
   std::string metrics_json;
+  /// Micro-steps per optimizer update (gradient accumulation); 1: update every step.
+  int accumulation_steps = 1;
   /// Cap on training steps per epoch (smoke tests); unset: whole epochs.
   std::optional<int64_t> max_steps;
 

@@ -24,7 +24,7 @@ tandem::MirroredStrategy make_strategy(const Flags& flags) {
 }
 
 void print_setup(const SampleInfo& info, const tandem::Strategy& strategy, int64_t global_batch,
-                 double learning_rate) {
+                 double learning_rate, int accumulation_steps) {
   const int replicas = strategy.num_replicas_in_sync();
   const int cores = tandem::hardware_cores();
   std::cout << info.name << ": " << replicas << " replica" << (replicas == 1 ? "" : "s") << " (";
@@ -36,6 +36,12 @@ void print_setup(const SampleInfo& info, const tandem::Strategy& strategy, int64
             << std::max(1, cores / replicas) << " compute thread(s) per replica), global batch "
             << global_batch << " = " << replicas << " x " << global_batch / replicas
             << ", learning rate " << learning_rate << std::endl;
+  if (accumulation_steps > 1) {
+    std::cout << "gradient accumulation: " << accumulation_steps
+              << " steps per update, effective batch " << global_batch * accumulation_steps << " = "
+              << replicas << " x " << global_batch / replicas << " x " << accumulation_steps
+              << " (one all-reduce per update)" << std::endl;
+  }
 }
 
 void print_start(const std::optional<std::string>& restored, bool checkpointing, const Flags& flags,

@@ -22,9 +22,10 @@ inline constexpr int64_t kEvalBatch = 1000;
 tandem::MirroredStrategy make_strategy(const Flags& flags);
 
 /// Prints the replicas and their devices, the thread budget, the global batch and the learning
-/// rate on one line.
+/// rate on one line; with gradient accumulation (accumulation_steps > 1) a second line gives the
+/// effective batch of one update.
 void print_setup(const SampleInfo& info, const tandem::Strategy& strategy, int64_t global_batch,
-                 double learning_rate);
+                 double learning_rate, int accumulation_steps = 1);
 
 /// Says where training starts: the checkpoint restored (`restored`, with the data's `epoch`
 /// (0-based) and the optimizer's `step`), or a fresh start, and whether checkpoints are written.

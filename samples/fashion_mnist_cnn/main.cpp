@@ -38,7 +38,7 @@ int train_and_evaluate(const samples::Flags& flags) {
   const int num_replicas = strategy.num_replicas_in_sync();
   const int64_t global_batch = flags.per_replica_batch * num_replicas;
   const double learning_rate = flags.scaled_learning_rate(num_replicas);
-  samples::print_setup(kInfo, strategy, global_batch, learning_rate);
+  samples::print_setup(kInfo, strategy, global_batch, learning_rate, flags.accumulation_steps);
 
   auto train = td::data::fashion_mnist(td::data::Split::kTrain)
                    .shuffle(/*buffer_size=*/60000, flags.seed)
@@ -60,7 +60,10 @@ int train_and_evaluate(const samples::Flags& flags) {
        td::nn::Dense(10)});
   model.set_seed(flags.seed);
   model.build({28, 28, 1});
-  td::optim::Adam optimizer({.learning_rate = learning_rate});
+  // With --accumulation-steps N, each step adds into accumulators and every N-th step updates
+  // with the mean of the N steps' gradients (one all-reduce per update).
+  td::optim::Adam optimizer(
+      {.learning_rate = learning_rate, .gradient_accumulation_steps = flags.accumulation_steps});
   optimizer.build(model.trainable_variables());  // Adam's slots, mirrored like the weights
   td::metrics::Mean train_loss("train_loss");
   td::metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy");
@@ -72,6 +75,7 @@ int train_and_evaluate(const samples::Flags& flags) {
     td::GradientTape tape;
     td::Tensor logits = model(batch.features(), /*training=*/true);
     td::Tensor per_example_loss = loss_fn(batch.labels(), logits);
+    // Divided by the global batch of this step; the optimizer averages accumulated steps.
     td::Tensor loss = td::compute_average_loss(per_example_loss, global_batch);
     auto grads = tape.gradient(loss, model.trainable_variables());
     optimizer.apply_gradients(ctx, grads, model.trainable_variables());  // SUM across replicas

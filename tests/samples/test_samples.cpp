@@ -164,14 +164,48 @@ TEST_CASE("fashion_mnist_mlp trains 30 steps on 2 replicas, reports them and res
   CHECK(fs::exists(dir.path / "ckpt-60.h5"));
 }
 
+TEST_CASE(
+    "fashion_mnist_mlp --accumulation-steps 4: effective batch, updates, mid-accumulation "
+    "resume",
+    "[cpu][samples][accumulation]") {
+  if (!sample_built()) return;
+  TempDir dir;
+  // 10 steps per epoch with N = 4: epoch 1 ends at micro-step 2 of the third update.
+  const std::string common_flags =
+      " --accumulation-steps 4 --per-replica-batch 32 --replicas 2"
+      " --checkpoint-dir '" +
+      dir.path.string() + "'";
+  const Result first = run(kMlp + " --epochs 1 --max-steps 10 --fresh" + common_flags);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.output.find("effective batch 256 = 2 x 32 x 4") != std::string::npos);
+  // Checkpoints are numbered by updates: 2 after 10 micro-steps (8 of them made 2 updates).
+  CHECK(fs::exists(dir.path / "ckpt-2.h5"));
+  const Result second = run(kMlp + " --epochs 2 --max-steps 9" + common_flags);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK(second.output.find("resumed from ") != std::string::npos);
+  // 19 micro-steps in all = 4 updates and 3 micro-steps: the resumed run finished the open
+  // accumulation (2 + 2 micro-steps) and made two more updates.
+  CHECK(fs::exists(dir.path / "ckpt-4.h5"));
+  // Another N cannot continue a checkpoint taken in the middle of an accumulation.
+  const Result other = run(kMlp +
+                           " --epochs 3 --max-steps 9 --accumulation-steps 3 --replicas 2"
+                           " --per-replica-batch 32 --checkpoint-dir '" +
+                           dir.path.string() + "'");
+  INFO(other.output);
+  CHECK(other.exit_code != 0);
+  CHECK(other.output.find("gradient_accumulation_steps = 4") != std::string::npos);
+}
+
 TEST_CASE("fashion_mnist_mlp --help names every flag", "[cpu][samples]") {
   if (!sample_built()) return;
   const Result help = run(kMlp + " --help");
   INFO(help.output);
   REQUIRE(help.exit_code == 0);
-  for (const char* flag :
-       {"--epochs", "--per-replica-batch", "--replicas", "--learning-rate", "--seed",
-        "--lr-scaling", "--checkpoint-dir", "--fresh", "--metrics-json", "--max-steps", "--help"}) {
+  for (const char* flag : {"--epochs", "--per-replica-batch", "--replicas", "--learning-rate",
+                           "--seed", "--lr-scaling", "--checkpoint-dir", "--fresh",
+                           "--metrics-json", "--max-steps", "--accumulation-steps", "--help"}) {
     INFO("flag " << flag);
     CHECK(help.output.find(flag) != std::string::npos);
   }
@@ -192,6 +226,7 @@ TEST_CASE("fashion_mnist_mlp: a bad flag value exits 2 naming the flag and the v
                             {"--learning-rate 0", "--learning-rate", "0"},
                             {"--lr-scaling cubic", "--lr-scaling", "cubic"},
                             {"--max-steps 1.5", "--max-steps", "1.5"},
+                            {"--accumulation-steps 0", "--accumulation-steps", "0"},
                             {"--no-such-flag", "--no-such-flag", ""}}) {
     const Result result = run(kMlp + " " + bad.arguments);
     INFO(bad.arguments << " -> " << result.output);

@@ -126,9 +126,17 @@ void describe_training_state(const h5::Group& root, std::ostringstream& out) {
       out << "\n";
     }
   }
-  if (group.exists("grad_accum/micro_step"))
-    out << "  " << pad("grad_accum/micro_step", 26) << scalar_int64(group, "grad_accum/micro_step")
-        << "\n";
+  if (group.exists("grad_accum/micro_step")) {
+    const h5::Group accumulation = group.open_group("grad_accum");
+    out << "  " << pad("grad_accum/micro_step", 26) << scalar_int64(accumulation, "micro_step");
+    if (accumulation.has_attr("gradient_accumulation_steps")) {
+      const int64_t steps = accumulation.read_attr_int64("gradient_accumulation_steps");
+      if (steps > 1) out << " of " << steps;
+    }
+    // Besides micro_step, the groups of the stored accumulators (present mid-accumulation).
+    if (accumulation.children().size() > 1) out << " (accumulators stored)";
+    out << "\n";
+  }
 }
 
 }  // namespace

@@ -2,6 +2,7 @@
 // defaults, ReduceOp names and the collective timeout setting.
 #include "tandem/collectives/communicator.h"
 
+#include <chrono>
 #include <cstdlib>
 #include <string>
 
@@ -64,11 +65,33 @@ std::shared_ptr<Work> completed_work() {
   return work;
 }
 
+namespace {
+/// Adds the lifetime of the object (in nanoseconds) to a counter, also when the call raises.
+class TimeInside {
+ public:
+  explicit TimeInside(std::atomic<uint64_t>& total)
+      : total_(total), start_(std::chrono::steady_clock::now()) {}
+  ~TimeInside() {
+    const auto elapsed = std::chrono::steady_clock::now() - start_;
+    total_.fetch_add(static_cast<uint64_t>(
+                         std::chrono::duration_cast<std::chrono::nanoseconds>(elapsed).count()),
+                     std::memory_order_relaxed);
+  }
+  TimeInside(const TimeInside&) = delete;
+  TimeInside& operator=(const TimeInside&) = delete;
+
+ private:
+  std::atomic<uint64_t>& total_;
+  std::chrono::steady_clock::time_point start_;
+};
+}  // namespace
+
 std::shared_ptr<Work> Communicator::all_reduce(std::vector<Tensor>& tensors, ReduceOp op) {
   all_reduce_calls_.fetch_add(1, std::memory_order_relaxed);
   uint64_t bytes = 0;
   for (const Tensor& t : tensors) bytes += t.defined() ? t.nbytes() : 0;
   bytes_all_reduced_.fetch_add(bytes, std::memory_order_relaxed);
+  const TimeInside timer(all_reduce_nanoseconds_);
   return all_reduce_impl(tensors, tensors, op);
 }
 
@@ -78,6 +101,7 @@ std::shared_ptr<Work> Communicator::all_reduce(const std::vector<Tensor>& inputs
   uint64_t bytes = 0;
   for (const Tensor& t : inputs) bytes += t.defined() ? t.nbytes() : 0;
   bytes_all_reduced_.fetch_add(bytes, std::memory_order_relaxed);
+  const TimeInside timer(all_reduce_nanoseconds_);
   return all_reduce_impl(inputs, outputs, op);
 }
 
@@ -110,6 +134,8 @@ CollectiveStats Communicator::stats() const {
   s.reduce_scatter = reduce_scatter_calls_.load(std::memory_order_relaxed);
   s.barrier = barrier_calls_.load(std::memory_order_relaxed);
   s.bytes_all_reduced = bytes_all_reduced_.load(std::memory_order_relaxed);
+  s.all_reduce_seconds =
+      static_cast<double>(all_reduce_nanoseconds_.load(std::memory_order_relaxed)) * 1e-9;
   return s;
 }
 
