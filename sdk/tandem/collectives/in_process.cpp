@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstring>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #if defined(__x86_64__)
@@ -16,6 +17,11 @@
 
 #include "tandem/collectives/spin_wait.h"
 #include "tandem/core/threading.h"
+#include "tandem/tensor/device_runtime.h"
+
+#if TANDEM_WITH_CUDA
+#include "tandem/collectives/cuda_in_process.h"
+#endif
 
 namespace tandem::collectives {
 
@@ -46,6 +52,7 @@ struct Call {
   const Tensor* output = nullptr;                // reduce_scatter
   std::vector<Tensor>* gathered = nullptr;       // all_gather
   const std::string* local_error = nullptr;      // non-empty: this rank's arguments are invalid
+  Device device = Device::cpu();                 // where this rank's tensors live
 };
 
 /// Why the group was aborted; decides what the ranks that find it aborted raise.
@@ -61,7 +68,9 @@ struct InProcessGroup::State {
         entered(n, 0),
         departed(n, 0),
         src(n),
-        dst(n) {
+        dst(n),
+        ready(static_cast<size_t>(n)),
+        done(static_cast<size_t>(n)) {
     for (int r = 0; r < n; ++r) {
       src[r].resize(n);
       dst[r].resize(n);
@@ -94,6 +103,13 @@ struct InProcessGroup::State {
   // steady-state calls allocate nothing.
   std::vector<std::vector<const void*>> src;
   std::vector<std::vector<void*>> dst;
+
+  // GPU tensors (replicas sharing a GPU): per rank, the point in its stream where its buffers
+  // are ready (recorded before it arrives) and where its data phase is done (recorded before
+  // the closing rendezvous). Each rank's stream waits for its peers' points, so no host thread
+  // ever waits for the GPU.
+  std::vector<StreamEvent> ready;
+  std::vector<StreamEvent> done;
 };
 
 namespace {
@@ -195,6 +211,17 @@ std::string check_calls(const State& s, uint64_t call) {
                              " passed invalid arguments: ", *s.calls[k].local_error);
   }
   const Call& first = s.calls[0];
+  if (moves_data(first.kind)) {
+    for (int k = 1; k < s.size; ++k) {
+      if (s.calls[k].device == first.device ||
+          (s.calls[k].device.is_cpu() && first.device.is_cpu()))
+        continue;
+      return detail::str_cat(first.label, " #", call, ": replica 0's tensors are on ", first.device,
+                             " but replica ", k, "'s are on ", s.calls[k].device,
+                             "; the in_process backend reduces GPU tensors only between "
+                             "replicas that share one GPU (replicas on several GPUs use NCCL)");
+    }
+  }
   for (int k = 1; k < s.size; ++k) {
     if (same_call(first, s.calls[k])) continue;
     const bool same_kind = std::strcmp(first.label, s.calls[k].label) == 0;
@@ -296,6 +323,9 @@ void wait_for_commit(State& s, std::unique_lock<std::mutex>& lock, uint64_t call
 template <typename DataPhase>
 void run_call(State& s, int rank, const Call& call, DataPhase&& data_phase) {
   uint64_t number = 0;
+  const bool on_gpu = moves_data(call.kind) && call.device.is_cuda();
+  // Peers read this rank's buffers from their own streams once the call opens.
+  if (on_gpu) s.ready[static_cast<size_t>(rank)].record(call.device);
   {
     std::unique_lock<std::mutex> lock(s.mutex);
     number = ++s.entered[rank];
@@ -321,7 +351,11 @@ void run_call(State& s, int rank, const Call& call, DataPhase&& data_phase) {
 
   std::exception_ptr error;
   try {
+    if (on_gpu)
+      for (int k = 0; k < s.size; ++k)
+        if (k != rank) s.ready[static_cast<size_t>(k)].wait();
     data_phase();
+    if (on_gpu) s.done[static_cast<size_t>(rank)].record(call.device);
   } catch (...) {
     error = std::current_exception();
   }
@@ -343,6 +377,11 @@ void run_call(State& s, int rank, const Call& call, DataPhase&& data_phase) {
       }
     }
   }
+  // Peers wrote this rank's outputs and read its inputs on their streams: this rank's later
+  // work (and the reuse of its buffers) waits for them.
+  if (on_gpu)
+    for (int k = 0; k < s.size; ++k)
+      if (k != rank) s.done[static_cast<size_t>(k)].wait();
   if (error) std::rethrow_exception(error);
 }
 
@@ -430,6 +469,34 @@ void reduce_slice(DType dtype, const void* const* src, int num_src, void* const*
   });
 }
 
+/// reduce_slice on the device the buffers live on: a kernel on this rank's stream for a GPU.
+void reduce_slice_on(Device device, DType dtype, const void* const* src, int num_src,
+                     void* const* dst, int num_dst, int64_t count, ReduceOp op, bool stream) {
+  if (device.is_cpu()) {
+    reduce_slice(dtype, src, num_src, dst, num_dst, count, op, stream);
+    return;
+  }
+#if TANDEM_WITH_CUDA
+  cuda_in_process::reduce_slice(device, dtype, src, num_src, dst, num_dst, count, op);
+#else
+  TANDEM_THROW("in_process collectives: ", device, " tensors need a CUDA build");
+#endif
+}
+
+/// Copies bytes between two buffers on `device` (a GPU: async on this rank's stream).
+void copy_on(Device device, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  if (device.is_cpu()) {
+    std::memcpy(dst, src, bytes);
+    return;
+  }
+#if TANDEM_WITH_CUDA
+  cuda_in_process::copy(device, dst, src, bytes);
+#else
+  TANDEM_THROW("in_process collectives: ", device, " tensors need a CUDA build");
+#endif
+}
+
 /// Elements per rank slice: an equal share, rounded up to whole cache lines, and not below a
 /// floor under which splitting costs more in cache traffic than it saves.
 int64_t slice_elements(int64_t total, int ranks) {
@@ -466,27 +533,31 @@ void all_reduce_phase(State& s, int rank, ReduceOp op) {
         src[k] = static_cast<const char*>((*s.calls[k].inputs)[i].raw_data()) + skip;
         dst[k] = static_cast<char*>((*s.calls[k].outputs)[i].raw_data()) + skip;
       }
-      reduce_slice(layout[i].dtype(), src, s.size, dst, s.size, hi - lo, op, stream);
+      reduce_slice_on(s.calls[rank].device, layout[i].dtype(), src, s.size, dst, s.size, hi - lo,
+                      op, stream);
     }
     offset += numel;
   }
-  store_fence(stream);
+  if (s.calls[rank].device.is_cpu()) store_fence(stream);
 }
 
 // ---- local argument checks (a problem is reported to every rank, not raised alone) ----------
 
-bool check_cpu_tensor(std::string& error, const Tensor& t, const char* what, size_t index,
-                      bool numeric) {
+/// Checks one tensor of this rank's call; `device` is the device of the call's first tensor
+/// (set here when unset), which every other tensor of the call must share.
+bool check_tensor(std::string& error, const Tensor& t, const char* what, size_t index, bool numeric,
+                  std::optional<Device>& device) {
   if (!t.defined()) {
     error = detail::str_cat(what, " ", index,
                             " is undefined (e.g. the gradient of a variable the loss does not "
                             "depend on; skip it or use zeros)");
-  } else if (!t.device().is_cpu()) {
-    error = detail::str_cat(what, " ", index, " lives on ", t.device(),
-                            "; the in_process backend works on CPU tensors");
+  } else if (device && t.device() != *device && !(t.device().is_cpu() && device->is_cpu())) {
+    error = detail::str_cat(what, " ", index, " lives on ", t.device(), " but the call's first ",
+                            "tensor on ", *device, "; one call works on one device");
   } else if (numeric && t.dtype() == DType::kBool) {
     error = detail::str_cat(what, " ", index, " is bool; only numeric tensors can be reduced");
   }
+  if (error.empty() && !device) device = t.device();
   return error.empty();
 }
 
@@ -554,13 +625,14 @@ std::shared_ptr<Work> InProcessCommunicator::all_reduce_impl(const std::vector<T
                                                              const std::vector<Tensor>& outputs,
                                                              ReduceOp op) {
   local_error_.clear();
+  std::optional<Device> device;
   const bool in_place = &inputs == &outputs;
   if (!in_place && outputs.size() != inputs.size())
     local_error_ = detail::str_cat(inputs.size(), " inputs but ", outputs.size(), " outputs");
   for (size_t i = 0; i < inputs.size() && local_error_.empty(); ++i) {
-    if (!check_cpu_tensor(local_error_, inputs[i], "tensor", i, /*numeric=*/true)) break;
+    if (!check_tensor(local_error_, inputs[i], "tensor", i, /*numeric=*/true, device)) break;
     if (in_place) continue;
-    if (!check_cpu_tensor(local_error_, outputs[i], "output", i, /*numeric=*/true)) break;
+    if (!check_tensor(local_error_, outputs[i], "output", i, /*numeric=*/true, device)) break;
     if (outputs[i].shape() != inputs[i].shape() || outputs[i].dtype() != inputs[i].dtype())
       local_error_ = detail::str_cat("output ", i, " is ", describe_tensor(outputs[i]),
                                      " but input ", i, " is ", describe_tensor(inputs[i]));
@@ -582,6 +654,7 @@ std::shared_ptr<Work> InProcessCommunicator::all_reduce_impl(const std::vector<T
   call.inputs = &inputs;
   call.outputs = &outputs;
   call.local_error = &local_error_;
+  call.device = device.value_or(Device::cpu());
   State& s = *group_->state_;
   run_call(s, rank_, call, [&] { all_reduce_phase(s, rank_, op); });
   return completed_work();
@@ -590,7 +663,8 @@ std::shared_ptr<Work> InProcessCommunicator::all_reduce_impl(const std::vector<T
 std::shared_ptr<Work> InProcessCommunicator::all_gather_impl(std::vector<Tensor>& outputs,
                                                              const Tensor& input) {
   local_error_.clear();
-  check_cpu_tensor(local_error_, input, "input", 0, /*numeric=*/false);
+  std::optional<Device> device;
+  check_tensor(local_error_, input, "input", 0, /*numeric=*/false, device);
   outputs.resize(static_cast<size_t>(size()));
   if (size() == 1) {
     TANDEM_CHECK(local_error_.empty(), "all_gather: ", local_error_);
@@ -603,12 +677,13 @@ std::shared_ptr<Work> InProcessCommunicator::all_gather_impl(std::vector<Tensor>
   call.input = &input;
   call.gathered = &outputs;
   call.local_error = &local_error_;
+  call.device = device.value_or(Device::cpu());
   State& s = *group_->state_;
   run_call(s, rank_, call, [&] {
     for (int k = 0; k < s.size; ++k) {
       const Tensor& source = *s.calls[k].input;
-      Tensor copy = Tensor::empty(source.shape(), source.dtype());
-      if (source.nbytes() > 0) std::memcpy(copy.raw_data(), source.raw_data(), source.nbytes());
+      Tensor copy = Tensor::empty(source.shape(), source.dtype(), call.device);
+      copy_on(call.device, copy.raw_data(), source.raw_data(), source.nbytes());
       outputs[static_cast<size_t>(k)] = std::move(copy);
     }
   });
@@ -618,10 +693,11 @@ std::shared_ptr<Work> InProcessCommunicator::all_gather_impl(std::vector<Tensor>
 std::shared_ptr<Work> InProcessCommunicator::broadcast_impl(std::vector<Tensor>& tensors,
                                                             int root) {
   local_error_.clear();
+  std::optional<Device> device;
   if (root < 0 || root >= size())
     local_error_ = detail::str_cat("root ", root, " is outside [0, ", size(), ")");
   for (size_t i = 0; i < tensors.size() && local_error_.empty(); ++i)
-    check_cpu_tensor(local_error_, tensors[i], "tensor", i, /*numeric=*/false);
+    check_tensor(local_error_, tensors[i], "tensor", i, /*numeric=*/false, device);
   if (size() == 1) {
     TANDEM_CHECK(local_error_.empty(), "broadcast: ", local_error_);
     return completed_work();
@@ -632,14 +708,14 @@ std::shared_ptr<Work> InProcessCommunicator::broadcast_impl(std::vector<Tensor>&
   call.root = root;
   call.inputs = &tensors;
   call.local_error = &local_error_;
+  call.device = device.value_or(Device::cpu());
   State& s = *group_->state_;
   run_call(s, rank_, call, [&] {
     if (rank_ == root) return;
     // Every non-root rank copies from the root at once: the copies run in parallel.
     const std::vector<Tensor>& from = *s.calls[root].inputs;
     for (size_t i = 0; i < tensors.size(); ++i)
-      if (tensors[i].nbytes() > 0)
-        std::memcpy(tensors[i].raw_data(), from[i].raw_data(), tensors[i].nbytes());
+      copy_on(call.device, tensors[i].raw_data(), from[i].raw_data(), tensors[i].nbytes());
   });
   return completed_work();
 }
@@ -647,18 +723,20 @@ std::shared_ptr<Work> InProcessCommunicator::broadcast_impl(std::vector<Tensor>&
 std::shared_ptr<Work> InProcessCommunicator::reduce_scatter_impl(Tensor& output,
                                                                  const Tensor& input, ReduceOp op) {
   local_error_.clear();
-  if (check_cpu_tensor(local_error_, input, "input", 0, /*numeric=*/true)) {
+  std::optional<Device> device;
+  if (check_tensor(local_error_, input, "input", 0, /*numeric=*/true, device)) {
     if (input.rank() == 0 || input.dim(0) % size() != 0) {
       local_error_ = detail::str_cat("the input's first dimension must be divisible by the ",
                                      size(), " replicas; the input is ", describe_tensor(input));
     } else {
       Shape piece = input.shape();
       piece[0] = input.dim(0) / size();
-      if (!output.defined()) output = Tensor::empty(piece, input.dtype());
-      if (output.shape() != piece || output.dtype() != input.dtype() || !output.device().is_cpu())
+      if (!output.defined()) output = Tensor::empty(piece, input.dtype(), input.device());
+      if (output.shape() != piece || output.dtype() != input.dtype() ||
+          output.device() != input.device())
         local_error_ =
             detail::str_cat("the output is ", describe_tensor(output), " on ", output.device(),
-                            "; it must be ", input.dtype(), piece, " on cpu");
+                            "; it must be ", input.dtype(), piece, " on ", input.device());
     }
   }
   if (size() == 1) {
@@ -673,6 +751,7 @@ std::shared_ptr<Work> InProcessCommunicator::reduce_scatter_impl(Tensor& output,
   call.input = &input;
   call.output = &output;
   call.local_error = &local_error_;
+  call.device = device.value_or(Device::cpu());
   State& s = *group_->state_;
   run_call(s, rank_, call, [&] {
     const int64_t count = input.numel() / s.size;
@@ -682,7 +761,8 @@ std::shared_ptr<Work> InProcessCommunicator::reduce_scatter_impl(Tensor& output,
     for (int k = 0; k < s.size; ++k)
       src[k] = static_cast<const char*>(s.calls[k].input->raw_data()) + skip;
     dst[0] = output.raw_data();
-    reduce_slice(input.dtype(), src, s.size, dst, /*num_dst=*/1, count, op, /*stream=*/false);
+    reduce_slice_on(call.device, input.dtype(), src, s.size, dst, /*num_dst=*/1, count, op,
+                    /*stream=*/false);
   });
   return completed_work();
 }

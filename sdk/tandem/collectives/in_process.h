@@ -21,6 +21,11 @@ class InProcessGroup;
 /// into every rank's output. The order is fixed, so results are bitwise reproducible and equal on
 /// every rank, and large buffers are reduced by all ranks in parallel. Steady-state calls
 /// allocate nothing (all_gather allocates its outputs).
+///
+/// GPU tensors work when every rank's tensors are on the same GPU (logical replicas sharing
+/// it): the data phase is a kernel (or device copies) on each rank's own stream, ordered with
+/// the peers' streams by events, so the call returns before the GPU has done the work and no
+/// host thread waits for it. Replicas on several GPUs use NCCL instead.
 class InProcessCommunicator final : public Communicator {
  public:
   int rank() const override { return rank_; }

@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "tandem/data/node.h"
+#include "tandem/tensor/device_memory.h"
 
 namespace tandem::data {
 
@@ -125,6 +126,7 @@ struct DistributedDataset::State {
   uint64_t epoch = 0;
   std::optional<Iterator> iterator;  // the epoch under way, if any
   Element last;                      // the last batch seen: the shapes of empty batches
+  std::vector<Device> devices;       // per replica, when batches go to GPUs; else empty
 };
 
 namespace {
@@ -170,7 +172,7 @@ DistributedDataset::DistributedDataset(Dataset dataset, int64_t num_replicas,
   Dataset local =
       auto_shard(dataset, options.auto_shard_policy, options.num_workers, options.worker_index);
   state_ = std::make_shared<State>(
-      State{State::Mode::kSplitGlobalBatches, std::move(local), num_replicas, 0, {}, {}});
+      State{State::Mode::kSplitGlobalBatches, std::move(local), num_replicas, 0, {}, {}, {}});
 }
 
 DistributedDataset DistributedDataset::from_function(std::function<Dataset(const InputContext&)> fn,
@@ -184,12 +186,21 @@ DistributedDataset DistributedDataset::from_function(std::function<Dataset(const
                              num_replicas * options.num_workers);
   Dataset dataset = fn(context);
   return DistributedDataset(std::make_shared<State>(
-      State{State::Mode::kPerReplicaBatches, std::move(dataset), num_replicas, 0, {}, {}}));
+      State{State::Mode::kPerReplicaBatches, std::move(dataset), num_replicas, 0, {}, {}, {}}));
 }
 
 int64_t DistributedDataset::num_replicas() const { return state_->num_replicas; }
 const Dataset& DistributedDataset::dataset() const { return state_->dataset; }
 uint64_t DistributedDataset::epoch() const { return state_->epoch; }
+
+namespace {
+/// Replica r's batch on devices[r] (no-op without GPU devices).
+void place(std::vector<Batch>& per_replica, const std::vector<Device>& devices) {
+  if (devices.empty()) return;
+  for (size_t r = 0; r < per_replica.size(); ++r)
+    per_replica[r] = Batch(stage_to_device(per_replica[r].tensors(), devices[r]));
+}
+}  // namespace
 
 bool DistributedDataset::next(std::vector<Batch>& per_replica) {
   State& s = *state_;
@@ -214,6 +225,7 @@ bool DistributedDataset::next(std::vector<Batch>& per_replica) {
       begin += size;
     }
     s.last = std::move(element);
+    place(per_replica, s.devices);
     return true;
   }
   for (size_t r = 0; r < replicas; ++r) {
@@ -230,7 +242,17 @@ bool DistributedDataset::next(std::vector<Batch>& per_replica) {
       per_replica[r] = Batch(empty_like_batch(s.last));
     }
   }
+  place(per_replica, s.devices);
   return true;
+}
+
+void DistributedDataset::set_devices(std::vector<Device> devices) {
+  TANDEM_CHECK(static_cast<int64_t>(devices.size()) == state_->num_replicas,
+               "DistributedDataset::set_devices: ", devices.size(), " devices for ",
+               state_->num_replicas, " replicas");
+  bool any_gpu = false;
+  for (const Device& d : devices) any_gpu = any_gpu || d.is_cuda();
+  state_->devices = any_gpu ? std::move(devices) : std::vector<Device>();
 }
 
 std::vector<Batch> DistributedDataset::empty_batches() const {

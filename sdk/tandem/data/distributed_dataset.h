@@ -10,6 +10,7 @@
 #include <memory>
 #include <vector>
 
+#include "tandem/core/device.h"
 #include "tandem/data/batch.h"
 #include "tandem/data/dataset.h"
 #include "tandem/distribute/per_replica.h"
@@ -78,6 +79,12 @@ class DistributedDataset {
 
   /// Local replicas (one Batch each per step).
   int64_t num_replicas() const;
+  /// Puts replica r's batches on devices[r] (strategy.distribute_dataset passes the strategy's
+  /// devices). A GPU replica's batch is copied through page-locked staging on the GPU's copy
+  /// stream, overlapping the compute already queued; the replicas' streams wait for the copy
+  /// with events. CPU devices keep the batches where they are. Raises unless there is one
+  /// device per replica.
+  void set_devices(std::vector<Device> devices);
   /// The dataset this worker actually reads (after auto-sharding).
   const Dataset& dataset() const;
 

@@ -16,6 +16,7 @@
 #include "tandem/core/threading.h"
 #include "tandem/distribute/host_reduce.h"
 #include "tandem/distribute/internal.h"
+#include "tandem/tensor/device_runtime.h"
 
 namespace tandem {
 
@@ -85,15 +86,24 @@ bool is_aborted(const std::exception_ptr& error) {
 
 void validate_devices(const std::string& strategy, const std::vector<Device>& devices) {
   TANDEM_CHECK(!devices.empty(), strategy, ": needs at least one device");
+  bool any_cpu = false, any_cuda = false;
   for (const Device& d : devices) {
+    any_cpu = any_cpu || d.is_cpu();
     if (!d.is_cuda()) continue;
-    if (!cuda_availability().built)
+    any_cuda = true;
+    const CudaAvailability& cuda = cuda_availability();
+    if (!cuda.built)
       throw NotBuiltError(detail::str_cat(strategy, ": device ", d,
                                           " needs CUDA support, which this build does not have; "
                                           "configure with -DTANDEM_ENABLE_CUDA=ON"));
-    TANDEM_THROW(strategy, ": CUDA replicas (", d,
-                 ") are not supported yet; use CPU replicas, e.g. MirroredStrategy::cpu(2)");
+    TANDEM_CHECK(d.index >= 0 && d.index < static_cast<int>(cuda.devices.size()), strategy,
+                 ": device ", d, " is not a visible GPU (",
+                 cuda.devices.empty() ? "none is visible: " + cuda.reason
+                                      : std::to_string(cuda.devices.size()) + " visible",
+                 ")");
   }
+  TANDEM_CHECK(!(any_cpu && any_cuda), strategy,
+               ": mixes CPU and GPU replicas; use GPUs only (they would wait for the CPUs)");
 }
 
 std::vector<Device> parse_devices(const std::vector<std::string>& names) {
@@ -125,10 +135,25 @@ std::vector<Device> default_devices(std::string& report) {
   const CudaAvailability& cuda = cuda_availability();
   std::ostringstream out;
   out << "MirroredStrategy: ";
+  if (!cuda.devices.empty() && !from_env) {
+    // Every visible GPU, one replica each (CUDA_VISIBLE_DEVICES selects them).
+    std::vector<Device> gpus;
+    out << cuda.devices.size() << " GPU replica" << (cuda.devices.size() == 1 ? "" : "s") << " (";
+    for (size_t i = 0; i < cuda.devices.size(); ++i) {
+      const CudaDeviceInfo& info = cuda.devices[i];
+      gpus.push_back(Device::cuda(static_cast<int>(i)));
+      out << (i ? "; " : "") << "cuda:" << i << " " << info.name << ", "
+          << info.total_memory_bytes / (1024 * 1024) << " MiB";
+    }
+    out << ")";
+    const char* visible = std::getenv("CUDA_VISIBLE_DEVICES");
+    if (visible != nullptr) out << " [CUDA_VISIBLE_DEVICES=" << visible << "]";
+    report = out.str();
+    return gpus;
+  }
   if (!cuda.devices.empty()) {
-    // TODO(cuda issue): use the GPUs here once CUDA replicas exist.
-    out << cuda.devices.size() << " CUDA device" << (cuda.devices.size() == 1 ? "" : "s")
-        << " visible (" << cuda.devices[0].name << ") but CUDA replicas are not supported yet";
+    out << cuda.devices.size() << " GPU" << (cuda.devices.size() == 1 ? "" : "s")
+        << " visible, but TANDEM_CPU_REPLICAS asks for CPU replicas";
   } else {
     out << "no CUDA device (" << cuda.reason << ")";
   }
@@ -175,6 +200,13 @@ struct Strategy::Impl {
   detail::SpinPolicy worker_spin = detail::SpinPolicy::kYield;
   detail::ReplicaTask task{nullptr, nullptr};
   std::vector<std::exception_ptr> errors;  // per replica, for the current run
+  // GPU replicas: the caller's stream -> replica streams at the start of a run (what the caller
+  // queued, e.g. input copies, is done before a replica uses it), and replica streams -> the
+  // caller's stream at the end (results are complete before the caller uses them). Events
+  // only: no host thread waits for a GPU. Unused (no-ops) for CPU replicas.
+  bool any_gpu = false;
+  std::vector<StreamEvent> run_start;  // per replica, recorded by the caller
+  std::vector<StreamEvent> run_end;    // per replica, recorded by the replica
   std::vector<std::thread> threads;
   std::mutex run_mutex;  // one run at a time (runs from several user threads queue here)
 
@@ -222,7 +254,9 @@ void replica_thread_main(Strategy::Impl* impl, int id) {
       // below lets run() read, re-raise and free it.
       std::exception_ptr error;
       try {
+        impl->run_start[static_cast<size_t>(id)].wait();
         task.call(task.object, ctx);
+        impl->run_end[static_cast<size_t>(id)].record(ctx.device());
       } catch (...) {
         error = std::current_exception();
       }
@@ -262,6 +296,9 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   impl.group = collectives::InProcessGroup::create(impl.num_replicas);
   impl.merge.arguments.assign(static_cast<size_t>(impl.num_replicas), nullptr);
   impl.errors.assign(static_cast<size_t>(impl.num_replicas), nullptr);
+  for (const Device& d : impl.devices) impl.any_gpu = impl.any_gpu || d.is_cuda();
+  impl.run_start.resize(static_cast<size_t>(impl.num_replicas));
+  impl.run_end.resize(static_cast<size_t>(impl.num_replicas));
   for (int r = 0; r < impl.num_replicas; ++r) {
     collectives::InProcessCommunicator* comm = &impl.group->communicator(r);
     impl.contexts.push_back(std::unique_ptr<ReplicaContext>(
@@ -321,6 +358,10 @@ void Strategy::execute(detail::ReplicaTask task) {
     t_replica_context = nullptr;
     set_current_replica_binding(saved);
   } else {
+    if (impl.any_gpu) {
+      for (int r = 0; r < impl.num_replicas; ++r)
+        impl.run_start[static_cast<size_t>(r)].record(impl.devices[static_cast<size_t>(r)]);
+    }
     {
       std::lock_guard<std::mutex> lock(impl.mutex);
       impl.task = task;
@@ -335,6 +376,8 @@ void Strategy::execute(detail::ReplicaTask task) {
       std::unique_lock<std::mutex> lock(impl.mutex);
       impl.done_cv.wait(lock, all_done);
     }
+    if (impl.any_gpu)
+      for (const StreamEvent& end : impl.run_end) end.wait();
   }
 
   // The cause is the first replica whose error is its own (not AbortedError, which marks a
@@ -488,13 +531,18 @@ Tensor Strategy::gather(const PerReplica<Tensor>& value, int64_t axis) const {
 
 data::DistributedDataset Strategy::distribute_dataset(const data::Dataset& dataset,
                                                       data::DistributeOptions options) const {
-  return data::DistributedDataset(dataset, impl_->num_replicas, options);
+  data::DistributedDataset distributed(dataset, impl_->num_replicas, options);
+  distributed.set_devices(impl_->devices);
+  return distributed;
 }
 
 data::DistributedDataset Strategy::distribute_datasets_from_function(
     std::function<data::Dataset(const data::InputContext&)> fn,
     data::DistributeOptions options) const {
-  return data::DistributedDataset::from_function(std::move(fn), impl_->num_replicas, options);
+  data::DistributedDataset distributed =
+      data::DistributedDataset::from_function(std::move(fn), impl_->num_replicas, options);
+  distributed.set_devices(impl_->devices);
+  return distributed;
 }
 
 // ---- concrete strategies ----------------------------------------------------------------------

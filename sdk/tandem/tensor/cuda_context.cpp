@@ -91,12 +91,11 @@ cudaStream_t current_stream() {
   ThreadDeviceState& s = t_state.at(current_device());
   if (s.installed_stream != nullptr) return s.installed_stream;
   if (s.own_stream == nullptr) {
-    // A blocking stream (not cudaStreamNonBlocking) on purpose: tensor copies in
-    // device_memory.cpp are cudaMemcpy calls on the legacy default stream, and a blocking
-    // stream orders its work after earlier legacy-stream work and before later legacy-stream
-    // work. So a host->device copy is complete before the kernels that read it, and a
-    // device->host copy waits for the kernels that wrote it, without extra synchronisation.
-    TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&s.own_stream, cudaStreamDefault));
+    // Non-blocking: it never waits for (or holds up) the legacy default stream, so the
+    // streams of different threads (replicas) run independently. Copies between host and
+    // device run on this stream too (device_memory.cpp), which orders them with the kernels;
+    // work handed between threads is ordered with events (StreamEvent).
+    TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&s.own_stream, cudaStreamNonBlocking));
   }
   return s.own_stream;
 }

@@ -34,9 +34,8 @@ class DeviceGuard {
 cudaStream_t current_stream();
 
 /// While alive, makes `stream` the calling thread's current stream on the current device
-/// (a replica's compute stream, say); restores the previous one after. Create it without
-/// cudaStreamNonBlocking while tensor copies (device_memory.cpp) run on the legacy default
-/// stream: that is what orders them with the kernels (see current_stream).
+/// (a copy stream, say); restores the previous one after. Tensor copies and kernels queued
+/// meanwhile go to `stream`.
 class StreamGuard {
  public:
   explicit StreamGuard(cudaStream_t stream);

@@ -46,6 +46,87 @@ void synchronize(Device device) {
 #endif
 }
 
+StreamEvent::~StreamEvent() {
+#if TANDEM_WITH_CUDA
+  if (event_ == nullptr) return;
+  cuda::DeviceGuard guard(device_);
+  if (cudaEventDestroy(static_cast<cudaEvent_t>(event_)) != cudaSuccess) {
+    (void)cudaGetLastError();
+    TANDEM_LOG_WARNING("StreamEvent: cudaEventDestroy failed on ", device_);
+  }
+#endif
+}
+
+StreamEvent::StreamEvent(StreamEvent&& other) noexcept
+    : event_(other.event_), device_(other.device_), recorded_(other.recorded_) {
+  other.event_ = nullptr;
+  other.recorded_ = false;
+}
+
+StreamEvent& StreamEvent::operator=(StreamEvent&& other) noexcept {
+  if (this != &other) {
+    StreamEvent old(std::move(*this));
+    event_ = other.event_;
+    device_ = other.device_;
+    recorded_ = other.recorded_;
+    other.event_ = nullptr;
+    other.recorded_ = false;
+  }
+  return *this;
+}
+
+void StreamEvent::record(Device device) {
+  if (device.is_cpu()) {
+    recorded_ = false;
+    return;
+  }
+#if TANDEM_WITH_CUDA
+  if (event_ != nullptr && device_ != device) *this = StreamEvent();
+  cuda::DeviceGuard guard(device);
+  if (event_ == nullptr) {
+    cudaEvent_t event = nullptr;
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+    event_ = event;
+    device_ = device;
+  }
+  TANDEM_CUDA_CHECK(cudaEventRecord(static_cast<cudaEvent_t>(event_), cuda::current_stream()));
+  recorded_ = true;
+#else
+  throw_cuda_not_built(device);
+#endif
+}
+
+void StreamEvent::wait() const {
+  if (!recorded_) return;
+#if TANDEM_WITH_CUDA
+  cuda::DeviceGuard guard(device_);
+  TANDEM_CUDA_CHECK(
+      cudaStreamWaitEvent(cuda::current_stream(), static_cast<cudaEvent_t>(event_), 0));
+#endif
+}
+
+void StreamEvent::synchronize() const {
+  if (!recorded_) return;
+#if TANDEM_WITH_CUDA
+  cuda::DeviceGuard guard(device_);
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(static_cast<cudaEvent_t>(event_)));
+#endif
+}
+
+bool StreamEvent::done() const {
+  if (!recorded_) return true;
+#if TANDEM_WITH_CUDA
+  cuda::DeviceGuard guard(device_);
+  const cudaError_t status = cudaEventQuery(static_cast<cudaEvent_t>(event_));
+  if (status == cudaErrorNotReady) {
+    (void)cudaGetLastError();
+    return false;
+  }
+  TANDEM_CUDA_CHECK(status);
+#endif
+  return true;
+}
+
 DeviceTimer::DeviceTimer(Device device) : device_(device) {
   if (device.is_cpu()) return;
 #if TANDEM_WITH_CUDA

@@ -33,6 +33,35 @@ class DeviceTimer {
   std::chrono::steady_clock::time_point host_start_;
 };
 
+/// A point in a thread's stream on a GPU (a CUDA event), to order work between threads without
+/// blocking the host: record() on the thread that produced something, wait() on the thread
+/// that uses it makes that thread's stream wait for the recorded point. Re-recording moves the
+/// point. Every member is a no-op for a CPU device (CPU work is done when the call returns).
+class StreamEvent {
+ public:
+  StreamEvent() = default;
+  ~StreamEvent();
+  StreamEvent(StreamEvent&& other) noexcept;
+  StreamEvent& operator=(StreamEvent&& other) noexcept;
+  StreamEvent(const StreamEvent&) = delete;
+  StreamEvent& operator=(const StreamEvent&) = delete;
+
+  /// Marks the end of the work queued so far on the calling thread's current stream of
+  /// `device`.
+  void record(Device device);
+  /// Makes the calling thread's current stream of the recorded device wait for that point.
+  void wait() const;
+  /// Blocks the host until the recorded point is reached.
+  void synchronize() const;
+  /// True when nothing was recorded or the recorded point was reached.
+  bool done() const;
+
+ private:
+  void* event_ = nullptr;  // cudaEvent_t, opaque here so the header needs no CUDA
+  Device device_ = Device::cpu();
+  bool recorded_ = false;
+};
+
 namespace cuda {
 
 /// Lets float32 GEMMs use TF32 tensor cores (Ampere and later): several times faster, with

@@ -1,0 +1,76 @@
+// Device kernels of the in_process collectives for logical replicas on one GPU: a fixed-order
+// reduction over every rank's buffer, written to every rank's output.
+#include <cuda_runtime.h>
+
+#include <cmath>
+#include <type_traits>
+
+#include "tandem/collectives/cuda_in_process.h"
+#include "tandem/core/cuda_check.h"
+#include "tandem/core/error.h"
+#include "tandem/tensor/cuda_context.h"
+
+namespace tandem::collectives::cuda_in_process {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+struct Pointers {
+  const void* src[kMaxRanks];
+  void* dst[kMaxRanks];
+};
+
+template <typename T>
+__device__ __forceinline__ T max_propagating_nan(T acc, T in) {
+  if constexpr (std::is_floating_point_v<T>) {
+    return (in > acc || in != in) ? in : acc;
+  } else {
+    return in > acc ? in : acc;
+  }
+}
+
+template <typename T>
+__global__ void reduce_kernel(Pointers p, int num_src, int num_dst, int64_t count, ReduceOp op) {
+  const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
+       i += step) {
+    T acc = static_cast<const T*>(p.src[0])[i];
+    for (int k = 1; k < num_src; ++k) {
+      const T in = static_cast<const T*>(p.src[k])[i];
+      // Plain add (no fused multiply-add possible here): the same rounding as the CPU loop.
+      acc = op == ReduceOp::kMax ? max_propagating_nan(acc, in) : static_cast<T>(acc + in);
+    }
+    if (op == ReduceOp::kMean) acc = static_cast<T>(acc / static_cast<T>(num_src));
+    for (int k = 0; k < num_dst; ++k) static_cast<T*>(p.dst[k])[i] = acc;
+  }
+}
+
+}  // namespace
+
+void reduce_slice(Device device, DType dtype, const void* const* src, int num_src, void* const* dst,
+                  int num_dst, int64_t count, ReduceOp op) {
+  if (count <= 0) return;
+  TANDEM_CHECK(num_src >= 1 && num_src <= kMaxRanks && num_dst >= 1 && num_dst <= kMaxRanks,
+               "in_process collectives on ", device, ": ", num_src, " ranks; at most ", kMaxRanks,
+               " replicas can share a GPU");
+  Pointers p{};
+  for (int k = 0; k < num_src; ++k) p.src[k] = src[k];
+  for (int k = 0; k < num_dst; ++k) p.dst[k] = dst[k];
+  tandem::cuda::DeviceGuard guard(device);
+  const cudaStream_t stream = tandem::cuda::current_stream();
+  const int blocks = tandem::cuda::grid_size(count, kThreads);
+  dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
+    reduce_kernel<T><<<blocks, kThreads, 0, stream>>>(p, num_src, num_dst, count, op);
+  });
+  TANDEM_CUDA_CHECK(cudaGetLastError());
+}
+
+void copy(Device device, void* dst, const void* src, size_t bytes) {
+  if (bytes == 0) return;
+  tandem::cuda::DeviceGuard guard(device);
+  TANDEM_CUDA_CHECK(
+      cudaMemcpyAsync(dst, src, bytes, cudaMemcpyDeviceToDevice, tandem::cuda::current_stream()));
+}
+
+}  // namespace tandem::collectives::cuda_in_process

@@ -1,0 +1,331 @@
+// [cuda] tests of distribution on GPUs: MirroredStrategy over logical replicas sharing one GPU
+// (collectives through device memory, ordered by events), the data-parallel invariance on GPU
+// replicas, input staging through pinned memory on a copy stream, the allocator in steady state
+// and its memory limit. Without a GPU each test WARNs why it was skipped and passes.
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tandem/tandem.h"
+#include "tandem/tensor/device_runtime.h"
+
+namespace {
+
+using namespace tandem;
+namespace fs = std::filesystem;
+
+bool skip_without_gpu() {
+  if (cuda_device_count() > 0) return false;
+  WARN("skipped: no GPU (" << cuda_availability().reason << ")");
+  return true;
+}
+
+#define TANDEM_REQUIRE_GPU()        \
+  do {                              \
+    if (skip_without_gpu()) return; \
+  } while (0)
+
+/// `replicas` logical replicas on cuda:0.
+MirroredStrategy logical_replicas(int replicas) {
+  return MirroredStrategy(std::vector<Device>(static_cast<size_t>(replicas), Device::cuda(0)));
+}
+
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(a[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("logical GPU replicas: all_reduce, all_gather and broadcast have closed forms",
+          "[cuda][distribute]") {
+  TANDEM_REQUIRE_GPU();
+  for (int replicas : {2, 3, 4}) {
+    auto strategy = logical_replicas(replicas);
+    for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{1'000'003}}) {
+      INFO(replicas << " replicas, " << n << " elements");
+      // Replica r holds r + 1 + i/n at element i (a different value at every element).
+      std::vector<std::vector<float>> sums(static_cast<size_t>(replicas));
+      std::vector<std::vector<float>> maxima(static_cast<size_t>(replicas));
+      std::vector<std::vector<float>> means(static_cast<size_t>(replicas));
+      std::vector<std::vector<float>> gathered(static_cast<size_t>(replicas));
+      std::vector<std::vector<float>> broadcast(static_cast<size_t>(replicas));
+      strategy.run([&](ReplicaContext& ctx) {
+        const int r = ctx.replica_id_in_sync_group();
+        REQUIRE(ctx.device() == Device::cuda(0));
+        std::vector<float> values(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i)
+          values[static_cast<size_t>(i)] = static_cast<float>(r + 1) + static_cast<float>(i) / n;
+        const Tensor mine = Tensor::from_vector(values).to(ctx.device());
+        const auto id = static_cast<size_t>(r);
+        sums[id] = ctx.all_reduce(ReduceOp::kSum, mine).to_vector<float>();
+        maxima[id] = ctx.all_reduce(ReduceOp::kMax, mine).to_vector<float>();
+        means[id] = ctx.all_reduce(ReduceOp::kMean, mine).to_vector<float>();
+        const Tensor first_rows = mine.slice(0, std::min<int64_t>(n, r + 1));  // uneven pieces
+        gathered[id] = ctx.all_gather(first_rows).to_vector<float>();
+        broadcast[id] = ctx.broadcast(mine, replicas - 1).to_vector<float>();
+      });
+      for (int r = 0; r < replicas; ++r) {
+        const auto id = static_cast<size_t>(r);
+        REQUIRE(sums[id].size() == static_cast<size_t>(n));
+        bool sums_ok = true, max_ok = true, mean_ok = true, broadcast_ok = true;
+        for (int64_t i = 0; i < n; ++i) {
+          const float frac = static_cast<float>(i) / n;
+          // The sum in replica order, in float32, as the kernel adds.
+          float sum = 0.0f + (1.0f + frac);
+          for (int k = 1; k < replicas; ++k) sum = sum + (static_cast<float>(k + 1) + frac);
+          const auto e = static_cast<size_t>(i);
+          sums_ok = sums_ok && sums[id][e] == sum;
+          max_ok = max_ok && maxima[id][e] == static_cast<float>(replicas) + frac;
+          mean_ok = mean_ok && means[id][e] == sum / static_cast<float>(replicas);
+          broadcast_ok = broadcast_ok && broadcast[id][e] == static_cast<float>(replicas) + frac;
+        }
+        CHECK(sums_ok);
+        CHECK(max_ok);
+        CHECK(mean_ok);
+        CHECK(broadcast_ok);
+        std::vector<float> expected_gather;
+        for (int k = 0; k < replicas; ++k)
+          for (int64_t i = 0; i < std::min<int64_t>(n, k + 1); ++i)
+            expected_gather.push_back(static_cast<float>(k + 1) + static_cast<float>(i) / n);
+        CHECK(gathered[id] == expected_gather);
+      }
+    }
+  }
+}
+
+TEST_CASE("logical GPU replicas: mismatched calls raise on every replica", "[cuda][distribute]") {
+  TANDEM_REQUIRE_GPU();
+  auto strategy = logical_replicas(2);
+  CHECK_THROWS_WITH(
+      strategy.run([&](ReplicaContext& ctx) {
+        const int64_t n = ctx.replica_id_in_sync_group() == 0 ? 10 : 11;
+        ctx.all_reduce(ReduceOp::kSum, Tensor::ones({n}, DType::kFloat32, ctx.device()));
+      }),
+      Catch::Contains("all_reduce") && Catch::Contains("[10]") && Catch::Contains("[11]"));
+  // The strategy is usable afterwards.
+  std::vector<float> after(2);
+  strategy.run([&](ReplicaContext& ctx) {
+    after[static_cast<size_t>(ctx.replica_id_in_sync_group())] =
+        ctx.all_reduce(ReduceOp::kSum, Tensor::ones({3}, DType::kFloat32, ctx.device()))
+            .to_vector<float>()[0];
+  });
+  CHECK(after == std::vector<float>{2.0f, 2.0f});
+}
+
+namespace {
+
+struct Trained {
+  std::vector<std::vector<float>> weights;
+  std::vector<std::vector<float>> initial;
+  bool replicas_identical = true;
+};
+
+/// 12 steps of an MLP on global batches of 64 from a distributed dataset, Adam.
+Trained train(Strategy& strategy) {
+  Generator g(2024);
+  const int64_t steps = 12, batch = 64;
+  const Tensor features = Tensor::normal({steps * batch, 8}, g);
+  std::vector<int64_t> labels(static_cast<size_t>(steps * batch));
+  const float* f = features.data<float>();
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const float score = f[i * 8] + 0.5f * f[i * 8 + 1] - f[i * 8 + 2];
+    labels[i] = score < -0.7f ? 0 : score < 0.0f ? 1 : score < 0.7f ? 2 : 3;
+  }
+  auto data = strategy.distribute_dataset(
+      data::from_tensor_slices({features, Tensor::from_vector(labels)}).batch(batch));
+  nn::Sequential model({nn::Dense(32, nn::Activation::kRelu), nn::Dense(4)});
+  std::unique_ptr<optim::Adam> optimizer;
+  {
+    auto scope = strategy.scope();
+    model.set_seed(5);
+    model.build({8});
+    optimizer = std::make_unique<optim::Adam>(optim::Adam::Options{.learning_rate = 0.01});
+    optimizer->build(model.trainable_variables());
+  }
+  const std::vector<Variable> variables = model.trainable_variables();
+  Trained out;
+  for (const Variable& v : variables) out.initial.push_back(v.copy(0).to_vector<float>());
+  auto step = [&](ReplicaContext& ctx, const data::Batch& b) {
+    REQUIRE(b.features().device() == ctx.device());  // the dataset placed it
+    GradientTape tape;
+    const Tensor loss = compute_average_loss(
+        losses::sparse_categorical_crossentropy(b.labels(), model(b.features(), true), true),
+        batch);
+    optimizer->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+    return loss;
+  };
+  for (const auto& b : data) strategy.run(step, b);
+  for (const Variable& v : variables) {
+    out.weights.push_back(v.copy(0).to_vector<float>());
+    for (int r = 1; r < v.num_copies(); ++r)
+      out.replicas_identical =
+          out.replicas_identical && v.copy(r).to_vector<float>() == out.weights.back();
+  }
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("data-parallel invariance on GPU replicas: 1x64 on the CPU == 1x64 == 2x32 == 4x16",
+          "[cuda][distribute]") {
+  TANDEM_REQUIRE_GPU();
+  auto cpu = MirroredStrategy::cpu(1);
+  const Trained reference = train(cpu);
+  for (int replicas : {1, 2, 4}) {
+    auto strategy = logical_replicas(replicas);
+    const Trained gpu = train(strategy);
+    CHECK(gpu.replicas_identical);
+    for (size_t v = 0; v < reference.weights.size(); ++v) {
+      const double difference = relative_difference(reference.weights[v], gpu.weights[v]);
+      INFO(replicas << " GPU replica(s), variable " << v << ": " << difference);
+      CHECK(difference <= 1e-5);
+      CHECK(relative_difference(reference.initial[v], reference.weights[v]) > 1e-3);
+    }
+  }
+}
+
+TEST_CASE("input staging: batches copied on the copy stream match the host data", "[cuda][data]") {
+  TANDEM_REQUIRE_GPU();
+  // Many steps whose compute takes longer than the next batch's copy: a staging buffer or a
+  // destination block reused too early would show up as a wrong sum.
+  const int64_t steps = 60, batch = 512, width = 1024;
+  Generator g(99);
+  const Tensor features = Tensor::uniform({steps * batch, width}, g);
+  std::vector<double> expected;
+  for (int64_t s = 0; s < steps; ++s)
+    expected.push_back(
+        ops::sum(ops::cast(features.slice(s * batch, (s + 1) * batch), DType::kFloat64))
+            .item<double>());
+  auto strategy = logical_replicas(2);
+  auto data = strategy.distribute_dataset(data::from_tensor_slices({features}).batch(batch));
+  const Tensor weights = Tensor::ones({width, width}, DType::kFloat32, Device::cuda(0));
+  std::vector<double> got;
+  for (const auto& b : data) {
+    PerReplica<Tensor> sums = strategy.run(
+        [&](ReplicaContext& ctx, const data::Batch& piece) {
+          REQUIRE(piece.features().device() == ctx.device());
+          // Work that keeps the stream busy while the next copy is queued.
+          Tensor busy = piece.features();
+          for (int i = 0; i < 4; ++i) busy = ops::matmul(busy, weights);
+          (void)busy;
+          return ops::sum(ops::cast(piece.features(), DType::kFloat64));
+        },
+        b);
+    got.push_back(strategy.reduce(ReduceOp::kSum, sums).item<double>());
+  }
+  REQUIRE(got.size() == expected.size());
+  for (size_t s = 0; s < got.size(); ++s) {
+    INFO("step " << s);
+    CHECK(got[s] == Approx(expected[s]).epsilon(1e-9));
+  }
+}
+
+TEST_CASE("a training step on 2 logical GPU replicas performs no new cudaMalloc",
+          "[cuda][distribute]") {
+  TANDEM_REQUIRE_GPU();
+  auto strategy = logical_replicas(2);
+  nn::Sequential model({nn::Dense(64, nn::Activation::kRelu), nn::Dense(10)});
+  std::unique_ptr<optim::Adam> optimizer;
+  {
+    auto scope = strategy.scope();
+    model.build({32});
+    optimizer = std::make_unique<optim::Adam>();
+    optimizer->build(model.trainable_variables());
+  }
+  Generator g(3);
+  const Tensor x = Tensor::normal({64, 32}, g);
+  std::vector<int64_t> y(64);
+  for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>(i % 10);
+  auto data = strategy.distribute_dataset(
+      data::from_tensor_slices({x, Tensor::from_vector(y)}).batch(32).repeat());
+  const std::vector<Variable> variables = model.trainable_variables();
+  auto step = [&](ReplicaContext& ctx, const data::Batch& b) {
+    GradientTape tape;
+    const Tensor loss = compute_average_loss(
+        losses::sparse_categorical_crossentropy(b.labels(), model(b.features(), true), true), 32);
+    optimizer->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+    return loss;
+  };
+  std::vector<data::Batch> pieces;
+  auto run_steps = [&](int n) {
+    for (int i = 0; i < n; ++i) {
+      REQUIRE(data.next(pieces));
+      strategy.reduce(ReduceOp::kSum, strategy.run(step, PerReplica<data::Batch>(pieces)))
+          .item<float>();
+    }
+  };
+  run_steps(3);  // warm-up: every size is cached on every stream
+  const AllocatorStats before = allocator_for(Device::cuda(0)).stats();
+  run_steps(5);
+  const AllocatorStats after = allocator_for(Device::cuda(0)).stats();
+  CHECK(after.system_allocs == before.system_allocs);
+  CHECK(after.cache_hits > before.cache_hits);
+}
+
+TEST_CASE("GPU out of memory names the device, the request and what is held", "[cuda]") {
+  TANDEM_REQUIRE_GPU();
+  const Tensor held = Tensor::zeros({1024, 1024}, DType::kFloat32, Device::cuda(0));
+  // 2^42 floats = 16 TiB: more than any GPU has.
+  CHECK_THROWS_WITH(Tensor::empty({int64_t{1} << 42}, DType::kFloat32, Device::cuda(0)),
+                    Catch::Contains("cuda:0: out of memory") &&
+                        Catch::Contains("17592186044416 bytes") &&
+                        Catch::Contains("in live tensors"));
+  // The allocator still works.
+  CHECK(ops::sum(held).item<float>() == 0.0f);
+}
+
+TEST_CASE("TANDEM_GPU_MEMORY_LIMIT_MB caps the allocator (child process)", "[cuda]") {
+  TANDEM_REQUIRE_GPU();
+  const std::string exe = fs::read_symlink("/proc/self/exe").string();
+  const fs::path log = fs::temp_directory_path() / ("tandem_gpu_limit_" + std::to_string(getpid()));
+  const std::string command = "TANDEM_GPU_MEMORY_LIMIT_MB=64 '" + exe +
+                              "' 'GPU memory limit: the child' > '" + log.string() + "' 2>&1";
+  const int status = std::system(command.c_str());
+  std::ifstream in(log);
+  std::stringstream text;
+  text << in.rdbuf();
+  fs::remove(log);
+  INFO(text.str());
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);
+  CHECK(text.str().find("All tests passed") != std::string::npos);
+}
+
+TEST_CASE("GPU memory limit: the child", "[.child]") {
+  if (std::getenv("TANDEM_GPU_MEMORY_LIMIT_MB") == nullptr || cuda_device_count() == 0) return;
+  // 32 MiB fits under 64 MiB, twice does too; a third 32 MiB block would not.
+  const Tensor a = Tensor::empty({8 * 1024 * 1024}, DType::kFloat32, Device::cuda(0));
+  const Tensor b = Tensor::empty({8 * 1024 * 1024 - 1024}, DType::kFloat32, Device::cuda(0));
+  CHECK_THROWS_WITH(
+      Tensor::empty({8 * 1024 * 1024}, DType::kFloat32, Device::cuda(0)),
+      Catch::Contains("cuda:0: out of memory") && Catch::Contains("TANDEM_GPU_MEMORY_LIMIT_MB=64"));
+  CHECK(allocator_for(Device::cuda(0)).stats().bytes_in_use <= 64u * 1024 * 1024);
+}
+
+TEST_CASE("the default MirroredStrategy takes every visible GPU", "[cuda][distribute]") {
+  TANDEM_REQUIRE_GPU();
+  if (std::getenv("TANDEM_CPU_REPLICAS") != nullptr) {
+    WARN("skipped: TANDEM_CPU_REPLICAS is set");
+    return;
+  }
+  MirroredStrategy strategy;
+  REQUIRE(strategy.num_replicas_in_sync() == cuda_device_count());
+  for (int i = 0; i < strategy.num_replicas_in_sync(); ++i)
+    CHECK(strategy.devices()[static_cast<size_t>(i)] == Device::cuda(i));
+}
