@@ -68,9 +68,17 @@ TEST_CASE("strategies from device lists, the environment and the defaults", "[cp
   td::MirroredStrategy listed({"cpu:0", "cpu:1"});
   REQUIRE(listed.num_replicas_in_sync() == 2);
   REQUIRE(listed.devices()[1] == td::Device::cpu(1));
-  REQUIRE_THROWS_WITH(td::MirroredStrategy({"cuda:0"}), Catch::Contains("cuda:0"));
+  // A GPU that is not there is refused by name (without CUDA built: NotBuiltError).
+  REQUIRE_THROWS_WITH(td::MirroredStrategy({"cuda:99"}), Catch::Contains("cuda:99"));
   if (!td::cuda_availability().built)
     REQUIRE_THROWS_AS(td::MirroredStrategy({"cuda:0"}), td::NotBuiltError);
+  if (td::cuda_device_count() == 0) {
+    REQUIRE_THROWS_WITH(td::MirroredStrategy({"cuda:0"}), Catch::Contains("cuda:0"));
+  } else {
+    REQUIRE(td::MirroredStrategy({"cuda:0"}).devices()[0] == td::Device::cuda(0));
+    REQUIRE_THROWS_WITH(td::MirroredStrategy({"cpu:0", "cuda:0"}),
+                        Catch::Contains("mixes CPU and GPU replicas"));
+  }
   REQUIRE_THROWS_WITH(td::MirroredStrategy::cpu(0), Catch::Contains("at least one replica"));
 
   ::setenv("TANDEM_CPU_REPLICAS", "3", 1);
@@ -81,8 +89,8 @@ TEST_CASE("strategies from device lists, the environment and the defaults", "[cp
   ::setenv("TANDEM_CPU_REPLICAS", "two", 1);
   REQUIRE_THROWS_WITH(td::MirroredStrategy(), Catch::Contains("TANDEM_CPU_REPLICAS=\"two\""));
   ::unsetenv("TANDEM_CPU_REPLICAS");
-  td::MirroredStrategy plain;
-  REQUIRE(plain.num_replicas_in_sync() == 1);
+  td::MirroredStrategy plain;  // every GPU, else one CPU replica
+  REQUIRE(plain.num_replicas_in_sync() == std::max(1, td::cuda_device_count()));
 
   td::OneDeviceStrategy one("cpu");
   REQUIRE(one.num_replicas_in_sync() == 1);
