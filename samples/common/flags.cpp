@@ -85,6 +85,18 @@ Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
     } else if (flag == "--per-replica-batch") {
       flags.per_replica_batch =
           parse_int<int64_t>(flag, value(), 1, 1'000'000, "a whole number >= 1");
+    } else if (flag == "--devices") {
+      const std::string_view v = value();
+      flags.devices.clear();
+      size_t begin = 0;
+      while (begin <= v.size()) {
+        const size_t comma = std::min(v.find(',', begin), v.size());
+        const std::string_view name = v.substr(begin, comma - begin);
+        if (!(name.starts_with("cpu") || name.starts_with("cuda")))
+          bad_value(flag, v, "a comma-separated device list such as cuda:0,cuda:1");
+        flags.devices.emplace_back(name);
+        begin = comma + 1;
+      }
     } else if (flag == "--replicas") {
       flags.replicas = parse_int<int>(flag, value(), 1, 4096, "a replica count in [1, 4096]");
     } else if (flag == "--learning-rate") {
@@ -136,6 +148,8 @@ std::string usage(const SampleInfo& info) {
       << "  --replicas N              train on N CPU replicas (logical devices cpu:0..N-1,\n"
       << "                            sharing the cores). Default: MirroredStrategy's choice,\n"
       << "                            every GPU, else TANDEM_CPU_REPLICAS CPU replicas (1)\n"
+      << "  --devices LIST            replica devices, e.g. cuda:0,cuda:1 (NCCL) or cuda:0,cuda:0\n"
+      << "                            (two replicas sharing one GPU); overrides --replicas\n"
       << "  --learning-rate X         Adam's learning rate before --lr-scaling (default 0.001)\n"
       << "  --seed S                  seed of the weight initialisation and of the shuffle\n"
       << "                            (default 42)\n"

@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace samples {
 
@@ -28,6 +29,9 @@ struct Flags {
   int64_t per_replica_batch = 64;
   /// CPU replicas; unset: MirroredStrategy's default device choice.
   std::optional<int> replicas;
+  /// Replica devices ("cuda:0,cuda:1", or "cuda:0,cuda:0" for two replicas sharing a GPU);
+  /// empty: --replicas or the default choice.
+  std::vector<std::string> devices;
   double learning_rate = 1e-3;
   uint64_t seed = 42;
   LrScaling lr_scaling = LrScaling::kNone;

@@ -19,6 +19,7 @@ void on_sigint(int) { g_interrupted.store(true, std::memory_order_relaxed); }
 }  // namespace
 
 tandem::MirroredStrategy make_strategy(const Flags& flags) {
+  if (!flags.devices.empty()) return tandem::MirroredStrategy(flags.devices);
   if (flags.replicas) return tandem::MirroredStrategy::cpu(*flags.replicas);
   return tandem::MirroredStrategy();
 }

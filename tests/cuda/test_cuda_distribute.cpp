@@ -14,10 +14,14 @@
 #include <memory>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "tandem/tandem.h"
 #include "tandem/tensor/device_runtime.h"
+#if TANDEM_WITH_NCCL
+#include "tandem/collectives/nccl_communicator.h"
+#endif
 
 namespace {
 
@@ -329,3 +333,93 @@ TEST_CASE("the default MirroredStrategy takes every visible GPU", "[cuda][distri
   for (int i = 0; i < strategy.num_replicas_in_sync(); ++i)
     CHECK(strategy.devices()[static_cast<size_t>(i)] == Device::cuda(i));
 }
+
+#if TANDEM_WITH_NCCL
+TEST_CASE("nccl: a group over the local GPUs gives closed forms", "[cuda][nccl]") {
+  TANDEM_REQUIRE_GPU();
+  const int gpus = cuda_device_count();
+  std::vector<Device> devices;
+  for (int i = 0; i < gpus; ++i) devices.push_back(Device::cuda(i));
+  auto group = collectives::NcclGroup::create(devices);
+  REQUIRE(group->size() == gpus);
+  std::vector<std::thread> threads;
+  std::vector<std::string> failures(static_cast<size_t>(gpus));
+  for (int r = 0; r < gpus; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        collectives::Communicator& comm = group->communicator(r);
+        const Device d = Device::cuda(r);
+        const int64_t n = 1'000'003;
+        std::vector<float> values(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i)
+          values[static_cast<size_t>(i)] = static_cast<float>(r + 1) + static_cast<float>(i % 7);
+        std::vector<Tensor> sum = {Tensor::from_vector(values).to(d)};
+        comm.all_reduce(sum, ReduceOp::kSum)->wait();
+        std::vector<Tensor> max = {Tensor::from_vector(values).to(d)};
+        comm.all_reduce(max, ReduceOp::kMax)->wait();
+        std::vector<Tensor> root_value = {Tensor::full({5}, r + 10.0, DType::kFloat32, d)};
+        comm.broadcast(root_value, gpus - 1)->wait();
+        std::vector<Tensor> gathered;
+        comm.all_gather(gathered, Tensor::full({r + 1}, r, DType::kFloat32, d))->wait();
+        Tensor scattered;
+        comm.reduce_scatter(scattered, Tensor::ones({2 * gpus}, DType::kFloat32, d))->wait();
+        const std::vector<float> s = sum[0].to_vector<float>();
+        const std::vector<float> m = max[0].to_vector<float>();
+        const float replicas_sum = static_cast<float>(gpus * (gpus + 1) / 2);
+        for (int64_t i = 0; i < n; i += 9973) {
+          const float k = static_cast<float>(i % 7);
+          if (s[static_cast<size_t>(i)] != replicas_sum + gpus * k) failures[r] += "sum ";
+          if (m[static_cast<size_t>(i)] != static_cast<float>(gpus) + k) failures[r] += "max ";
+        }
+        if (root_value[0].to_vector<float>() != std::vector<float>(5, gpus - 1 + 10.0f))
+          failures[r] += "broadcast ";
+        for (int k = 0; k < gpus; ++k)
+          if (gathered[static_cast<size_t>(k)].to_vector<float>() !=
+              std::vector<float>(static_cast<size_t>(k + 1), static_cast<float>(k)))
+            failures[r] += "all_gather ";
+        if (scattered.to_vector<float>() != std::vector<float>(2, static_cast<float>(gpus)))
+          failures[r] += "reduce_scatter ";
+      } catch (const std::exception& e) {
+        failures[r] += e.what();
+      }
+    });
+  }
+  for (std::thread& t : threads) t.join();
+  for (int r = 0; r < gpus; ++r) {
+    INFO("rank " << r);
+    CHECK(failures[static_cast<size_t>(r)].empty());
+  }
+  CHECK(group->communicator(0).stats().all_reduce == 2);
+}
+
+TEST_CASE("nccl: two ranks on one GPU are refused by name", "[cuda][nccl]") {
+  TANDEM_REQUIRE_GPU();
+  CHECK_THROWS_WITH(collectives::NcclGroup::create({Device::cuda(0), Device::cuda(0)}),
+                    Catch::Contains("both on cuda:0") && Catch::Contains("in_process"));
+}
+
+TEST_CASE("nccl: after an abort every call raises naming the cause", "[cuda][nccl]") {
+  TANDEM_REQUIRE_GPU();
+  auto group = collectives::NcclGroup::create({Device::cuda(0)});
+  group->abort("test: a peer died");
+  std::vector<Tensor> t = {Tensor::ones({4}, DType::kFloat32, Device::cuda(0))};
+  CHECK_THROWS_WITH(group->communicator(0).all_reduce(t, ReduceOp::kSum),
+                    Catch::Contains("aborted") && Catch::Contains("a peer died"));
+}
+
+TEST_CASE("MirroredStrategy over every GPU (NCCL) trains like one replica", "[cuda][nccl]") {
+  TANDEM_REQUIRE_GPU();
+  if (cuda_device_count() < 2) {
+    WARN("skipped: needs 2 GPUs, this machine has " << cuda_device_count());
+    return;
+  }
+  auto cpu = MirroredStrategy::cpu(1);
+  const Trained reference = train(cpu);
+  MirroredStrategy gpus({Device::cuda(0), Device::cuda(1)});
+  REQUIRE(gpus.communicator(0).name() == "nccl");
+  const Trained trained = train(gpus);
+  CHECK(trained.replicas_identical);
+  for (size_t v = 0; v < reference.weights.size(); ++v)
+    CHECK(relative_difference(reference.weights[v], trained.weights[v]) <= 1e-5);
+}
+#endif

@@ -12,6 +12,9 @@
 
 #include "tandem/collectives/in_process.h"
 #include "tandem/collectives/spin_wait.h"
+#if TANDEM_WITH_NCCL
+#include "tandem/collectives/nccl_communicator.h"
+#endif
 #include "tandem/core/logging.h"
 #include "tandem/core/threading.h"
 #include "tandem/distribute/host_reduce.h"
@@ -180,7 +183,12 @@ struct Strategy::Impl {
   Execution execution = Execution::kThreads;
   bool is_default = false;
 
+  // The rendezvous of the replicas (merge_call, argument checks, aborts) and, unless `nccl`
+  // is set, their collectives too.
   std::shared_ptr<collectives::InProcessGroup> group;
+#if TANDEM_WITH_NCCL
+  std::shared_ptr<collectives::NcclGroup> nccl;  // replicas on several GPUs
+#endif
   detail::MergeState merge;
   std::vector<std::unique_ptr<ReplicaContext>> contexts;
 
@@ -293,17 +301,40 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
                                                           : detail::SpinPolicy::kYield;
   TANDEM_CHECK(execution == Execution::kThreads || impl.num_replicas == 1, impl.name,
                ": inline execution needs exactly one replica");
-  impl.group = collectives::InProcessGroup::create(impl.num_replicas);
+  // Replicas on distinct GPUs reduce with NCCL; CPU replicas, and logical replicas sharing
+  // one GPU, with the in_process backend (through device memory on a GPU).
+  std::vector<Device> distinct;
+  for (const Device& d : impl.devices)
+    if (std::find(distinct.begin(), distinct.end(), d) == distinct.end()) distinct.push_back(d);
+  const bool several_gpus = impl.devices.front().is_cuda() && distinct.size() > 1;
+  if (several_gpus) {
+    TANDEM_CHECK(distinct.size() == impl.devices.size(), impl.name, ": replicas on ",
+                 distinct.size(), " GPUs with some GPUs listed more than once; use each GPU once, ",
+                 "or list one GPU several times (logical replicas sharing it)");
+#if TANDEM_WITH_NCCL
+    impl.nccl = collectives::NcclGroup::create(impl.devices);
+    impl.group = std::shared_ptr<collectives::InProcessGroup>(impl.nccl, &impl.nccl->host_group());
+#else
+    throw NotBuiltError(detail::str_cat(impl.name, ": replicas on ", distinct.size(),
+                                        " GPUs need NCCL, which this build does not have"));
+#endif
+  } else {
+    impl.group = collectives::InProcessGroup::create(impl.num_replicas);
+  }
   impl.merge.arguments.assign(static_cast<size_t>(impl.num_replicas), nullptr);
   impl.errors.assign(static_cast<size_t>(impl.num_replicas), nullptr);
   for (const Device& d : impl.devices) impl.any_gpu = impl.any_gpu || d.is_cuda();
   impl.run_start.resize(static_cast<size_t>(impl.num_replicas));
   impl.run_end.resize(static_cast<size_t>(impl.num_replicas));
   for (int r = 0; r < impl.num_replicas; ++r) {
-    collectives::InProcessCommunicator* comm = &impl.group->communicator(r);
+    collectives::InProcessCommunicator* sync = &impl.group->communicator(r);
+    collectives::Communicator* comm = sync;
+#if TANDEM_WITH_NCCL
+    if (impl.nccl) comm = &impl.nccl->communicator(r);
+#endif
     impl.contexts.push_back(std::unique_ptr<ReplicaContext>(
         new ReplicaContext(this, r, impl.num_replicas, impl.devices[static_cast<size_t>(r)], comm,
-                           comm, &impl.merge)));
+                           sync, &impl.merge)));
   }
   if (execution == Execution::kThreads) {
     try {
@@ -326,6 +357,9 @@ const std::vector<Device>& Strategy::devices() const { return impl_->devices; }
 collectives::Communicator& Strategy::communicator(int replica) const {
   TANDEM_CHECK(replica >= 0 && replica < impl_->num_replicas, name(), ": no replica ", replica,
                " (", impl_->num_replicas, " replicas)");
+#if TANDEM_WITH_NCCL
+  if (impl_->nccl) return impl_->nccl->communicator(replica);
+#endif
   return impl_->group->communicator(replica);
 }
 

@@ -1,0 +1,414 @@
+// The NCCL backend for several GPUs of one process: communicators created together in
+// non-blocking mode, a host rendezvous with an argument check before each collective, and a
+// watchdog thread that polls ncclCommGetAsyncError and the completion of queued collectives,
+// aborting every communicator on an error or after the collective timeout.
+#include "tandem/collectives/nccl_communicator.h"
+
+#include <cuda_runtime.h>
+#include <nccl.h>
+
+#include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "tandem/core/cuda_check.h"
+#include "tandem/core/logging.h"
+#include "tandem/tensor/cuda_context.h"
+
+namespace tandem::collectives {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+ncclDataType_t nccl_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return ncclFloat32;
+    case DType::kFloat64:
+      return ncclFloat64;
+    case DType::kInt32:
+      return ncclInt32;
+    case DType::kInt64:
+      return ncclInt64;
+    case DType::kUInt8:
+      return ncclUint8;
+    default:
+      TANDEM_THROW("nccl: ", dtype, " tensors cannot be reduced (numeric types only)");
+  }
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::kSum:
+      return ncclSum;
+    case ReduceOp::kMean:
+      return ncclAvg;
+    case ReduceOp::kMax:
+      return ncclMax;
+  }
+  return ncclSum;
+}
+
+/// A collective queued on a rank's stream: the watchdog checks that it ends in time.
+struct InFlight {
+  int rank = 0;
+  const char* label = "";
+  cudaEvent_t done = nullptr;
+  Clock::time_point queued;
+};
+
+}  // namespace
+
+struct NcclGroup::State {
+  std::vector<Device> devices;
+  std::vector<ncclComm_t> comms;
+  std::shared_ptr<InProcessGroup> host;
+
+  std::mutex mutex;  // guards everything below
+  std::condition_variable cv;
+  std::deque<InFlight> in_flight;
+  std::vector<cudaEvent_t> spare_events;
+  bool aborted = false;
+  std::string abort_reason;
+  bool stop = false;
+  std::thread watchdog;
+};
+
+namespace {
+
+/// Waits for a non-blocking communicator to leave ncclInProgress; raises on an error or after
+/// the collective timeout.
+void wait_ready(ncclComm_t comm, const char* what, int rank) {
+  const auto deadline = Clock::now() + collective_timeout();
+  for (;;) {
+    ncclResult_t state = ncclSuccess;
+    const ncclResult_t status = ncclCommGetAsyncError(comm, &state);
+    TANDEM_CHECK(status == ncclSuccess, "nccl ", what, " on rank ", rank,
+                 ": ncclCommGetAsyncError failed: ", ncclGetErrorString(status));
+    if (state == ncclSuccess) return;
+    if (state != ncclInProgress)
+      TANDEM_THROW("nccl ", what, " on rank ", rank, ": ", ncclGetErrorString(state), " (",
+                   ncclGetLastError(comm), ")");
+    if (Clock::now() > deadline)
+      throw TimeoutError(
+          detail::str_cat("nccl ", what, " on rank ", rank, " did not finish within ",
+                          collective_timeout().count() / 1000.0, " s (TANDEM_COLLECTIVE_TIMEOUT)"));
+    std::this_thread::yield();
+  }
+}
+
+void check_nccl(ncclResult_t status, ncclComm_t comm, const char* what, int rank) {
+  if (status == ncclSuccess || status == ncclInProgress) {
+    if (status == ncclInProgress) wait_ready(comm, what, rank);
+    return;
+  }
+  TANDEM_THROW("nccl ", what, " on rank ", rank, ": ", ncclGetErrorString(status), " (",
+               ncclGetLastError(comm), ")");
+}
+
+/// Aborts every communicator once (with the state's mutex held by the caller).
+void abort_locked(NcclGroup::State& s, const std::string& reason) {
+  if (s.aborted) return;
+  s.aborted = true;
+  s.abort_reason = reason;
+  for (size_t r = 0; r < s.comms.size(); ++r) {
+    if (s.comms[r] == nullptr) continue;
+    cuda::DeviceGuard guard(s.devices[r]);
+    (void)ncclCommAbort(s.comms[r]);  // kernels waiting for peers return
+    s.comms[r] = nullptr;
+  }
+  s.host->abort(reason);
+  TANDEM_LOG_ERROR("nccl: communicators aborted: ", reason);
+}
+
+void watchdog_main(NcclGroup::State* s) {
+  std::unique_lock<std::mutex> lock(s->mutex);
+  while (!s->stop) {
+    s->cv.wait_for(lock, std::chrono::milliseconds(50));
+    if (s->stop || s->aborted) continue;
+    // Asynchronous errors of any communicator (a failed peer, a network error).
+    for (size_t r = 0; r < s->comms.size() && !s->aborted; ++r) {
+      ncclResult_t state = ncclSuccess;
+      if (ncclCommGetAsyncError(s->comms[r], &state) == ncclSuccess && state != ncclSuccess &&
+          state != ncclInProgress) {
+        abort_locked(*s, detail::str_cat("rank ", r, " reported ", ncclGetErrorString(state)));
+      }
+    }
+    // Collectives queued longer ago than the timeout and still not done on the GPU.
+    while (!s->in_flight.empty() && !s->aborted) {
+      InFlight& oldest = s->in_flight.front();
+      cuda::DeviceGuard guard(s->devices[static_cast<size_t>(oldest.rank)]);
+      const cudaError_t status = cudaEventQuery(oldest.done);
+      if (status == cudaSuccess) {
+        s->spare_events.push_back(oldest.done);
+        s->in_flight.pop_front();
+        continue;
+      }
+      (void)cudaGetLastError();
+      if (Clock::now() - oldest.queued > collective_timeout()) {
+        abort_locked(*s, detail::str_cat(oldest.label, " on rank ", oldest.rank,
+                                         " did not finish on the GPU within ",
+                                         collective_timeout().count() / 1000.0,
+                                         " s (TANDEM_COLLECTIVE_TIMEOUT)"));
+      }
+      break;
+    }
+  }
+}
+
+}  // namespace
+
+// ---- NcclGroup ---------------------------------------------------------------------------------
+
+NcclGroup::NcclGroup() : state_(std::make_unique<State>()) {}
+
+NcclGroup::~NcclGroup() {
+  State& s = *state_;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    s.stop = true;
+  }
+  s.cv.notify_all();
+  if (s.watchdog.joinable()) s.watchdog.join();
+  for (size_t r = 0; r < s.comms.size(); ++r) {
+    if (s.comms[r] == nullptr) continue;
+    cuda::DeviceGuard guard(s.devices[r]);
+    if (ncclCommDestroy(s.comms[r]) != ncclSuccess) (void)ncclCommAbort(s.comms[r]);
+  }
+  for (const InFlight& f : s.in_flight) (void)cudaEventDestroy(f.done);
+  for (cudaEvent_t e : s.spare_events) (void)cudaEventDestroy(e);
+}
+
+std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices) {
+  TANDEM_CHECK(!devices.empty(), "nccl: a group needs at least one GPU");
+  for (size_t i = 0; i < devices.size(); ++i) {
+    TANDEM_CHECK(devices[i].is_cuda(), "nccl: rank ", i, " is on ", devices[i], ", not a GPU");
+    for (size_t j = 0; j < i; ++j)
+      TANDEM_CHECK(devices[i] != devices[j], "nccl: ranks ", j, " and ", i, " are both on ",
+                   devices[i], "; NCCL takes one rank per GPU (logical replicas sharing a GPU ",
+                   "use the in_process backend)");
+  }
+  std::shared_ptr<NcclGroup> group(new NcclGroup());
+  State& s = *group->state_;
+  s.devices = devices;
+  s.host = InProcessGroup::create(static_cast<int>(devices.size()));
+  const int n = static_cast<int>(devices.size());
+  s.comms.assign(devices.size(), nullptr);
+  ncclUniqueId id;
+  TANDEM_CHECK(ncclGetUniqueId(&id) == ncclSuccess, "nccl: ncclGetUniqueId failed");
+  ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+  config.blocking = 0;  // calls return at once; progress and errors are polled (watchdog)
+  TANDEM_CHECK(ncclGroupStart() == ncclSuccess, "nccl: ncclGroupStart failed");
+  for (int r = 0; r < n; ++r) {
+    cuda::DeviceGuard guard(devices[static_cast<size_t>(r)]);
+    const ncclResult_t status =
+        ncclCommInitRankConfig(&s.comms[static_cast<size_t>(r)], n, id, r, &config);
+    TANDEM_CHECK(status == ncclSuccess || status == ncclInProgress, "nccl: creating rank ", r,
+                 " on ", devices[static_cast<size_t>(r)], " failed: ", ncclGetErrorString(status));
+  }
+  const ncclResult_t end = ncclGroupEnd();
+  TANDEM_CHECK(end == ncclSuccess || end == ncclInProgress,
+               "nccl: creating the communicators failed: ", ncclGetErrorString(end));
+  for (int r = 0; r < n; ++r) wait_ready(s.comms[static_cast<size_t>(r)], "init", r);
+  for (int r = 0; r < n; ++r)
+    group->communicators_.push_back(
+        std::unique_ptr<NcclCommunicator>(new NcclCommunicator(group.get(), r)));
+  s.watchdog = std::thread(watchdog_main, &s);
+  return group;
+}
+
+int NcclGroup::size() const { return static_cast<int>(state_->devices.size()); }
+
+NcclCommunicator& NcclGroup::communicator(int rank) {
+  TANDEM_CHECK(rank >= 0 && rank < size(), "nccl: no rank ", rank, " (", size(), " ranks)");
+  return *communicators_[static_cast<size_t>(rank)];
+}
+
+InProcessGroup& NcclGroup::host_group() { return *state_->host; }
+
+void NcclGroup::abort(const std::string& reason) {
+  std::lock_guard<std::mutex> lock(state_->mutex);
+  abort_locked(*state_, reason);
+}
+
+// ---- NcclCommunicator --------------------------------------------------------------------------
+
+int NcclCommunicator::size() const { return group_->size(); }
+
+Device NcclCommunicator::device() const {
+  return group_->state_->devices[static_cast<size_t>(rank_)];
+}
+
+void NcclCommunicator::enter(const char* label, const std::vector<Tensor>& tensors, int64_t extra) {
+  NcclGroup::State& s = *group_->state_;
+  {
+    std::lock_guard<std::mutex> lock(s.mutex);
+    if (s.aborted)
+      throw AbortedError(detail::str_cat("nccl ", label, " on rank ", rank_,
+                                         ": the group was aborted: ", s.abort_reason));
+  }
+  const Device mine = device();
+  for (size_t i = 0; i < tensors.size(); ++i) {
+    TANDEM_CHECK(tensors[i].defined(), "nccl ", label, ": tensor ", i,
+                 " is undefined (e.g. the gradient of a variable the loss does not depend on)");
+    TANDEM_CHECK(tensors[i].device() == mine, "nccl ", label, " on rank ", rank_, ": tensor ", i,
+                 " lives on ", tensors[i].device(), " but this rank's GPU is ", mine);
+  }
+  // The host rendezvous: every rank brings a signature of its call; a missing rank times out
+  // (or is reported as departed), a different call raises on every rank.
+  std::vector<int64_t> signature = {static_cast<int64_t>(std::hash<std::string>{}(label)), extra,
+                                    static_cast<int64_t>(tensors.size())};
+  for (const Tensor& t : tensors) {
+    signature.push_back(static_cast<int64_t>(t.dtype()));
+    signature.push_back(t.numel());
+  }
+  // Fixed-size records, so that lists of different lengths still gather.
+  constexpr size_t kFields = 16;
+  const int64_t digest = static_cast<int64_t>(std::hash<std::string>{}(std::string(
+      reinterpret_cast<const char*>(signature.data()), signature.size() * sizeof(int64_t))));
+  std::vector<int64_t> record(kFields, 0);
+  for (size_t i = 0; i < std::min(kFields - 1, signature.size()); ++i) record[i] = signature[i];
+  record[kFields - 1] = digest;
+  std::vector<Tensor> gathered;
+  s.host->communicator(rank_).all_gather(gathered, Tensor::from_vector(record))->wait();
+  for (int k = 0; k < size(); ++k) {
+    if (gathered[static_cast<size_t>(k)].to_vector<int64_t>() == record) continue;
+    TANDEM_THROW("nccl ", label, ": rank ", k, " made a different call than rank ", rank_,
+                 " (another collective, or tensors of other sizes or dtypes); every replica must "
+                 "make the same collective calls in the same order");
+  }
+}
+
+void NcclCommunicator::queued(const char* label) {
+  NcclGroup::State& s = *group_->state_;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.aborted)
+    throw AbortedError(detail::str_cat("nccl ", label, " on rank ", rank_,
+                                       ": the group was aborted: ", s.abort_reason));
+  cuda::DeviceGuard guard(device());
+  cudaEvent_t event = nullptr;
+  if (!s.spare_events.empty()) {
+    event = s.spare_events.back();
+    s.spare_events.pop_back();
+  } else {
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
+  }
+  TANDEM_CUDA_CHECK(cudaEventRecord(event, cuda::current_stream()));
+  s.in_flight.push_back({rank_, label, event, Clock::now()});
+}
+
+std::shared_ptr<Work> NcclCommunicator::all_reduce_impl(const std::vector<Tensor>& inputs,
+                                                        const std::vector<Tensor>& outputs,
+                                                        ReduceOp op) {
+  TANDEM_CHECK(outputs.size() == inputs.size(), "nccl all_reduce: ", inputs.size(), " inputs but ",
+               outputs.size(), " outputs");
+  for (size_t i = 0; i < inputs.size(); ++i)
+    TANDEM_CHECK(outputs[i].defined() && outputs[i].shape() == inputs[i].shape() &&
+                     outputs[i].dtype() == inputs[i].dtype(),
+                 "nccl all_reduce: output ", i, " does not match input ", i);
+  enter("all_reduce", inputs, static_cast<int64_t>(op));
+  cuda::DeviceGuard guard(device());
+  const cudaStream_t stream = cuda::current_stream();
+  ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
+  // One group call for the whole list: NCCL fuses the launches.
+  check_nccl(ncclGroupStart(), comm, "all_reduce", rank_);
+  for (size_t i = 0; i < inputs.size(); ++i) {
+    if (inputs[i].numel() == 0) continue;
+    check_nccl(ncclAllReduce(inputs[i].raw_data(), outputs[i].raw_data(),
+                             static_cast<size_t>(inputs[i].numel()), nccl_type(inputs[i].dtype()),
+                             nccl_op(op), comm, stream),
+               comm, "all_reduce", rank_);
+  }
+  check_nccl(ncclGroupEnd(), comm, "all_reduce", rank_);
+  queued("all_reduce");
+  return completed_work();
+}
+
+std::shared_ptr<Work> NcclCommunicator::all_gather_impl(std::vector<Tensor>& outputs,
+                                                        const Tensor& input) {
+  // Pieces may differ in their first dimension: first the sizes (host), then one broadcast
+  // per rank into outputs of the right size.
+  enter("all_gather", {}, static_cast<int64_t>(input.dtype()));
+  TANDEM_CHECK(input.defined() && input.device() == device(), "nccl all_gather on rank ", rank_,
+               ": the input must be a tensor on ", device());
+  std::vector<Tensor> sizes;
+  group_->state_->host->communicator(rank_)
+      .all_gather(sizes, Tensor::from_vector(input.shape().dims()))
+      ->wait();
+  outputs.resize(static_cast<size_t>(size()));
+  cuda::DeviceGuard guard(device());
+  const cudaStream_t stream = cuda::current_stream();
+  ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
+  for (int k = 0; k < size(); ++k) {
+    const std::vector<int64_t> dims = sizes[static_cast<size_t>(k)].to_vector<int64_t>();
+    outputs[static_cast<size_t>(k)] =
+        k == rank_ ? input.clone() : Tensor::empty(Shape(dims), input.dtype(), device());
+  }
+  check_nccl(ncclGroupStart(), comm, "all_gather", rank_);
+  for (int k = 0; k < size(); ++k) {
+    Tensor& out = outputs[static_cast<size_t>(k)];
+    if (out.numel() == 0) continue;
+    check_nccl(
+        ncclBroadcast(k == rank_ ? input.raw_data() : out.raw_data(), out.raw_data(),
+                      static_cast<size_t>(out.numel()), nccl_type(out.dtype()), k, comm, stream),
+        comm, "all_gather", rank_);
+  }
+  check_nccl(ncclGroupEnd(), comm, "all_gather", rank_);
+  queued("all_gather");
+  return completed_work();
+}
+
+std::shared_ptr<Work> NcclCommunicator::broadcast_impl(std::vector<Tensor>& tensors, int root) {
+  TANDEM_CHECK(root >= 0 && root < size(), "nccl broadcast: root ", root, " is outside [0, ",
+               size(), ")");
+  enter("broadcast", tensors, root);
+  cuda::DeviceGuard guard(device());
+  const cudaStream_t stream = cuda::current_stream();
+  ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
+  check_nccl(ncclGroupStart(), comm, "broadcast", rank_);
+  for (Tensor& t : tensors) {
+    if (t.numel() == 0) continue;
+    check_nccl(ncclBroadcast(t.raw_data(), t.raw_data(), static_cast<size_t>(t.numel()),
+                             nccl_type(t.dtype()), root, comm, stream),
+               comm, "broadcast", rank_);
+  }
+  check_nccl(ncclGroupEnd(), comm, "broadcast", rank_);
+  queued("broadcast");
+  return completed_work();
+}
+
+std::shared_ptr<Work> NcclCommunicator::reduce_scatter_impl(Tensor& output, const Tensor& input,
+                                                            ReduceOp op) {
+  TANDEM_CHECK(input.defined() && input.rank() > 0 && input.dim(0) % size() == 0,
+               "nccl reduce_scatter: the input's first dimension must be divisible by the ", size(),
+               " ranks");
+  Shape piece = input.shape();
+  piece[0] = input.dim(0) / size();
+  if (!output.defined()) output = Tensor::empty(piece, input.dtype(), device());
+  TANDEM_CHECK(
+      output.shape() == piece && output.dtype() == input.dtype() && output.device() == device(),
+      "nccl reduce_scatter: the output must be ", input.dtype(), piece, " on ", device());
+  enter("reduce_scatter", {input}, static_cast<int64_t>(op));
+  cuda::DeviceGuard guard(device());
+  ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
+  if (output.numel() > 0)
+    check_nccl(
+        ncclReduceScatter(input.raw_data(), output.raw_data(), static_cast<size_t>(output.numel()),
+                          nccl_type(input.dtype()), nccl_op(op), comm, cuda::current_stream()),
+        comm, "reduce_scatter", rank_);
+  queued("reduce_scatter");
+  return completed_work();
+}
+
+std::shared_ptr<Work> NcclCommunicator::barrier_impl() {
+  // A host barrier: the GPU streams are not involved (order them with events when needed).
+  enter("barrier", {}, 0);
+  return completed_work();
+}
+
+}  // namespace tandem::collectives

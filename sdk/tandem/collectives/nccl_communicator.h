@@ -1,0 +1,83 @@
+// collectives::Nccl: the backend for replicas on several GPUs of one process. One NCCL
+// communicator per GPU, created together in non-blocking mode; a host rendezvous before every
+// collective (so a missing or mismatched replica raises instead of leaving a GPU waiting
+// forever); and a watchdog that aborts the communicators on an asynchronous NCCL error or when a
+// collective has not finished on the GPU within TANDEM_COLLECTIVE_TIMEOUT. Built only with NCCL.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/collectives/communicator.h"
+#include "tandem/collectives/in_process.h"
+#include "tandem/core/device.h"
+
+namespace tandem::collectives {
+
+class NcclGroup;
+
+/// Rank r's endpoint; only the thread playing rank r may call it. Collectives are queued on the
+/// calling thread's current stream of its GPU and return before the GPU has done them (the
+/// Work is complete from the host's point of view: later work on that stream sees the result).
+/// After the watchdog aborted the group, every call raises AbortedError naming the cause.
+class NcclCommunicator final : public Communicator {
+ public:
+  int rank() const override { return rank_; }
+  int size() const override;
+  std::string name() const override { return "nccl"; }
+  /// The GPU of this rank.
+  Device device() const;
+
+ protected:
+  std::shared_ptr<Work> all_reduce_impl(const std::vector<Tensor>& inputs,
+                                        const std::vector<Tensor>& outputs, ReduceOp op) override;
+  std::shared_ptr<Work> all_gather_impl(std::vector<Tensor>& outputs, const Tensor& input) override;
+  std::shared_ptr<Work> broadcast_impl(std::vector<Tensor>& tensors, int root) override;
+  std::shared_ptr<Work> reduce_scatter_impl(Tensor& output, const Tensor& input,
+                                            ReduceOp op) override;
+  std::shared_ptr<Work> barrier_impl() override;
+
+ private:
+  friend class NcclGroup;
+  NcclCommunicator(NcclGroup* group, int rank) : group_(group), rank_(rank) {}
+
+  /// Checks this rank's tensors, meets the peers on the host (every rank must bring the same
+  /// call: kind, dtype and sizes), and raises on every rank when one does not.
+  void enter(const char* label, const std::vector<Tensor>& tensors, int64_t extra);
+  /// After queueing: records the point the watchdog watches and surfaces a pending error.
+  void queued(const char* label);
+
+  NcclGroup* group_;
+  int rank_;
+};
+
+/// The NCCL communicators of one process's GPUs and their watchdog.
+class NcclGroup {
+ public:
+  /// One rank per device, in order; the devices must be distinct GPUs (NCCL refuses two ranks
+  /// on one GPU: logical replicas sharing a GPU use the in_process backend).
+  static std::shared_ptr<NcclGroup> create(const std::vector<Device>& devices);
+  ~NcclGroup();
+  NcclGroup(const NcclGroup&) = delete;
+  NcclGroup& operator=(const NcclGroup&) = delete;
+
+  int size() const;
+  NcclCommunicator& communicator(int rank);
+  /// The host-side group the ranks meet in before each collective (strategies reset it between
+  /// runs and abort it when a replica fails).
+  InProcessGroup& host_group();
+  /// Aborts every NCCL communicator (kernels waiting for peers return) and makes later calls
+  /// raise AbortedError naming `reason`.
+  void abort(const std::string& reason);
+
+  struct State;  // implementation detail (nccl_communicator.cpp)
+
+ private:
+  NcclGroup();
+  friend class NcclCommunicator;
+  std::unique_ptr<State> state_;
+  std::vector<std::unique_ptr<NcclCommunicator>> communicators_;
+};
+
+}  // namespace tandem::collectives
