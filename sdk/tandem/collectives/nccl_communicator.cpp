@@ -67,6 +67,11 @@ struct InFlight {
 struct NcclGroup::State {
   std::vector<Device> devices;
   std::vector<ncclComm_t> comms;
+  // Per rank: the communication stream NCCL runs on, and the two hand-off events between it
+  // and the stream of the replica's thread (its compute stream).
+  std::vector<cudaStream_t> comm_streams;
+  std::vector<cudaEvent_t> inputs_ready;
+  std::vector<cudaEvent_t> results_ready;
   std::shared_ptr<InProcessGroup> host;
 
   std::mutex mutex;  // guards everything below
@@ -180,6 +185,12 @@ NcclGroup::~NcclGroup() {
     cuda::DeviceGuard guard(s.devices[r]);
     if (ncclCommDestroy(s.comms[r]) != ncclSuccess) (void)ncclCommAbort(s.comms[r]);
   }
+  for (size_t r = 0; r < s.comm_streams.size(); ++r) {
+    cuda::DeviceGuard guard(s.devices[r]);
+    if (s.comm_streams[r] != nullptr) (void)cudaStreamDestroy(s.comm_streams[r]);
+    if (s.inputs_ready[r] != nullptr) (void)cudaEventDestroy(s.inputs_ready[r]);
+    if (s.results_ready[r] != nullptr) (void)cudaEventDestroy(s.results_ready[r]);
+  }
   for (const InFlight& f : s.in_flight) (void)cudaEventDestroy(f.done);
   for (cudaEvent_t e : s.spare_events) (void)cudaEventDestroy(e);
 }
@@ -215,6 +226,16 @@ std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices)
   TANDEM_CHECK(end == ncclSuccess || end == ncclInProgress,
                "nccl: creating the communicators failed: ", ncclGetErrorString(end));
   for (int r = 0; r < n; ++r) wait_ready(s.comms[static_cast<size_t>(r)], "init", r);
+  s.comm_streams.assign(devices.size(), nullptr);
+  s.inputs_ready.assign(devices.size(), nullptr);
+  s.results_ready.assign(devices.size(), nullptr);
+  for (int r = 0; r < n; ++r) {
+    const auto i = static_cast<size_t>(r);
+    cuda::DeviceGuard guard(devices[i]);
+    TANDEM_CUDA_CHECK(cudaStreamCreateWithFlags(&s.comm_streams[i], cudaStreamNonBlocking));
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&s.inputs_ready[i], cudaEventDisableTiming));
+    TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&s.results_ready[i], cudaEventDisableTiming));
+  }
   for (int r = 0; r < n; ++r)
     group->communicators_.push_back(
         std::unique_ptr<NcclCommunicator>(new NcclCommunicator(group.get(), r)));
@@ -284,6 +305,25 @@ void NcclCommunicator::enter(const char* label, const std::vector<Tensor>& tenso
   }
 }
 
+namespace {
+/// The communication stream of `rank`, after making it wait for the work queued so far on the
+/// calling thread's (compute) stream: the inputs are ready when NCCL reads them.
+cudaStream_t begin_on_comm_stream(NcclGroup::State& s, int rank) {
+  const auto i = static_cast<size_t>(rank);
+  TANDEM_CUDA_CHECK(cudaEventRecord(s.inputs_ready[i], cuda::current_stream()));
+  TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s.comm_streams[i], s.inputs_ready[i], 0));
+  return s.comm_streams[i];
+}
+
+/// The compute stream waits for the collective: later kernels see its results, and the
+/// buffers it used are reused only after it.
+void end_on_comm_stream(NcclGroup::State& s, int rank) {
+  const auto i = static_cast<size_t>(rank);
+  TANDEM_CUDA_CHECK(cudaEventRecord(s.results_ready[i], s.comm_streams[i]));
+  TANDEM_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), s.results_ready[i], 0));
+}
+}  // namespace
+
 void NcclCommunicator::queued(const char* label) {
   NcclGroup::State& s = *group_->state_;
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -298,7 +338,7 @@ void NcclCommunicator::queued(const char* label) {
   } else {
     TANDEM_CUDA_CHECK(cudaEventCreateWithFlags(&event, cudaEventDisableTiming));
   }
-  TANDEM_CUDA_CHECK(cudaEventRecord(event, cuda::current_stream()));
+  TANDEM_CUDA_CHECK(cudaEventRecord(event, s.comm_streams[static_cast<size_t>(rank_)]));
   s.in_flight.push_back({rank_, label, event, Clock::now()});
 }
 
@@ -313,9 +353,9 @@ std::shared_ptr<Work> NcclCommunicator::all_reduce_impl(const std::vector<Tensor
                  "nccl all_reduce: output ", i, " does not match input ", i);
   enter("all_reduce", inputs, static_cast<int64_t>(op));
   cuda::DeviceGuard guard(device());
-  const cudaStream_t stream = cuda::current_stream();
   ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
   // One group call for the whole list: NCCL fuses the launches.
+  const cudaStream_t stream = begin_on_comm_stream(*group_->state_, rank_);
   check_nccl(ncclGroupStart(), comm, "all_reduce", rank_);
   for (size_t i = 0; i < inputs.size(); ++i) {
     if (inputs[i].numel() == 0) continue;
@@ -326,6 +366,7 @@ std::shared_ptr<Work> NcclCommunicator::all_reduce_impl(const std::vector<Tensor
   }
   check_nccl(ncclGroupEnd(), comm, "all_reduce", rank_);
   queued("all_reduce");
+  end_on_comm_stream(*group_->state_, rank_);
   return completed_work();
 }
 
@@ -342,13 +383,13 @@ std::shared_ptr<Work> NcclCommunicator::all_gather_impl(std::vector<Tensor>& out
       ->wait();
   outputs.resize(static_cast<size_t>(size()));
   cuda::DeviceGuard guard(device());
-  const cudaStream_t stream = cuda::current_stream();
   ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
   for (int k = 0; k < size(); ++k) {
     const std::vector<int64_t> dims = sizes[static_cast<size_t>(k)].to_vector<int64_t>();
     outputs[static_cast<size_t>(k)] =
         k == rank_ ? input.clone() : Tensor::empty(Shape(dims), input.dtype(), device());
   }
+  const cudaStream_t stream = begin_on_comm_stream(*group_->state_, rank_);
   check_nccl(ncclGroupStart(), comm, "all_gather", rank_);
   for (int k = 0; k < size(); ++k) {
     Tensor& out = outputs[static_cast<size_t>(k)];
@@ -360,6 +401,7 @@ std::shared_ptr<Work> NcclCommunicator::all_gather_impl(std::vector<Tensor>& out
   }
   check_nccl(ncclGroupEnd(), comm, "all_gather", rank_);
   queued("all_gather");
+  end_on_comm_stream(*group_->state_, rank_);
   return completed_work();
 }
 
@@ -368,8 +410,8 @@ std::shared_ptr<Work> NcclCommunicator::broadcast_impl(std::vector<Tensor>& tens
                size(), ")");
   enter("broadcast", tensors, root);
   cuda::DeviceGuard guard(device());
-  const cudaStream_t stream = cuda::current_stream();
   ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
+  const cudaStream_t stream = begin_on_comm_stream(*group_->state_, rank_);
   check_nccl(ncclGroupStart(), comm, "broadcast", rank_);
   for (Tensor& t : tensors) {
     if (t.numel() == 0) continue;
@@ -379,6 +421,7 @@ std::shared_ptr<Work> NcclCommunicator::broadcast_impl(std::vector<Tensor>& tens
   }
   check_nccl(ncclGroupEnd(), comm, "broadcast", rank_);
   queued("broadcast");
+  end_on_comm_stream(*group_->state_, rank_);
   return completed_work();
 }
 
@@ -396,12 +439,14 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter_impl(Tensor& output, cons
   enter("reduce_scatter", {input}, static_cast<int64_t>(op));
   cuda::DeviceGuard guard(device());
   ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
+  const cudaStream_t stream = begin_on_comm_stream(*group_->state_, rank_);
   if (output.numel() > 0)
     check_nccl(
         ncclReduceScatter(input.raw_data(), output.raw_data(), static_cast<size_t>(output.numel()),
-                          nccl_type(input.dtype()), nccl_op(op), comm, cuda::current_stream()),
+                          nccl_type(input.dtype()), nccl_op(op), comm, stream),
         comm, "reduce_scatter", rank_);
   queued("reduce_scatter");
+  end_on_comm_stream(*group_->state_, rank_);
   return completed_work();
 }
 

@@ -23,12 +23,23 @@ Optimizer::Optimizer(std::string name, LearningRate learning_rate,
                                 /*trainable=*/false)) {
   TANDEM_CHECK(!global_clipnorm_ || *global_clipnorm_ > 0.0, name_,
                ": global_clipnorm must be positive, got ", global_clipnorm_.value_or(0.0));
-  TANDEM_CHECK(accumulation_steps_ >= 1, name_,
-               ": gradient_accumulation_steps must be >= 1, got ", accumulation_steps_);
+  TANDEM_CHECK(accumulation_steps_ >= 1, name_, ": gradient_accumulation_steps must be >= 1, got ",
+               accumulation_steps_);
   if (accumulation_steps_ > 1) {
     micro_step_ = make_variable("grad_accum/micro_step", Tensor::scalar(0, DType::kInt64),
                                 /*trainable=*/false);
   }
+  keep_on_host(iterations_);
+  if (micro_step_.defined()) keep_on_host(micro_step_);
+}
+
+void Optimizer::keep_on_host(Variable& counter) {
+  // The counters are read on the host at every update (learning rate, accumulation): copies on
+  // a GPU would make every replica wait for its stream once per step. One CPU copy per replica.
+  std::vector<Tensor> copies;
+  for (int r = 0; r < counter.num_copies(); ++r)
+    copies.push_back(counter.copy(r).to(Device::cpu()));
+  counter.set_copies(std::move(copies));
 }
 
 int64_t Optimizer::iterations() const { return iterations_.value_untracked().item<int64_t>(); }
@@ -182,8 +193,8 @@ void Optimizer::finish_accumulation(std::vector<Tensor> combined,
   // The mean over micro-steps, divided as Keras does: (sum of N gradients) / N.
   for (Tensor& g : combined) {
     if (!g.defined()) continue;
-    g = ops::div(g, Tensor::scalar(static_cast<double>(accumulation_steps_), g.dtype(),
-                                   g.device()));
+    g = ops::div(g,
+                 Tensor::scalar(static_cast<double>(accumulation_steps_), g.dtype(), g.device()));
   }
   apply_update(combined, variables);
   // Reset every accumulator of this replica, also of variables without a gradient this time.

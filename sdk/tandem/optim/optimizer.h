@@ -124,12 +124,13 @@ class Optimizer {
     std::vector<Variable> slots;
     Variable accumulator;  // defined when accumulation_steps_ > 1
   };
+  /// Moves every replica copy of a counter variable to the host.
+  static void keep_on_host(Variable& counter);
   /// The entry of `variable`, created (with its slots) when missing.
   Entry& entry_for(const Variable& variable);
   /// Raises unless gradients and variables pair up (count, shape, dtype) and at least one
   /// gradient is defined; warns once per variable without a gradient.
-  void check_pairs(const std::vector<Tensor>& gradients,
-                   const std::vector<Variable>& variables);
+  void check_pairs(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
   /// One update from gradients already combined (and checked): clip, update_step, iterations+1.
   void apply_update(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
   /// Adds the defined gradients to this replica's accumulators and counts the micro-step.
@@ -147,7 +148,7 @@ class Optimizer {
   std::vector<std::string> slot_names_;
   int accumulation_steps_;
   Variable iterations_;
-  Variable micro_step_;  // defined when accumulation_steps_ > 1
+  Variable micro_step_;       // defined when accumulation_steps_ > 1
   mutable std::mutex mutex_;  // guards entries_, index_ and warned_
   std::vector<std::unique_ptr<Entry>> entries_;
   std::unordered_map<const void*, size_t> index_;
