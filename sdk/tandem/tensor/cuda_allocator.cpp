@@ -7,6 +7,8 @@
 #include <cuda_runtime.h>
 
 #include <cstdlib>
+#include <iomanip>
+#include <sstream>
 #include <memory>
 #include <mutex>
 #include <string>
@@ -23,8 +25,9 @@ namespace {
 constexpr double kMiB = 1024.0 * 1024.0;
 
 std::string mib(uint64_t bytes) {
-  return detail::str_cat(static_cast<double>(static_cast<uint64_t>(bytes / kMiB * 10)) / 10.0,
-                         " MiB");
+  std::ostringstream out;
+  out << std::fixed << std::setprecision(1) << static_cast<double>(bytes) / kMiB << " MiB";
+  return out.str();
 }
 
 /// TANDEM_GPU_MEMORY_LIMIT_MB in bytes; 0 when unset. A malformed value raises naming it.
