@@ -21,6 +21,7 @@
 #include "tandem/data/distributed_dataset.h"
 #include "tandem/data/iterator_state.h"
 #include "tandem/distribute/average_loss.h"
+#include "tandem/distribute/cluster_resolver.h"
 #include "tandem/distribute/per_replica.h"
 #include "tandem/distribute/replica_context.h"
 #include "tandem/distribute/strategy.h"

@@ -65,8 +65,9 @@ VariableCreator set_variable_creator(VariableCreator creator);
 /// The replica whose copies Variable::value() returns on the calling thread, and the number of
 /// replicas in sync (set by strategies on their replica threads; 0 and 1 elsewhere).
 struct ReplicaBinding {
-  int replica_id = 0;
-  int num_replicas = 1;
+  int replica_id = 0;       ///< index among this process's replicas (the variable copy it uses)
+  int num_replicas = 1;     ///< this process's replicas
+  int first_global_id = 0;  ///< global id of local replica 0 (worker x local replicas)
 };
 ReplicaBinding current_replica_binding();
 void set_current_replica_binding(ReplicaBinding binding);

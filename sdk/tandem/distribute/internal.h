@@ -30,7 +30,7 @@ class CrossReplicaGuard {
  public:
   CrossReplicaGuard() : context_(current_replica_context()), binding_(current_replica_binding()) {
     set_current_replica_context(nullptr);
-    set_current_replica_binding({0, 1});
+    set_current_replica_binding({0, 1, 0});
   }
   ~CrossReplicaGuard() {
     set_current_replica_context(context_);

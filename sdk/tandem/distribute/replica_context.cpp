@@ -8,6 +8,8 @@
 
 namespace tandem {
 
+int ReplicaContext::local_replica_id() const { return sync_->rank(); }
+
 Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
   TANDEM_CHECK(value.defined(), "ctx.all_reduce: the value is undefined");
   if (num_replicas_ == 1) return value;
@@ -57,17 +59,21 @@ std::shared_ptr<void> ReplicaContext::merge_call_erased(const void* my_arguments
   TANDEM_CHECK(current_replica_context() == this,
                "ctx.merge_call: call it from the replica function that received this context, "
                "on its own thread (not from inside another merge_call)");
+  // merge_call meets this worker's replicas (local indices; with several workers each worker
+  // runs the merge function on its own replicas' values).
+  const int local_id = sync_->rank();
+  const int local_replicas = sync_->size();
   detail::MergeState& merge = *merge_;
-  merge.arguments[static_cast<size_t>(replica_id_)] = my_arguments;
+  merge.arguments[static_cast<size_t>(local_id)] = my_arguments;
   // First rendezvous: every replica has published its arguments (the group's mutex orders the
   // write above before replica 0's reads in the merge function).
   sync_->rendezvous("merge_call");
-  if (replica_id_ == 0) {
+  if (local_id == 0) {
     merge.result.reset();
     merge.error = nullptr;
     detail::CrossReplicaGuard cross_replica;
     try {
-      merge.result = fn.call(fn.object, *strategy_, merge.arguments.data(), num_replicas_);
+      merge.result = fn.call(fn.object, *strategy_, merge.arguments.data(), local_replicas);
     } catch (...) {
       merge.error = std::current_exception();
     }
@@ -76,7 +82,7 @@ std::shared_ptr<void> ReplicaContext::merge_call_erased(const void* my_arguments
   // the next merge_call's first rendezvous, which needs every replica to have left this one.
   sync_->rendezvous("merge_call result");
   if (merge.error) {
-    if (replica_id_ == 0) std::rethrow_exception(merge.error);
+    if (local_id == 0) std::rethrow_exception(merge.error);
     throw collectives::AbortedError(
         detail::str_cat("merge_call: the merge function raised on replica 0: ",
                         detail::describe_exception(merge.error)));

@@ -49,6 +49,9 @@ class ReplicaContext {
   /// This replica's index in [0, num_replicas_in_sync()).
   int replica_id_in_sync_group() const { return replica_id_; }
   int num_replicas_in_sync() const { return num_replicas_; }
+  /// This replica's index among its process's replicas (the index into PerReplica values);
+  /// equal to replica_id_in_sync_group() with one worker.
+  int local_replica_id() const;
   /// The device this replica computes on.
   Device device() const { return device_; }
   /// The strategy running this replica.

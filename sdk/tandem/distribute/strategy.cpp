@@ -15,8 +15,13 @@
 #if TANDEM_WITH_NCCL
 #include "tandem/collectives/nccl_communicator.h"
 #endif
+#if TANDEM_WITH_MPI
+#include "tandem/collectives/mpi_communicator.h"
+#endif
+#include "tandem/core/build_info.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/threading.h"
+#include "tandem/distribute/cluster_resolver.h"
 #include "tandem/distribute/host_reduce.h"
 #include "tandem/distribute/internal.h"
 #include "tandem/tensor/device_runtime.h"
@@ -49,10 +54,16 @@ std::string describe_exception(const std::exception_ptr& error) {
 
 namespace {
 
+/// Makes `initial` the chief's value in every worker (nullptr: one process). Called only where
+/// every worker creates the same variables in the same order (the main thread, in scope()).
+using InitialBroadcast = std::function<Tensor(const Tensor&)>;
+
 /// A variable with one copy per device, every copy equal to `initial` (replica 0's value).
 Variable mirrored_variable(const std::vector<Device>& devices, std::string name,
-                           const Tensor& initial, bool trainable) {
-  Variable variable(std::move(name), initial.to(devices[0]), trainable);
+                           const Tensor& initial, bool trainable,
+                           const InitialBroadcast& broadcast = nullptr) {
+  const Tensor first = broadcast ? broadcast(initial) : initial;
+  Variable variable(std::move(name), first.to(devices[0]), trainable);
   if (devices.size() == 1) return variable;
   std::vector<Tensor> copies;
   copies.reserve(devices.size());
@@ -63,10 +74,12 @@ Variable mirrored_variable(const std::vector<Device>& devices, std::string name,
   return variable;
 }
 
-VariableCreator mirrored_creator(std::vector<Device> devices) {
+VariableCreator mirrored_creator(std::vector<Device> devices,
+                                 InitialBroadcast broadcast = nullptr) {
   // Captures the devices by value, so the creator never refers back to the strategy.
-  return [devices = std::move(devices)](std::string name, const Tensor& initial, bool trainable) {
-    return mirrored_variable(devices, std::move(name), initial, trainable);
+  return [devices = std::move(devices), broadcast = std::move(broadcast)](
+             std::string name, const Tensor& initial, bool trainable) {
+    return mirrored_variable(devices, std::move(name), initial, trainable, broadcast);
   };
 }
 
@@ -186,6 +199,13 @@ struct Strategy::Impl {
   // The rendezvous of the replicas (merge_call, argument checks, aborts) and, unless `nccl`
   // is set, their collectives too.
   std::shared_ptr<collectives::InProcessGroup> group;
+  int num_workers = 1;
+  int worker_index = 0;
+  InitialBroadcast broadcast_initial;  // set with several workers
+#if TANDEM_WITH_MPI
+  std::shared_ptr<collectives::MpiWorld> world;  // several workers
+  std::vector<std::unique_ptr<collectives::HierarchicalCommunicator>> hierarchical;
+#endif
 #if TANDEM_WITH_NCCL
   std::shared_ptr<collectives::NcclGroup> nccl;  // replicas on several GPUs
 #endif
@@ -235,7 +255,7 @@ namespace {
 void replica_thread_main(Strategy::Impl* impl, int id) {
   // Thread budget: replicas split the cores, so replicas x compute threads <= cores.
   set_compute_threads(std::max(1, hardware_cores() / impl->num_replicas));
-  set_current_replica_binding({id, impl->num_replicas});
+  set_current_replica_binding({id, impl->num_replicas, impl->worker_index * impl->num_replicas});
   // Variables created inside run (a model built on first use, optimizer slots) are mirrored
   // too; code that creates them lazily does so once, under its own lock, not once per replica.
   set_variable_creator(mirrored_creator(impl->devices));
@@ -289,7 +309,7 @@ void replica_thread_main(Strategy::Impl* impl, int id) {
 
 }  // namespace
 
-Strategy::Strategy(std::string name, std::vector<Device> devices, Execution execution)
+Strategy::Strategy(std::string name, std::vector<Device> devices, Execution execution, Scope scope)
     : impl_(std::make_unique<Impl>()) {
   validate_devices(name, devices);
   Impl& impl = *impl_;
@@ -321,6 +341,29 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   } else {
     impl.group = collectives::InProcessGroup::create(impl.num_replicas);
   }
+  if (scope == Scope::kWorkers) {
+    TANDEM_CHECK(!impl.any_gpu, impl.name, ": GPU replicas across workers need NCCL between ",
+                 "processes, which this build does not do yet; use CPU replicas");
+#if TANDEM_WITH_MPI
+    impl.world = collectives::MpiWorld::instance();
+    impl.num_workers = impl.world->size();
+    impl.worker_index = impl.world->rank();
+    auto shared = std::make_shared<std::vector<Tensor>>();
+    for (int r = 0; r < impl.num_replicas; ++r)
+      impl.hierarchical.push_back(std::make_unique<collectives::HierarchicalCommunicator>(
+          impl.world, &impl.group->communicator(r), shared));
+    std::shared_ptr<collectives::MpiWorld> world = impl.world;
+    impl.broadcast_initial = [world](const Tensor& initial) {
+      std::vector<Tensor> value = {initial.to(Device::cpu()).clone()};
+      world->broadcast(value, 0, "initial variable value");
+      return value[0];
+    };
+#else
+    throw NotBuiltError(impl.name +
+                        ": needs Open MPI, which this build does not have "
+                        "(install libopenmpi-dev and configure with -DTANDEM_ENABLE_MPI=ON)");
+#endif
+  }
   impl.merge.arguments.assign(static_cast<size_t>(impl.num_replicas), nullptr);
   impl.errors.assign(static_cast<size_t>(impl.num_replicas), nullptr);
   for (const Device& d : impl.devices) impl.any_gpu = impl.any_gpu || d.is_cuda();
@@ -329,12 +372,15 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   for (int r = 0; r < impl.num_replicas; ++r) {
     collectives::InProcessCommunicator* sync = &impl.group->communicator(r);
     collectives::Communicator* comm = sync;
+#if TANDEM_WITH_MPI
+    if (!impl.hierarchical.empty()) comm = impl.hierarchical[static_cast<size_t>(r)].get();
+#endif
 #if TANDEM_WITH_NCCL
     if (impl.nccl) comm = &impl.nccl->communicator(r);
 #endif
-    impl.contexts.push_back(std::unique_ptr<ReplicaContext>(
-        new ReplicaContext(this, r, impl.num_replicas, impl.devices[static_cast<size_t>(r)], comm,
-                           sync, &impl.merge)));
+    impl.contexts.push_back(std::unique_ptr<ReplicaContext>(new ReplicaContext(
+        this, impl.worker_index * impl.num_replicas + r, impl.num_workers * impl.num_replicas,
+        impl.devices[static_cast<size_t>(r)], comm, sync, &impl.merge)));
   }
   if (execution == Execution::kThreads) {
     try {
@@ -351,7 +397,10 @@ Strategy::~Strategy() { impl_->stop_threads(); }
 
 const std::string& Strategy::name() const { return impl_->name; }
 void Strategy::mark_default() { impl_->is_default = true; }
-int Strategy::num_replicas_in_sync() const { return impl_->num_replicas; }
+int Strategy::num_replicas_in_sync() const { return impl_->num_replicas * impl_->num_workers; }
+int Strategy::num_local_replicas() const { return impl_->num_replicas; }
+int Strategy::num_workers() const { return impl_->num_workers; }
+int Strategy::worker_index() const { return impl_->worker_index; }
 const std::vector<Device>& Strategy::devices() const { return impl_->devices; }
 
 collectives::Communicator& Strategy::communicator(int replica) const {
@@ -359,6 +408,9 @@ collectives::Communicator& Strategy::communicator(int replica) const {
                " (", impl_->num_replicas, " replicas)");
 #if TANDEM_WITH_NCCL
   if (impl_->nccl) return impl_->nccl->communicator(replica);
+#endif
+#if TANDEM_WITH_MPI
+  if (!impl_->hierarchical.empty()) return *impl_->hierarchical[static_cast<size_t>(replica)];
 #endif
   return impl_->group->communicator(replica);
 }
@@ -382,7 +434,7 @@ void Strategy::execute(detail::ReplicaTask task) {
 
   if (impl.execution == Execution::kInline) {
     const ReplicaBinding saved = current_replica_binding();
-    set_current_replica_binding({0, 1});
+    set_current_replica_binding({0, 1, 0});
     t_replica_context = impl.contexts[0].get();
     try {
       task.call(task.object, *impl.contexts[0]);
@@ -457,7 +509,8 @@ void Strategy::execute(detail::ReplicaTask task) {
 StrategyScope Strategy::scope() const { return StrategyScope(impl_->is_default ? nullptr : this); }
 
 Variable Strategy::create_variable(std::string name, const Tensor& initial, bool trainable) const {
-  return mirrored_variable(impl_->devices, std::move(name), initial, trainable);
+  return mirrored_variable(impl_->devices, std::move(name), initial, trainable,
+                           impl_->broadcast_initial);
 }
 
 StrategyScope::StrategyScope(const Strategy* strategy)
@@ -470,7 +523,8 @@ StrategyScope::StrategyScope(const Strategy* strategy)
                " replicas); end that scope first, Tandem does not mix strategies");
   previous_strategy_ = t_scope_strategy;
   t_scope_strategy = strategy_;
-  previous_creator_ = set_variable_creator(mirrored_creator(strategy_->devices()));
+  previous_creator_ = set_variable_creator(
+      mirrored_creator(strategy_->devices(), strategy_->impl_->broadcast_initial));
 }
 
 StrategyScope::StrategyScope(StrategyScope&& other) noexcept
@@ -509,7 +563,19 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
   TANDEM_CHECK(value.size() == static_cast<size_t>(impl_->num_replicas), name(),
                ".reduce: the PerReplica holds ", value.size(), " values but the strategy has ",
                impl_->num_replicas, " replicas");
-  if (!axis) return detail::combine_elementwise(value.values(), op, "strategy.reduce");
+  const bool workers = impl_->num_workers > 1;
+  if (!axis && !workers) return detail::combine_elementwise(value.values(), op, "strategy.reduce");
+  if (!axis) {
+    // Several workers: this worker's SUM (or MAX), then across workers; kMean divides by every
+    // replica of the job.
+    const ReduceOp partial = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
+    Tensor total = detail::combine_elementwise(value.values(), partial, "strategy.reduce")
+                       .to(Device::cpu())
+                       .clone();
+    across_workers(total, partial);
+    if (op != ReduceOp::kMean) return total;
+    return detail::divide_by(total, static_cast<double>(num_replicas_in_sync()));
+  }
 
   // With an axis: reduce each replica's value over it, combine, and for kMean divide by the
   // total length of that axis over all replicas (not by the replica count).
@@ -527,6 +593,13 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
   TANDEM_CHECK(!partials.empty(), "strategy.reduce(max, axis ", *axis,
                "): every replica's value is empty along that axis");
   Tensor total = detail::combine_elementwise(partials, partial_op, "strategy.reduce");
+  if (workers) {
+    total = total.to(Device::cpu()).clone();
+    across_workers(total, partial_op);
+    Tensor counted = Tensor::scalar(count, DType::kFloat64);
+    across_workers(counted, ReduceOp::kSum);
+    count = counted.item<double>();
+  }
   if (op != ReduceOp::kMean) return total;
   TANDEM_CHECK(count > 0 || is_floating(total.dtype()), "strategy.reduce(mean, axis ", *axis,
                "): no element along the axis on any replica, and ", total.dtype(), " has no NaN");
@@ -553,8 +626,22 @@ Tensor Strategy::reduce(ReduceOp op, const Tensor& value, std::optional<int64_t>
   return detail::divide_by(total, static_cast<double>(value.dim(*axis)));
 }
 
+void Strategy::across_workers(Tensor& value, ReduceOp op) const {
+  if (impl_->num_workers == 1) return;
+#if TANDEM_WITH_MPI
+  std::vector<Tensor> values = {value};
+  impl_->world->all_reduce(values, op, "strategy.reduce");
+#else
+  (void)value;
+  (void)op;
+#endif
+}
+
 Tensor Strategy::gather(const PerReplica<Tensor>& value, int64_t axis) const {
   check_cross_replica("gather");
+  TANDEM_CHECK(impl_->num_workers == 1, name(), ".gather: across ", impl_->num_workers,
+               " workers is not supported yet; reduce instead, or gather inside run with "
+               "ctx.all_gather");
   TANDEM_CHECK(value.size() == static_cast<size_t>(impl_->num_replicas), name(),
                ".gather: the PerReplica holds ", value.size(), " values but the strategy has ",
                impl_->num_replicas, " replicas");
@@ -565,6 +652,10 @@ Tensor Strategy::gather(const PerReplica<Tensor>& value, int64_t axis) const {
 
 data::DistributedDataset Strategy::distribute_dataset(const data::Dataset& dataset,
                                                       data::DistributeOptions options) const {
+  if (impl_->num_workers > 1 && options.num_workers == 1) {
+    options.num_workers = impl_->num_workers;
+    options.worker_index = impl_->worker_index;
+  }
   data::DistributedDataset distributed(dataset, impl_->num_replicas, options);
   distributed.set_devices(impl_->devices);
   return distributed;
@@ -573,6 +664,10 @@ data::DistributedDataset Strategy::distribute_dataset(const data::Dataset& datas
 data::DistributedDataset Strategy::distribute_datasets_from_function(
     std::function<data::Dataset(const data::InputContext&)> fn,
     data::DistributeOptions options) const {
+  if (impl_->num_workers > 1 && options.num_workers == 1) {
+    options.num_workers = impl_->num_workers;
+    options.worker_index = impl_->worker_index;
+  }
   data::DistributedDataset distributed =
       data::DistributedDataset::from_function(std::move(fn), impl_->num_replicas, options);
   distributed.set_devices(impl_->devices);
@@ -604,6 +699,49 @@ MirroredStrategy::MirroredStrategy(std::vector<Device> devices)
 
 MirroredStrategy MirroredStrategy::cpu(int num_replicas) {
   return MirroredStrategy(cpu_devices(num_replicas));
+}
+
+namespace {
+std::vector<Device> cpu_replicas_from_env() {
+  int replicas = 1;
+  const char* env = std::getenv("TANDEM_CPU_REPLICAS");
+  if (env != nullptr && *env != '\0') {
+    char* end = nullptr;
+    const long value = std::strtol(env, &end, 10);
+    TANDEM_CHECK(end != env && *end == '\0' && value >= 1 && value <= 4096,
+                 "TANDEM_CPU_REPLICAS=\"", env, "\" is not a replica count (a whole number >= 1)");
+    replicas = static_cast<int>(value);
+  }
+  return cpu_devices(replicas);
+}
+}  // namespace
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy()
+    : MultiWorkerMirroredStrategy(cpu_replicas_from_env()) {}
+
+MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(std::vector<Device> local_devices)
+    : Strategy("MultiWorkerMirroredStrategy", std::move(local_devices), Execution::kThreads,
+               Scope::kWorkers) {
+  const ClusterSpec cluster = ClusterResolver::from_environment();
+  if (is_chief()) {
+    TANDEM_LOG_INFO("MultiWorkerMirroredStrategy: ", num_workers(), " worker",
+                    num_workers() == 1 ? "" : "s", " (", cluster.source, ") x ",
+                    num_local_replicas(), " CPU replica", num_local_replicas() == 1 ? "" : "s",
+                    " = ", num_replicas_in_sync(), " replicas; this is worker ", worker_index(),
+                    ", the chief");
+  }
+}
+
+std::unique_ptr<Strategy> make_strategy() {
+  const ClusterSpec cluster = ClusterResolver::from_environment();
+  if (cluster.size > 1) {
+    if (!build_info().mpi)
+      throw NotBuiltError(detail::str_cat("make_strategy: started as worker ", cluster.rank, " of ",
+                                          cluster.size, " (", cluster.source,
+                                          ") but this build has no MPI; configure with Open MPI"));
+    return std::make_unique<MultiWorkerMirroredStrategy>();
+  }
+  return std::make_unique<MirroredStrategy>();
 }
 
 OneDeviceStrategy::OneDeviceStrategy(Device device)

@@ -66,12 +66,17 @@ class Strategy {
 
   /// "MirroredStrategy", "OneDeviceStrategy", "DefaultStrategy".
   const std::string& name() const;
-  /// Replicas that run each step in lock-step.
+  /// Replicas that run each step in lock-step, over every worker.
   int num_replicas_in_sync() const;
-  /// The replicas' devices, in replica order.
+  /// This process's replicas (PerReplica values hold one value each).
+  int num_local_replicas() const;
+  /// Processes of the job (1 unless MultiWorkerMirroredStrategy) and this one's index.
+  int num_workers() const;
+  int worker_index() const;
+  /// This process's replicas' devices, in replica order.
   const std::vector<Device>& devices() const;
-  /// True in the process that writes checkpoints (always, in one process).
-  bool is_chief() const { return true; }
+  /// True in the process that writes checkpoints: worker 0 (always, in one process).
+  bool is_chief() const { return worker_index() == 0; }
 
   /// Variables created (tandem::make_variable) while the returned scope lives are mirrored.
   [[nodiscard]] StrategyScope scope() const;
@@ -125,15 +130,21 @@ class Strategy {
   /// How replicas execute: each on its own persistent thread, or (one replica) on the calling
   /// thread.
   enum class Execution { kThreads, kInline };
-  Strategy(std::string name, std::vector<Device> devices, Execution execution);
+  /// How replicas communicate: within this process, or over every worker of an MPI job.
+  enum class Scope { kProcess, kWorkers };
+  Strategy(std::string name, std::vector<Device> devices, Execution execution,
+           Scope scope = Scope::kProcess);
   /// Makes scope() a no-op (default_strategy()).
   void mark_default();
 
  private:
   /// Runs task on every replica and waits; raises the first replica's error as documented in run.
   void execute(detail::ReplicaTask task);
+  /// Reduces a CPU tensor in place across workers (no-op with one worker).
+  void across_workers(Tensor& value, ReduceOp op) const;
   void check_per_replica_size(size_t size) const;
 
+  friend class StrategyScope;
   std::unique_ptr<Impl> impl_;
 };
 
@@ -145,13 +156,34 @@ class MirroredStrategy : public Strategy {
   /// Every visible GPU; with none, TANDEM_CPU_REPLICAS CPU replicas (default 1). Logs one line
   /// naming the devices and why.
   MirroredStrategy();
-  /// Explicit devices: {"cpu:0", "cpu:1"}. CUDA devices are not supported yet (they raise).
+  /// Explicit devices: {"cpu:0", "cpu:1"}; {"cuda:0", "cuda:1"} (NCCL); {"cuda:0", "cuda:0"}
+  /// (two replicas sharing a GPU).
   explicit MirroredStrategy(std::initializer_list<std::string> devices);
   explicit MirroredStrategy(const std::vector<std::string>& devices);
   explicit MirroredStrategy(std::vector<Device> devices);
   /// `num_replicas` CPU replicas (logical devices cpu:0 ... cpu:N-1).
   static MirroredStrategy cpu(int num_replicas);
 };
+
+/// The replicas of every process of a job started by mpirun or srun (tf.distribute's
+/// MultiWorkerMirroredStrategy). Each process (worker) runs its local replicas; the global
+/// replica id is worker x local replicas + local id; worker 0 is the chief (it alone writes
+/// checkpoints). Gradients are reduced in-process among a worker's replicas, then with MPI
+/// between workers (one call per dtype bucket), then broadcast locally. Variables created in
+/// scope() take the chief's initial values. Datasets given to distribute_dataset are sharded
+/// across workers (DistributeOptions::auto_shard_policy). CPU replicas only for now.
+class MultiWorkerMirroredStrategy : public Strategy {
+ public:
+  /// TANDEM_CPU_REPLICAS CPU replicas per worker (default 1).
+  MultiWorkerMirroredStrategy();
+  /// `local_devices` in every worker, e.g. {"cpu:0", "cpu:1"}.
+  explicit MultiWorkerMirroredStrategy(std::vector<Device> local_devices);
+};
+
+/// The best strategy for how the program was started, with the one-line device report:
+/// MultiWorkerMirroredStrategy under mpirun/srun with more than one process, else
+/// MirroredStrategy over the visible GPUs, else one CPU replica (TANDEM_CPU_REPLICAS for more).
+std::unique_ptr<Strategy> make_strategy();
 
 /// One replica on `device`, run on the calling thread; collectives are no-ops.
 class OneDeviceStrategy : public Strategy {
@@ -177,17 +209,17 @@ auto Strategy::run(Fn&& fn, const Args&... args) {
   using Result = std::invoke_result_t<Fn&, ReplicaContext&, detail::replica_piece_t<Args>...>;
   if constexpr (std::is_void_v<Result>) {
     auto task = [&](ReplicaContext& ctx) {
-      fn(ctx, detail::replica_piece(args, ctx.replica_id_in_sync_group())...);
+      fn(ctx, detail::replica_piece(args, ctx.local_replica_id())...);
     };
     execute({&task, [](const void* object, ReplicaContext& ctx) {
                (*static_cast<const decltype(task)*>(object))(ctx);
              }});
   } else {
     using Value = std::decay_t<Result>;
-    std::vector<std::optional<Value>> results(static_cast<size_t>(num_replicas_in_sync()));
+    std::vector<std::optional<Value>> results(static_cast<size_t>(num_local_replicas()));
     // Each replica writes only its own element, so the threads never share one.
     auto task = [&](ReplicaContext& ctx) {
-      const int id = ctx.replica_id_in_sync_group();
+      const int id = ctx.local_replica_id();
       results[static_cast<size_t>(id)].emplace(fn(ctx, detail::replica_piece(args, id)...));
     };
     execute({&task, [](const void* object, ReplicaContext& ctx) {

@@ -5,8 +5,11 @@ namespace tandem::nn {
 
 namespace {
 std::unique_ptr<ReplicaLocal<Generator>> make_generators(uint64_t seed) {
-  return std::make_unique<ReplicaLocal<Generator>>(
-      [seed](int replica) { return Generator(seed, static_cast<uint64_t>(replica) + 1); });
+  return std::make_unique<ReplicaLocal<Generator>>([seed](int replica) {
+    // Stream 1 + the global replica id: replicas of different workers draw differently.
+    const int global = current_replica_binding().first_global_id + replica;
+    return Generator(seed, static_cast<uint64_t>(global) + 1);
+  });
 }
 }  // namespace
 

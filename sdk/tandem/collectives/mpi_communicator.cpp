@@ -1,0 +1,474 @@
+// MpiWorld and HierarchicalCommunicator. Every MPI call is non-blocking and polled, so a worker
+// that never arrives (it died, or it is stuck) makes the others raise after the collective
+// timeout instead of hanging; small arrival messages tell which workers are missing.
+#include "tandem/collectives/mpi_communicator.h"
+
+// The C API only (Open MPI's C++ bindings do not build warning-free).
+#define OMPI_SKIP_MPICXX 1
+#define MPICH_SKIP_MPICXX 1
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "tandem/core/logging.h"
+
+namespace tandem::collectives {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+MPI_Datatype mpi_type(DType dtype) {
+  switch (dtype) {
+    case DType::kFloat32:
+      return MPI_FLOAT;
+    case DType::kFloat64:
+      return MPI_DOUBLE;
+    case DType::kInt32:
+      return MPI_INT32_T;
+    case DType::kInt64:
+      return MPI_INT64_T;
+    case DType::kUInt8:
+      return MPI_UINT8_T;
+    default:
+      TANDEM_THROW("mpi: ", dtype, " tensors cannot be reduced (numeric types only)");
+  }
+}
+
+MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }
+
+std::string mpi_error(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int length = 0;
+  MPI_Error_string(code, text, &length);
+  return std::string(text, static_cast<size_t>(length));
+}
+
+void check_mpi(int code, const char* what) {
+  TANDEM_CHECK(code == MPI_SUCCESS, "mpi ", what, " failed: ", mpi_error(code));
+}
+
+/// Divides every element by `n` (kMean after a sum).
+void divide(Tensor& t, int n) {
+  if (t.numel() == 0) return;
+  dispatch_numeric(t.dtype(), "all_reduce(mean)", [&]<typename T>() {
+    T* p = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n));
+  });
+}
+
+std::weak_ptr<MpiWorld>& world_slot() {
+  static std::weak_ptr<MpiWorld> slot;
+  return slot;
+}
+
+}  // namespace
+
+struct MpiWorld::Impl {
+  MPI_Comm data = MPI_COMM_NULL;     // collectives
+  MPI_Comm arrival = MPI_COMM_NULL;  // arrival messages, so their tags never meet data traffic
+  uint64_t calls = 0;
+  std::vector<int64_t> sent;      // per peer: the call number this process announced
+  std::vector<int64_t> received;  // per peer: the call number that peer announced
+  std::vector<MPI_Request> arrival_requests;
+  std::vector<char> pack;  // staging for several tensors of one dtype
+};
+
+std::shared_ptr<MpiWorld> MpiWorld::instance() {
+  static std::mutex mutex;
+  std::lock_guard<std::mutex> lock(mutex);
+  if (std::shared_ptr<MpiWorld> world = world_slot().lock()) return world;
+  std::shared_ptr<MpiWorld> world(new MpiWorld());
+  world_slot() = world;
+  static bool registered = false;
+  if (!registered) {
+    registered = true;
+    // Finalise when the program ends, even if a strategy is still alive (a static one, say).
+    std::atexit([] {
+      if (std::shared_ptr<MpiWorld> alive = world_slot().lock()) alive->finalize();
+    });
+  }
+  return world;
+}
+
+void MpiWorld::finalize() {
+  int finalized = 0;
+  MPI_Finalized(&finalized);
+  if (finalized) return;
+  if (broken_) {
+    // Pending calls would make MPI_Finalize wait for peers that are gone.
+    TANDEM_LOG_WARNING("mpi: not finalising after a failed collective");
+    return;
+  }
+  MPI_Comm_free(&impl_->data);
+  MPI_Comm_free(&impl_->arrival);
+  MPI_Finalize();
+}
+
+MpiWorld::MpiWorld() : impl_(std::make_unique<Impl>()) {
+  int initialized = 0;
+  MPI_Initialized(&initialized);
+  if (!initialized) {
+    int provided = 0;
+    check_mpi(MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided), "init");
+    TANDEM_CHECK(provided >= MPI_THREAD_SERIALIZED, "mpi: this MPI library offers thread level ",
+                 provided, "; Tandem needs MPI_THREAD_SERIALIZED");
+  }
+  // Errors come back as codes (raised as tandem::Error) instead of aborting the job.
+  MPI_Comm_set_errhandler(MPI_COMM_WORLD, MPI_ERRORS_RETURN);
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->data), "comm_dup");
+  check_mpi(MPI_Comm_dup(MPI_COMM_WORLD, &impl_->arrival), "comm_dup");
+  MPI_Comm_set_errhandler(impl_->data, MPI_ERRORS_RETURN);
+  MPI_Comm_set_errhandler(impl_->arrival, MPI_ERRORS_RETURN);
+  MPI_Comm_rank(impl_->data, &rank_);
+  MPI_Comm_size(impl_->data, &size_);
+  impl_->sent.assign(static_cast<size_t>(size_), 0);
+  impl_->received.assign(static_cast<size_t>(size_), 0);
+}
+
+MpiWorld::~MpiWorld() { finalize(); }
+
+uint64_t MpiWorld::arrive(const char* label) {
+  Impl& m = *impl_;
+  const uint64_t call = ++m.calls;
+  const int tag = static_cast<int>(call % 30000);
+  m.arrival_requests.clear();
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    const auto p = static_cast<size_t>(peer);
+    m.sent[p] = static_cast<int64_t>(call);
+    MPI_Request send, receive;
+    check_mpi(MPI_Isend(&m.sent[p], 1, MPI_INT64_T, peer, tag, m.arrival, &send), label);
+    check_mpi(MPI_Irecv(&m.received[p], 1, MPI_INT64_T, peer, tag, m.arrival, &receive), label);
+    m.arrival_requests.push_back(send);
+    m.arrival_requests.push_back(receive);
+  }
+  return call;
+}
+
+void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
+  Impl& m = *impl_;
+  MPI_Request* request = static_cast<MPI_Request*>(request_ptr);
+  const auto deadline = Clock::now() + collective_timeout();
+  bool data_done = request == nullptr;
+  bool arrivals_done = m.arrival_requests.empty();
+  int spins = 0;
+  while (!(data_done && arrivals_done)) {
+    int flag = 0;
+    if (!data_done) {
+      const int code = MPI_Test(request, &flag, MPI_STATUS_IGNORE);
+      if (code != MPI_SUCCESS) {
+        broken_ = true;
+        TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_,
+                     ": ", mpi_error(code));
+      }
+      data_done = flag != 0;
+    }
+    if (!arrivals_done) {
+      const int code = MPI_Testall(static_cast<int>(m.arrival_requests.size()),
+                                   m.arrival_requests.data(), &flag, MPI_STATUSES_IGNORE);
+      if (code != MPI_SUCCESS) {
+        broken_ = true;
+        TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_,
+                     ": ", mpi_error(code));
+      }
+      arrivals_done = flag != 0;
+    }
+    if (data_done && arrivals_done) break;
+    if (Clock::now() > deadline) {
+      broken_ = true;
+      std::ostringstream missing;
+      int count = 0;
+      for (int peer = 0; peer < size_; ++peer) {
+        if (peer == rank_) continue;
+        if (m.received[static_cast<size_t>(peer)] != static_cast<int64_t>(call)) {
+          missing << (count++ ? ", " : "") << peer;
+        }
+      }
+      std::ostringstream message;
+      message << label << " #" << call << " across " << size_ << " workers: ";
+      if (count > 0) {
+        message << (count == 1 ? "worker " : "workers ") << missing.str()
+                << (count == 1 ? " did" : " did") << " not arrive";
+      } else {
+        message << "every worker arrived but the collective did not complete";
+      }
+      message << " within " << collective_timeout().count() / 1000.0
+              << " s (TANDEM_COLLECTIVE_TIMEOUT); a worker may have died";
+      throw TimeoutError(message.str());
+    }
+    // Poll fast at first (most collectives finish in microseconds), then let others run.
+    if (++spins > 1000) std::this_thread::sleep_for(std::chrono::microseconds(50));
+  }
+}
+
+void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) {
+  if (size_ == 1) return;
+  for (const Tensor& t : tensors)
+    TANDEM_CHECK(t.defined() && t.device().is_cpu(), "mpi ", label,
+                 ": tensors must be defined CPU tensors");
+  // One call per dtype: a single tensor in place, several packed into one buffer.
+  std::vector<bool> done(tensors.size(), false);
+  for (size_t first = 0; first < tensors.size(); ++first) {
+    if (done[first]) continue;
+    const DType dtype = tensors[first].dtype();
+    std::vector<size_t> group;
+    int64_t count = 0;
+    for (size_t i = first; i < tensors.size(); ++i) {
+      if (done[i] || tensors[i].dtype() != dtype) continue;
+      group.push_back(i);
+      count += tensors[i].numel();
+      done[i] = true;
+    }
+    if (count == 0) continue;
+    const size_t element = dtype_size(dtype);
+    void* buffer = tensors[group[0]].raw_data();
+    if (group.size() > 1) {
+      impl_->pack.resize(static_cast<size_t>(count) * element);
+      char* out = impl_->pack.data();
+      for (size_t i : group) {
+        std::memcpy(out, tensors[i].raw_data(), tensors[i].nbytes());
+        out += tensors[i].nbytes();
+      }
+      buffer = impl_->pack.data();
+    }
+    const uint64_t call = arrive(label);
+    MPI_Request request;
+    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), mpi_type(dtype),
+                             mpi_op(op), impl_->data, &request),
+              label);
+    wait(&request, call, label);
+    if (group.size() > 1) {
+      const char* in = impl_->pack.data();
+      for (size_t i : group) {
+        std::memcpy(tensors[i].raw_data(), in, tensors[i].nbytes());
+        in += tensors[i].nbytes();
+      }
+    }
+  }
+  if (op == ReduceOp::kMean)
+    for (Tensor& t : tensors) divide(t, size_);
+}
+
+void MpiWorld::broadcast(std::vector<Tensor>& tensors, int root, const char* label) {
+  if (size_ == 1) return;
+  for (Tensor& t : tensors) {
+    TANDEM_CHECK(t.defined() && t.device().is_cpu(), "mpi ", label,
+                 ": tensors must be defined CPU tensors");
+    if (t.nbytes() == 0) continue;
+    const uint64_t call = arrive(label);
+    MPI_Request request;
+    check_mpi(MPI_Ibcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, impl_->data,
+                         &request),
+              label);
+    wait(&request, call, label);
+  }
+}
+
+std::vector<std::vector<char>> MpiWorld::all_gather(const std::vector<char>& mine,
+                                                    const char* label) {
+  std::vector<std::vector<char>> out(static_cast<size_t>(size_));
+  if (size_ == 1) {
+    out[0] = mine;
+    return out;
+  }
+  std::vector<int> lengths(static_cast<size_t>(size_), 0);
+  int length = static_cast<int>(mine.size());
+  uint64_t call = arrive(label);
+  MPI_Request request;
+  check_mpi(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, impl_->data, &request),
+            label);
+  wait(&request, call, label);
+  std::vector<int> offsets(static_cast<size_t>(size_), 0);
+  int total = 0;
+  for (int k = 0; k < size_; ++k) {
+    offsets[static_cast<size_t>(k)] = total;
+    total += lengths[static_cast<size_t>(k)];
+  }
+  std::vector<char> all(static_cast<size_t>(std::max(total, 1)));
+  call = arrive(label);
+  check_mpi(MPI_Iallgatherv(mine.data(), length, MPI_BYTE, all.data(), lengths.data(),
+                            offsets.data(), MPI_BYTE, impl_->data, &request),
+            label);
+  wait(&request, call, label);
+  for (int k = 0; k < size_; ++k) {
+    const auto i = static_cast<size_t>(k);
+    out[i].resize(static_cast<size_t>(lengths[i]));
+    if (lengths[i] > 0)
+      std::memcpy(out[i].data(), all.data() + offsets[i], static_cast<size_t>(lengths[i]));
+  }
+  return out;
+}
+
+void MpiWorld::barrier(const char* label) {
+  if (size_ == 1) return;
+  const uint64_t call = arrive(label);
+  MPI_Request request;
+  check_mpi(MPI_Ibarrier(impl_->data, &request), label);
+  wait(&request, call, label);
+}
+
+// ---- HierarchicalCommunicator ------------------------------------------------------------------
+
+namespace {
+
+/// A tensor list as bytes: count, then per tensor dtype, rank, dims and data.
+void append(std::vector<char>& out, const void* data, size_t bytes) {
+  if (bytes == 0) return;
+  const size_t at = out.size();
+  out.resize(at + bytes);
+  std::memcpy(out.data() + at, data, bytes);
+}
+
+std::vector<char> serialize(const std::vector<Tensor>& tensors) {
+  std::vector<char> out;
+  const int64_t count = static_cast<int64_t>(tensors.size());
+  append(out, &count, sizeof(count));
+  for (const Tensor& t : tensors) {
+    const int64_t dtype = static_cast<int64_t>(t.dtype());
+    const int64_t rank = t.rank();
+    append(out, &dtype, sizeof(dtype));
+    append(out, &rank, sizeof(rank));
+    for (int64_t d : t.shape().dims()) append(out, &d, sizeof(d));
+    if (t.nbytes() > 0) append(out, t.raw_data(), t.nbytes());
+  }
+  return out;
+}
+
+std::vector<Tensor> deserialize(const std::vector<char>& bytes) {
+  size_t at = 0;
+  auto read = [&](void* dst, size_t n) {
+    TANDEM_CHECK(at + n <= bytes.size(), "mpi all_gather: a truncated piece");
+    std::memcpy(dst, bytes.data() + at, n);
+    at += n;
+  };
+  int64_t count = 0;
+  read(&count, sizeof(count));
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t dtype = 0, rank = 0;
+    read(&dtype, sizeof(dtype));
+    read(&rank, sizeof(rank));
+    std::vector<int64_t> dims(static_cast<size_t>(rank));
+    for (int64_t& d : dims) read(&d, sizeof(d));
+    Tensor t = Tensor::empty(Shape(dims), static_cast<DType>(dtype));
+    if (t.nbytes() > 0) read(t.raw_data(), t.nbytes());
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+}  // namespace
+
+HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<MpiWorld> world,
+                                                   InProcessCommunicator* local,
+                                                   std::shared_ptr<std::vector<Tensor>> shared)
+    : world_(std::move(world)), local_(local), shared_(std::move(shared)) {}
+
+int HierarchicalCommunicator::rank() const {
+  return world_->rank() * local_->size() + local_->rank();
+}
+
+int HierarchicalCommunicator::size() const { return world_->size() * local_->size(); }
+
+std::shared_ptr<Work> HierarchicalCommunicator::all_reduce_impl(const std::vector<Tensor>& inputs,
+                                                                const std::vector<Tensor>& outputs,
+                                                                ReduceOp op) {
+  const ReduceOp partial = op == ReduceOp::kMean ? ReduceOp::kSum : op;
+  std::vector<Tensor>& out = const_cast<std::vector<Tensor>&>(outputs);
+  // 1. Among this worker's replicas (in place when inputs and outputs are the same list).
+  if (&inputs == &outputs) {
+    local_->all_reduce(out, partial)->wait();
+  } else {
+    local_->all_reduce(inputs, out, partial)->wait();
+  }
+  // 2. Across workers, by local replica 0; 3. its result to the others.
+  if (world_->size() > 1) {
+    if (local_->rank() == 0) {
+      try {
+        world_->all_reduce(out, partial, "all_reduce");
+      } catch (const std::exception& e) {
+        local_->group().abort(e.what());  // the local peers raise too, at once
+        throw;
+      }
+    }
+    local_->broadcast(out, 0)->wait();
+  }
+  if (op == ReduceOp::kMean) {
+    for (Tensor& t : out) {
+      if (t.numel() == 0) continue;
+      dispatch_numeric(t.dtype(), "all_reduce(mean)", [&]<typename T>() {
+        T* p = t.data<T>();
+        for (int64_t i = 0; i < t.numel(); ++i)
+          p[i] = static_cast<T>(p[i] / static_cast<T>(size()));
+      });
+    }
+  }
+  return completed_work();
+}
+
+std::shared_ptr<Work> HierarchicalCommunicator::broadcast_impl(std::vector<Tensor>& tensors,
+                                                               int root) {
+  TANDEM_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is outside [0, ", size(),
+               ")");
+  const int root_worker = root / local_->size();
+  const int root_local = root % local_->size();
+  if (world_->rank() == root_worker) local_->broadcast(tensors, root_local)->wait();
+  if (world_->size() > 1) {
+    if (local_->rank() == 0) {
+      try {
+        world_->broadcast(tensors, root_worker, "broadcast");
+      } catch (const std::exception& e) {
+        local_->group().abort(e.what());
+        throw;
+      }
+    }
+    local_->broadcast(tensors, 0)->wait();
+  }
+  return completed_work();
+}
+
+std::shared_ptr<Work> HierarchicalCommunicator::all_gather_impl(std::vector<Tensor>& outputs,
+                                                                const Tensor& input) {
+  std::vector<Tensor> local_pieces;
+  local_->all_gather(local_pieces, input.to(Device::cpu()))->wait();
+  if (world_->size() == 1) {
+    outputs = std::move(local_pieces);
+    return completed_work();
+  }
+  if (local_->rank() == 0) {
+    try {
+      std::vector<Tensor> all;
+      for (const std::vector<char>& piece :
+           world_->all_gather(serialize(local_pieces), "all_gather")) {
+        std::vector<Tensor> tensors = deserialize(piece);
+        all.insert(all.end(), tensors.begin(), tensors.end());
+      }
+      *shared_ = std::move(all);
+    } catch (const std::exception& e) {
+      local_->group().abort(e.what());
+      throw;
+    }
+  }
+  local_->rendezvous("all_gather (across workers)");  // replica 0 filled the shared list
+  outputs.clear();
+  for (const Tensor& t : *shared_) outputs.push_back(t.clone());
+  local_->rendezvous("all_gather (copied)");  // nobody refills it before everyone copied
+  return completed_work();
+}
+
+std::shared_ptr<Work> HierarchicalCommunicator::barrier_impl() {
+  local_->barrier()->wait();
+  if (world_->size() > 1) {
+    if (local_->rank() == 0) world_->barrier("barrier");
+    local_->barrier()->wait();
+  }
+  return completed_work();
+}
+
+}  // namespace tandem::collectives

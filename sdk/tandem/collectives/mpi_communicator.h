@@ -1,0 +1,89 @@
+// Collectives across processes with Open MPI: MpiWorld (the job's processes; CPU buffers, one
+// MPI call per dtype bucket, non-blocking calls polled against TANDEM_COLLECTIVE_TIMEOUT with an
+// arrival check that names missing workers) and HierarchicalCommunicator (the replicas of all
+// workers: in-process among a worker's replicas, MPI between workers). Built only with MPI.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/collectives/communicator.h"
+#include "tandem/collectives/in_process.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::collectives {
+
+/// The processes of the job. MPI is initialised on first use (MPI_THREAD_SERIALIZED: one thread
+/// at a time calls MPI, which the strategies guarantee) and finalised at exit; errors are
+/// returned, not fatal, and raised as tandem::Error naming the call.
+class MpiWorld {
+ public:
+  /// The process-wide instance (initialises MPI the first time).
+  static std::shared_ptr<MpiWorld> instance();
+  ~MpiWorld();
+  MpiWorld(const MpiWorld&) = delete;
+  MpiWorld& operator=(const MpiWorld&) = delete;
+
+  int rank() const { return rank_; }
+  int size() const { return size_; }
+
+  /// In place, across processes, CPU tensors: one MPI_Iallreduce per dtype (tensors of a dtype
+  /// are packed into one buffer unless there is only one), waited for with a timeout. kMean
+  /// divides the sum by size().
+  void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label);
+  /// Process `root`'s tensors into every process's tensors (same shapes everywhere).
+  void broadcast(std::vector<Tensor>& tensors, int root, const char* label);
+  /// Every process's bytes, in rank order (pieces may differ in length).
+  std::vector<std::vector<char>> all_gather(const std::vector<char>& mine, const char* label);
+  void barrier(const char* label);
+
+  /// True after a collective failed or timed out: MPI is then not finalised at exit (a pending
+  /// call would hang there); the process should exit non-zero.
+  bool broken() const { return broken_; }
+  /// Frees the communicators and calls MPI_Finalize (once; skipped when broken()). Runs at exit.
+  void finalize();
+
+  struct Impl;  // MPI handles (mpi_communicator.cpp)
+
+ private:
+  MpiWorld();
+  /// Posts this call's arrival messages to every peer and returns its number.
+  uint64_t arrive(const char* label);
+  /// Waits for `request` and for the arrivals of call `call`; raises naming the missing workers
+  /// after the timeout, or the MPI error.
+  void wait(void* request, uint64_t call, const char* label);
+
+  std::unique_ptr<Impl> impl_;
+  int rank_ = 0;
+  int size_ = 1;
+  bool broken_ = false;
+};
+
+/// Global replica g = worker x L + local replica l. all_reduce: the worker's L replicas reduce
+/// in-process, local replica 0 all-reduces the result across workers with MPI, then broadcasts
+/// it locally. broadcast and all_gather go the same way; barrier meets every replica.
+class HierarchicalCommunicator final : public Communicator {
+ public:
+  /// `local` is this replica's endpoint of the worker's in-process group (rank l of L).
+  HierarchicalCommunicator(std::shared_ptr<MpiWorld> world, InProcessCommunicator* local,
+                           std::shared_ptr<std::vector<Tensor>> shared);
+  int rank() const override;
+  int size() const override;
+  std::string name() const override { return "mpi+in_process"; }
+
+ protected:
+  std::shared_ptr<Work> all_reduce_impl(const std::vector<Tensor>& inputs,
+                                        const std::vector<Tensor>& outputs, ReduceOp op) override;
+  std::shared_ptr<Work> all_gather_impl(std::vector<Tensor>& outputs, const Tensor& input) override;
+  std::shared_ptr<Work> broadcast_impl(std::vector<Tensor>& tensors, int root) override;
+  std::shared_ptr<Work> barrier_impl() override;
+
+ private:
+  std::shared_ptr<MpiWorld> world_;
+  InProcessCommunicator* local_;
+  // The worker's gathered pieces, filled by local replica 0 for the others to copy.
+  std::shared_ptr<std::vector<Tensor>> shared_;
+};
+
+}  // namespace tandem::collectives

@@ -1,0 +1,201 @@
+// [mpi] MultiWorkerMirroredStrategy, run by CTest under `mpirun -np W` with
+// TANDEM_TEST_LOCAL_REPLICAS = L CPU replicas per worker (see tests/CMakeLists.txt): the cluster
+// spec, collectives with closed-form results over all W x L replicas, cross-worker
+// strategy.reduce, the chief's initial values, and the data-parallel invariance against one
+// replica in the same process. Every process runs every test case and must pass.
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/tandem.h"
+
+namespace td = tandem;
+
+namespace {
+
+int local_replicas() {
+  const char* value = std::getenv("TANDEM_TEST_LOCAL_REPLICAS");
+  return value ? std::atoi(value) : 1;
+}
+
+/// One strategy per process for every test case (MPI is initialised once, by the first).
+td::MultiWorkerMirroredStrategy& strategy() {
+  static auto* s = [] {
+    std::vector<td::Device> devices;
+    for (int i = 0; i < local_replicas(); ++i) devices.push_back(td::Device::cpu(i));
+    return new td::MultiWorkerMirroredStrategy(devices);
+  }();
+  return *s;
+}
+
+double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double diff = 0, scale = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
+    scale = std::max(scale, std::abs(static_cast<double>(a[i])));
+  }
+  return diff / std::max(scale, 1e-30);
+}
+
+}  // namespace
+
+TEST_CASE("multi-worker: the cluster spec and the strategy agree with mpirun", "[mpi]") {
+  const td::ClusterSpec cluster = td::ClusterResolver::from_environment();
+  REQUIRE(cluster.source == "open mpi");
+  td::Strategy& s = strategy();
+  CHECK(s.num_workers() == cluster.size);
+  CHECK(s.worker_index() == cluster.rank);
+  CHECK(s.num_local_replicas() == local_replicas());
+  CHECK(s.num_replicas_in_sync() == cluster.size * local_replicas());
+  CHECK(s.is_chief() == (cluster.rank == 0));
+  CHECK(s.communicator(0).size() == s.num_replicas_in_sync());
+  CHECK(s.communicator(0).rank() == cluster.rank * local_replicas());
+}
+
+TEST_CASE("multi-worker: collectives over every replica of every worker", "[mpi]") {
+  td::Strategy& s = strategy();
+  const int total = s.num_replicas_in_sync();
+  for (int64_t n : {int64_t{1}, int64_t{1000}, int64_t{300'001}}) {
+    INFO(n << " elements, " << total << " replicas");
+    const int locals = s.num_local_replicas();
+    std::vector<std::string> failures(static_cast<size_t>(locals));
+    s.run([&](td::ReplicaContext& ctx) {
+      const int g = ctx.replica_id_in_sync_group();
+      std::string& fail = failures[static_cast<size_t>(g % locals)];
+      if (ctx.num_replicas_in_sync() != total) fail += "num_replicas_in_sync ";
+      std::vector<float> values(static_cast<size_t>(n));
+      for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(g + 1 + i % 5);
+      const td::Tensor mine = td::Tensor::from_vector(values);
+      const std::vector<float> sum = ctx.all_reduce(td::ReduceOp::kSum, mine).to_vector<float>();
+      const std::vector<float> mean = ctx.all_reduce(td::ReduceOp::kMean, mine).to_vector<float>();
+      const std::vector<float> max = ctx.all_reduce(td::ReduceOp::kMax, mine).to_vector<float>();
+      const std::vector<float> from_last = ctx.broadcast(mine, total - 1).to_vector<float>();
+      const float replicas_sum = static_cast<float>(total * (total + 1) / 2);
+      for (int64_t i = 0; i < n; ++i) {
+        const auto e = static_cast<size_t>(i);
+        const float k = static_cast<float>(i % 5);
+        if (sum[e] != replicas_sum + total * k) fail += "sum ";
+        if (std::abs(mean[e] - (replicas_sum + total * k) / total) > 1e-5f) fail += "mean ";
+        if (max[e] != static_cast<float>(total) + k) fail += "max ";
+        if (from_last[e] != static_cast<float>(total) + k) fail += "broadcast ";
+        if (!fail.empty()) break;
+      }
+      // Uneven pieces: replica g contributes g + 1 rows of value g.
+      const td::Tensor piece = td::Tensor::full({g + 1, 2}, g);
+      const std::vector<float> gathered = ctx.all_gather(piece).to_vector<float>();
+      std::vector<float> expected;
+      for (int k = 0; k < total; ++k) expected.insert(expected.end(), 2 * (k + 1), static_cast<float>(k));
+      if (gathered != expected) fail += "all_gather ";
+      ctx.communicator().barrier()->wait();
+    });
+    for (const std::string& f : failures) CHECK(f.empty());
+  }
+}
+
+TEST_CASE("multi-worker: strategy.reduce combines every worker's replicas", "[mpi]") {
+  td::Strategy& s = strategy();
+  const int total = s.num_replicas_in_sync();
+  td::PerReplica<td::Tensor> values = s.run([](td::ReplicaContext& ctx) {
+    return td::Tensor::full({3}, ctx.replica_id_in_sync_group() + 1.0);
+  });
+  CHECK(s.reduce(td::ReduceOp::kSum, values).to_vector<float>() ==
+        std::vector<float>(3, static_cast<float>(total * (total + 1) / 2)));
+  CHECK(s.reduce(td::ReduceOp::kMax, values).to_vector<float>() ==
+        std::vector<float>(3, static_cast<float>(total)));
+  // With an axis, kMean divides by every element of every worker: replica g has g + 1 rows.
+  td::PerReplica<td::Tensor> rows = s.run([](td::ReplicaContext& ctx) {
+    const int g = ctx.replica_id_in_sync_group();
+    return td::Tensor::full({g + 1}, 1.0);
+  });
+  const double count = total * (total + 1) / 2.0;
+  CHECK(s.reduce(td::ReduceOp::kSum, rows, 0).item<float>() == static_cast<float>(count));
+  CHECK(s.reduce(td::ReduceOp::kMean, rows, 0).item<float>() == 1.0f);
+}
+
+TEST_CASE("multi-worker: variables start from the chief's values", "[mpi]") {
+  td::Strategy& s = strategy();
+  td::nn::Sequential model({td::nn::Dense(4)});
+  {
+    auto scope = s.scope();
+    model.set_seed(100 + static_cast<uint64_t>(s.worker_index()));  // differs per worker
+    model.build({3});
+  }
+  td::nn::Sequential chief_model({td::nn::Dense(4)});
+  chief_model.set_seed(100);
+  chief_model.build({3});
+  const std::vector<td::Variable> mine = model.trainable_variables();
+  const std::vector<td::Variable> chief = chief_model.trainable_variables();
+  for (size_t v = 0; v < mine.size(); ++v)
+    for (int r = 0; r < mine[v].num_copies(); ++r)
+      CHECK(mine[v].copy(r).to_vector<float>() == chief[v].value().to_vector<float>());
+}
+
+namespace {
+
+struct Trained {
+  std::vector<std::vector<float>> initial, weights;
+};
+
+/// 10 steps of global batch 64 from the same data; kData sharding across workers.
+Trained train(td::Strategy& s) {
+  td::Generator g(2024);
+  const int64_t steps = 10, batch = 64;
+  const td::Tensor features = td::Tensor::normal({steps * batch, 8}, g);
+  std::vector<int64_t> labels(static_cast<size_t>(steps * batch));
+  const float* f = features.data<float>();
+  for (size_t i = 0; i < labels.size(); ++i) {
+    const float score = f[i * 8] + 0.5f * f[i * 8 + 1] - f[i * 8 + 2];
+    labels[i] = score < -0.7f ? 0 : score < 0.0f ? 1 : score < 0.7f ? 2 : 3;
+  }
+  auto data = s.distribute_dataset(
+      td::data::from_tensor_slices({features, td::Tensor::from_vector(labels)}).batch(batch),
+      {.auto_shard_policy = td::data::AutoShardPolicy::kData});
+  td::nn::Sequential model({td::nn::Dense(16, td::nn::Activation::kRelu), td::nn::Dense(4)});
+  std::unique_ptr<td::optim::Adam> optimizer;
+  {
+    auto scope = s.scope();
+    model.set_seed(5);
+    model.build({8});
+    optimizer = std::make_unique<td::optim::Adam>(td::optim::Adam::Options{.learning_rate = 0.01});
+    optimizer->build(model.trainable_variables());
+  }
+  const std::vector<td::Variable> variables = model.trainable_variables();
+  Trained out;
+  for (const td::Variable& v : variables) out.initial.push_back(v.copy(0).to_vector<float>());
+  auto step = [&](td::ReplicaContext& ctx, const td::data::Batch& b) {
+    td::GradientTape tape;
+    const td::Tensor loss = td::compute_average_loss(
+        td::losses::sparse_categorical_crossentropy(b.labels(), model(b.features(), true), true),
+        batch);
+    optimizer->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+    return loss;
+  };
+  int64_t ran = 0;
+  for (const auto& b : data) {
+    s.run(step, b);
+    ++ran;
+  }
+  REQUIRE(ran == steps);
+  for (const td::Variable& v : variables) out.weights.push_back(v.copy(0).to_vector<float>());
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("multi-worker: W workers x L replicas train like one replica on the same batches",
+          "[mpi]") {
+  auto one = td::MirroredStrategy::cpu(1);  // in this process alone
+  const Trained reference = train(one);
+  const Trained distributed = train(strategy());
+  for (size_t v = 0; v < reference.weights.size(); ++v) {
+    const double difference = relative_difference(reference.weights[v], distributed.weights[v]);
+    INFO("variable " << v << ": relative difference " << difference);
+    CHECK(difference <= 1e-5);
+    CHECK(relative_difference(reference.initial[v], reference.weights[v]) > 1e-3);
+  }
+}
