@@ -18,10 +18,26 @@ void on_sigint(int) { g_interrupted.store(true, std::memory_order_relaxed); }
 
 }  // namespace
 
-tandem::MirroredStrategy make_strategy(const Flags& flags) {
-  if (!flags.devices.empty()) return tandem::MirroredStrategy(flags.devices);
-  if (flags.replicas) return tandem::MirroredStrategy::cpu(*flags.replicas);
-  return tandem::MirroredStrategy();
+std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags) {
+  const tandem::ClusterSpec cluster = tandem::ClusterResolver::from_environment();
+  std::unique_ptr<tandem::Strategy> strategy;
+  if (cluster.size > 1) {
+    // Started by mpirun or srun: every process is a worker; --replicas CPU replicas each.
+    std::vector<tandem::Device> local;
+    for (int i = 0; i < flags.replicas.value_or(1); ++i) local.push_back(tandem::Device::cpu(i));
+    strategy = std::make_unique<tandem::MultiWorkerMirroredStrategy>(local);
+  } else if (!flags.devices.empty()) {
+    strategy = std::make_unique<tandem::MirroredStrategy>(flags.devices);
+  } else if (flags.replicas) {
+    std::vector<tandem::Device> cpus;
+    for (int i = 0; i < *flags.replicas; ++i) cpus.push_back(tandem::Device::cpu(i));
+    strategy = std::make_unique<tandem::MirroredStrategy>(cpus);
+  } else {
+    strategy = tandem::make_strategy();
+  }
+  // The chief alone reports; the other workers train silently (errors still reach stderr).
+  if (!strategy->is_chief()) std::cout.setstate(std::ios::failbit);
+  return strategy;
 }
 
 void print_setup(const SampleInfo& info, const tandem::Strategy& strategy, int64_t global_batch,
@@ -84,7 +100,15 @@ double evaluate(tandem::Strategy& strategy, const tandem::nn::Module& model,
   for (const auto& batch : test_data) {
     strategy.run(eval_step, tandem::PerReplica<tandem::data::Batch>(batch));
   }
-  return accuracy.result();
+  // Each worker evaluated its shard: add up the totals of every worker.
+  const tandem::metrics::MetricState mine = accuracy.combined_state();
+  const std::vector<double> all =
+      strategy
+          .reduce_across_workers(
+              tandem::ReduceOp::kSum,
+              tandem::Tensor::from_vector(std::vector<double>{mine.total, mine.count}))
+          .to_vector<double>();
+  return all[1] > 0 ? all[0] / all[1] : 0.0;
 }
 
 void install_interrupt_handler() {

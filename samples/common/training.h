@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <optional>
 #include <string>
 
@@ -19,7 +20,7 @@ inline constexpr int64_t kEvalBatch = 1000;
 
 /// MirroredStrategy::cpu(N) for --replicas N; otherwise MirroredStrategy's default choice (every
 /// GPU, else TANDEM_CPU_REPLICAS CPU replicas), which logs one line saying which and why.
-tandem::MirroredStrategy make_strategy(const Flags& flags);
+std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags);
 
 /// Prints the replicas and their devices, the thread budget, the global batch and the learning
 /// rate on one line; with gradient accumulation (accumulation_steps > 1) a second line gives the

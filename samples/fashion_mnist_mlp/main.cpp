@@ -27,7 +27,9 @@ const samples::SampleInfo kInfo{
     .default_checkpoint_dir = "checkpoints/fashion_mnist_mlp"};
 
 int train_and_evaluate(const samples::Flags& flags) {
-  td::MirroredStrategy strategy = samples::make_strategy(flags);  // --replicas, else the default
+  // --devices, --replicas, or the best for how it was started (mpirun: every process a worker).
+  const std::unique_ptr<td::Strategy> strategy_owner = samples::make_strategy(flags);
+  td::Strategy& strategy = *strategy_owner;
   const int num_replicas = strategy.num_replicas_in_sync();
   const int64_t global_batch = flags.per_replica_batch * num_replicas;
   const double learning_rate = flags.scaled_learning_rate(num_replicas);
@@ -79,14 +81,18 @@ int train_and_evaluate(const samples::Flags& flags) {
                              {"train_loss", &train_loss},
                              {"train_accuracy", &train_accuracy},
                              {"step_in_epoch", &step_in_epoch}});
-  td::CheckpointManager manager(checkpoint, flags.checkpoint_dir, {.max_to_keep = 3});
+  // Every worker calls save(); only the chief writes.
+  td::CheckpointManager manager(checkpoint, flags.checkpoint_dir,
+                                {.max_to_keep = 3, .strategy = &strategy});
   // A build without HDF5 cannot write checkpoints; it trains without them.
   const bool checkpointing = td::build_info().hdf5;
   std::optional<std::string> restored;
   if (checkpointing && !flags.fresh) restored = manager.restore_or_initialize();
   samples::print_start(restored, checkpointing, flags, dist_train.epoch(), optimizer.iterations());
 
-  samples::MetricsLog metrics_log(flags.metrics_json, /*append=*/restored.has_value());
+  // The chief alone writes the metrics file.
+  samples::MetricsLog metrics_log(strategy.is_chief() ? flags.metrics_json : std::string(),
+                                  /*append=*/restored.has_value());
   const int64_t steps_per_epoch = samples::steps_per_epoch(dist_train, flags);
   std::optional<double> final_test_accuracy;
   for (auto epoch = static_cast<int64_t>(dist_train.epoch()); epoch < flags.epochs; ++epoch) {
@@ -94,7 +100,9 @@ int train_and_evaluate(const samples::Flags& flags) {
     for (const auto& batch : dist_train) {  // td::PerReplica<td::data::Batch>
       td::PerReplica<td::Tensor> losses = strategy.run(train_step, batch);
       const float loss = strategy.reduce(td::ReduceOp::kSum, losses).item<float>();
-      progress.step(++step_in_epoch, samples::examples_in(batch), loss, train_accuracy.result());
+      // This worker's examples times the workers (their shards are the same size).
+      progress.step(++step_in_epoch, samples::examples_in(batch) * strategy.num_workers(), loss,
+                    train_accuracy.result());
       if (flags.step_limit_reached(step_in_epoch) || samples::interrupted()) break;
     }
     progress.finish();

@@ -15,6 +15,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/core/build_info.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -196,6 +198,44 @@ TEST_CASE(
   INFO(other.output);
   CHECK(other.exit_code != 0);
   CHECK(other.output.find("gradient_accumulation_steps = 4") != std::string::npos);
+}
+
+TEST_CASE("fashion_mnist_mlp under mpirun -np 2: one report, the chief alone writes, it resumes",
+          "[cpu][samples][mpi]") {
+  if (!sample_built()) return;
+  if (!tandem::build_info().mpi) {
+    WARN("skipped: this build has no MPI");
+    return;
+  }
+  TempDir dir;
+  const fs::path metrics = dir.path / "m.json";
+  const std::string mpirun =
+      "env OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 "
+      "OMPI_MCA_rmaps_base_oversubscribe=1 OMP_NUM_THREADS=1 mpirun -np 2 ";
+  const std::string common_flags = " --max-steps 40 --checkpoint-dir '" + dir.path.string() +
+                                   "' --metrics-json '" + metrics.string() + "'";
+  const Result first = run(mpirun + kMlp + " --epochs 1 --fresh" + common_flags);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  // Two workers of one CPU replica each: 2 replicas in sync, this worker's device cpu:0.
+  CHECK(first.output.find("fashion_mnist_mlp: 2 replicas (cpu:0;") != std::string::npos);
+  // One report: the chief prints, the other worker is silent.
+  size_t finals = 0;
+  for (size_t at = first.output.find("final test accuracy"); at != std::string::npos;
+       at = first.output.find("final test accuracy", at + 1))
+    ++finals;
+  CHECK(finals == 1);
+  CHECK(read_lines(metrics).size() == 1);
+  CHECK(fs::exists(dir.path / "ckpt-40.h5"));
+  const Result second = run(mpirun + kMlp + " --epochs 2" + common_flags);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK(second.output.find("resumed from ") != std::string::npos);
+  CHECK(read_lines(metrics).size() == 2);
+  CHECK(fs::exists(dir.path / "ckpt-80.h5"));
+  const std::map<std::string, double> epoch2 = parse_json_object(read_lines(metrics)[1]);
+  CHECK(epoch2.at("replicas") == 2);
+  CHECK(epoch2.at("test_accuracy") > 0.5);
 }
 
 TEST_CASE("fashion_mnist_mlp --help names every flag", "[cpu][samples]") {

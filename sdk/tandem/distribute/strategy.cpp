@@ -637,6 +637,15 @@ void Strategy::across_workers(Tensor& value, ReduceOp op) const {
 #endif
 }
 
+Tensor Strategy::reduce_across_workers(ReduceOp op, const Tensor& value) const {
+  check_cross_replica("reduce_across_workers");
+  TANDEM_CHECK(value.defined(), name(), ".reduce_across_workers: the value is undefined");
+  if (impl_->num_workers == 1) return value;
+  Tensor total = value.to(Device::cpu()).clone();
+  across_workers(total, op);
+  return total;
+}
+
 Tensor Strategy::gather(const PerReplica<Tensor>& value, int64_t axis) const {
   check_cross_replica("gather");
   TANDEM_CHECK(impl_->num_workers == 1, name(), ".gather: across ", impl_->num_workers,

@@ -142,6 +142,13 @@ class Strategy {
   void execute(detail::ReplicaTask task);
   /// Reduces a CPU tensor in place across workers (no-op with one worker).
   void across_workers(Tensor& value, ReduceOp op) const;
+
+ public:
+  /// Cross-replica: `value` (this worker's own, e.g. a metric's combined totals) reduced over
+  /// every worker; returned as it is with one worker. Every worker must call it.
+  Tensor reduce_across_workers(ReduceOp op, const Tensor& value) const;
+
+ private:
   void check_per_replica_size(size_t size) const;
 
   friend class StrategyScope;
