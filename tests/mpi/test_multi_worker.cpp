@@ -69,7 +69,8 @@ TEST_CASE("multi-worker: collectives over every replica of every worker", "[mpi]
       std::string& fail = failures[static_cast<size_t>(g % locals)];
       if (ctx.num_replicas_in_sync() != total) fail += "num_replicas_in_sync ";
       std::vector<float> values(static_cast<size_t>(n));
-      for (int64_t i = 0; i < n; ++i) values[static_cast<size_t>(i)] = static_cast<float>(g + 1 + i % 5);
+      for (int64_t i = 0; i < n; ++i)
+        values[static_cast<size_t>(i)] = static_cast<float>(g + 1 + i % 5);
       const td::Tensor mine = td::Tensor::from_vector(values);
       const std::vector<float> sum = ctx.all_reduce(td::ReduceOp::kSum, mine).to_vector<float>();
       const std::vector<float> mean = ctx.all_reduce(td::ReduceOp::kMean, mine).to_vector<float>();
@@ -89,7 +90,8 @@ TEST_CASE("multi-worker: collectives over every replica of every worker", "[mpi]
       const td::Tensor piece = td::Tensor::full({g + 1, 2}, g);
       const std::vector<float> gathered = ctx.all_gather(piece).to_vector<float>();
       std::vector<float> expected;
-      for (int k = 0; k < total; ++k) expected.insert(expected.end(), 2 * (k + 1), static_cast<float>(k));
+      for (int k = 0; k < total; ++k)
+        expected.insert(expected.end(), 2 * (k + 1), static_cast<float>(k));
       if (gathered != expected) fail += "all_gather ";
       ctx.communicator().barrier()->wait();
     });
@@ -198,4 +200,31 @@ TEST_CASE("multi-worker: W workers x L replicas train like one replica on the sa
     CHECK(difference <= 1e-5);
     CHECK(relative_difference(reference.initial[v], reference.weights[v]) > 1e-3);
   }
+}
+
+// ---- faults (run by their own CTest entries; see tests/CMakeLists.txt) ------------------------
+
+#include <chrono>
+#include <csignal>
+#include <iostream>
+#include <thread>
+
+TEST_CASE("multi-worker fault: a stuck or dead worker", "[.fault]") {
+  const char* fault = std::getenv("TANDEM_TEST_FAULT");
+  REQUIRE(fault != nullptr);
+  td::Strategy& s = strategy();
+  const std::string kind = fault;
+  try {
+    s.run([&](td::ReplicaContext& ctx) {
+      if (s.worker_index() == 1) {
+        if (kind == "kill") std::raise(SIGKILL);                // dies before the collective
+        std::this_thread::sleep_for(std::chrono::seconds(60));  // stuck: never arrives in time
+      }
+      ctx.all_reduce(td::ReduceOp::kSum, td::Tensor::ones({1000}));
+    });
+  } catch (const std::exception& e) {
+    std::cout << "worker " << s.worker_index() << " raised: " << e.what() << std::endl;
+    std::_Exit(3);  // non-zero: mpirun ends the job (and the stuck worker)
+  }
+  FAIL("the collective with a missing worker returned");
 }

@@ -1,6 +1,7 @@
-// MpiWorld and HierarchicalCommunicator. Every MPI call is non-blocking and polled, so a worker
-// that never arrives (it died, or it is stuck) makes the others raise after the collective
-// timeout instead of hanging; small arrival messages tell which workers are missing.
+// MpiWorld and HierarchicalCommunicator. Before each collective, small non-blocking arrival
+// messages are polled against the collective timeout, so a worker that never arrives (it died,
+// or it is stuck) makes the others raise naming it instead of hanging; then the blocking MPI
+// call runs.
 #include "tandem/collectives/mpi_communicator.h"
 
 // The C API only (Open MPI's C++ bindings do not build warning-free).
@@ -207,6 +208,13 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
   }
 }
 
+void MpiWorld::run_blocking(int code, uint64_t call, const char* label) {
+  if (code == MPI_SUCCESS) return;
+  broken_ = true;
+  TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_, ": ",
+               mpi_error(code));
+}
+
 void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) {
   if (size_ == 1) return;
   for (const Tensor& t : tensors)
@@ -237,12 +245,14 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
       }
       buffer = impl_->pack.data();
     }
+    // Every worker announces itself first (polled, so a missing one is named after the
+    // timeout); then the blocking call, Open MPI's tuned algorithms, which its non-blocking
+    // collectives do not use.
     const uint64_t call = arrive(label);
-    MPI_Request request;
-    check_mpi(MPI_Iallreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), mpi_type(dtype),
-                             mpi_op(op), impl_->data, &request),
-              label);
-    wait(&request, call, label);
+    wait(nullptr, call, label);
+    run_blocking(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), mpi_type(dtype),
+                               mpi_op(op), impl_->data),
+                 call, label);
     if (group.size() > 1) {
       const char* in = impl_->pack.data();
       for (size_t i : group) {
@@ -262,11 +272,9 @@ void MpiWorld::broadcast(std::vector<Tensor>& tensors, int root, const char* lab
                  ": tensors must be defined CPU tensors");
     if (t.nbytes() == 0) continue;
     const uint64_t call = arrive(label);
-    MPI_Request request;
-    check_mpi(MPI_Ibcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, impl_->data,
-                         &request),
-              label);
-    wait(&request, call, label);
+    wait(nullptr, call, label);
+    run_blocking(MPI_Bcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, impl_->data),
+                 call, label);
   }
 }
 
@@ -279,11 +287,10 @@ std::vector<std::vector<char>> MpiWorld::all_gather(const std::vector<char>& min
   }
   std::vector<int> lengths(static_cast<size_t>(size_), 0);
   int length = static_cast<int>(mine.size());
-  uint64_t call = arrive(label);
-  MPI_Request request;
-  check_mpi(MPI_Iallgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, impl_->data, &request),
-            label);
-  wait(&request, call, label);
+  const uint64_t call = arrive(label);
+  wait(nullptr, call, label);
+  run_blocking(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, impl_->data), call,
+               label);
   std::vector<int> offsets(static_cast<size_t>(size_), 0);
   int total = 0;
   for (int k = 0; k < size_; ++k) {
@@ -291,11 +298,9 @@ std::vector<std::vector<char>> MpiWorld::all_gather(const std::vector<char>& min
     total += lengths[static_cast<size_t>(k)];
   }
   std::vector<char> all(static_cast<size_t>(std::max(total, 1)));
-  call = arrive(label);
-  check_mpi(MPI_Iallgatherv(mine.data(), length, MPI_BYTE, all.data(), lengths.data(),
-                            offsets.data(), MPI_BYTE, impl_->data, &request),
-            label);
-  wait(&request, call, label);
+  run_blocking(MPI_Allgatherv(mine.data(), length, MPI_BYTE, all.data(), lengths.data(),
+                              offsets.data(), MPI_BYTE, impl_->data),
+               call, label);
   for (int k = 0; k < size_; ++k) {
     const auto i = static_cast<size_t>(k);
     out[i].resize(static_cast<size_t>(lengths[i]));
@@ -307,10 +312,8 @@ std::vector<std::vector<char>> MpiWorld::all_gather(const std::vector<char>& min
 
 void MpiWorld::barrier(const char* label) {
   if (size_ == 1) return;
-  const uint64_t call = arrive(label);
-  MPI_Request request;
-  check_mpi(MPI_Ibarrier(impl_->data, &request), label);
-  wait(&request, call, label);
+  // Every worker's arrival message reached every other: that is the barrier.
+  wait(nullptr, arrive(label), label);
 }
 
 // ---- HierarchicalCommunicator ------------------------------------------------------------------

@@ -14,9 +14,11 @@
 
 namespace tandem::collectives {
 
-/// The processes of the job. MPI is initialised on first use (MPI_THREAD_SERIALIZED: one thread
-/// at a time calls MPI, which the strategies guarantee) and finalised at exit; errors are
-/// returned, not fatal, and raised as tandem::Error naming the call.
+/// The processes of the job. Before each collective every process sends a small arrival
+/// message to every other and polls for theirs until TANDEM_COLLECTIVE_TIMEOUT (naming the
+/// workers that did not arrive); then the blocking MPI call runs. MPI is initialised on first use
+/// (MPI_THREAD_SERIALIZED: one thread at a time calls MPI, which the strategies guarantee) and
+/// finalised at exit; errors are returned, not fatal, and raised as tandem::Error naming the call.
 class MpiWorld {
  public:
   /// The process-wide instance (initialises MPI the first time).
@@ -28,7 +30,7 @@ class MpiWorld {
   int rank() const { return rank_; }
   int size() const { return size_; }
 
-  /// In place, across processes, CPU tensors: one MPI_Iallreduce per dtype (tensors of a dtype
+  /// In place, across processes, CPU tensors: one MPI_Allreduce per dtype (tensors of a dtype
   /// are packed into one buffer unless there is only one), waited for with a timeout. kMean
   /// divides the sum by size().
   void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label);
@@ -53,6 +55,8 @@ class MpiWorld {
   /// Waits for `request` and for the arrivals of call `call`; raises naming the missing workers
   /// after the timeout, or the MPI error.
   void wait(void* request, uint64_t call, const char* label);
+  /// Raises naming the call when a blocking MPI call returned an error code.
+  void run_blocking(int code, uint64_t call, const char* label);
 
   std::unique_ptr<Impl> impl_;
   int rank_ = 0;
