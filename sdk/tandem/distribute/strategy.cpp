@@ -137,17 +137,21 @@ std::vector<Device> cpu_devices(int count) {
 }
 
 /// MirroredStrategy's default devices and the one line that explains the choice.
-std::vector<Device> default_devices(std::string& report) {
-  int replicas = 1;
+/// TANDEM_CPU_REPLICAS when set (raising on a bad value), else nothing.
+std::optional<int> cpu_replicas_from_env() {
   const char* env = std::getenv("TANDEM_CPU_REPLICAS");
-  const bool from_env = env != nullptr && *env != '\0';
-  if (from_env) {
-    char* end = nullptr;
-    const long value = std::strtol(env, &end, 10);
-    TANDEM_CHECK(end != env && *end == '\0' && value >= 1 && value <= 4096,
-                 "TANDEM_CPU_REPLICAS=\"", env, "\" is not a replica count (a whole number >= 1)");
-    replicas = static_cast<int>(value);
-  }
+  if (env == nullptr || *env == '\0') return std::nullopt;
+  char* end = nullptr;
+  const long value = std::strtol(env, &end, 10);
+  TANDEM_CHECK(end != env && *end == '\0' && value >= 1 && value <= 4096,
+               "TANDEM_CPU_REPLICAS=\"", env, "\" is not a replica count (a whole number >= 1)");
+  return static_cast<int>(value);
+}
+
+std::vector<Device> default_devices(std::string& report) {
+  const std::optional<int> from_env_count = cpu_replicas_from_env();
+  const bool from_env = from_env_count.has_value();
+  const int replicas = from_env_count.value_or(1);
   const CudaAvailability& cuda = cuda_availability();
   std::ostringstream out;
   out << "MirroredStrategy: ";
@@ -710,23 +714,8 @@ MirroredStrategy MirroredStrategy::cpu(int num_replicas) {
   return MirroredStrategy(cpu_devices(num_replicas));
 }
 
-namespace {
-std::vector<Device> cpu_replicas_from_env() {
-  int replicas = 1;
-  const char* env = std::getenv("TANDEM_CPU_REPLICAS");
-  if (env != nullptr && *env != '\0') {
-    char* end = nullptr;
-    const long value = std::strtol(env, &end, 10);
-    TANDEM_CHECK(end != env && *end == '\0' && value >= 1 && value <= 4096,
-                 "TANDEM_CPU_REPLICAS=\"", env, "\" is not a replica count (a whole number >= 1)");
-    replicas = static_cast<int>(value);
-  }
-  return cpu_devices(replicas);
-}
-}  // namespace
-
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy()
-    : MultiWorkerMirroredStrategy(cpu_replicas_from_env()) {}
+    : MultiWorkerMirroredStrategy(cpu_devices(cpu_replicas_from_env().value_or(1))) {}
 
 MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(std::vector<Device> local_devices)
     : Strategy("MultiWorkerMirroredStrategy", std::move(local_devices), Execution::kThreads,
