@@ -3,11 +3,15 @@
 // spec, collectives with closed-form results over all W x L replicas, cross-worker
 // strategy.reduce, the chief's initial values, and the data-parallel invariance against one
 // replica in the same process. Every process runs every test case and must pass.
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -200,6 +204,160 @@ TEST_CASE("multi-worker: W workers x L replicas train like one replica on the sa
     CHECK(difference <= 1e-5);
     CHECK(relative_difference(reference.initial[v], reference.weights[v]) > 1e-3);
   }
+}
+
+TEST_CASE("multi-worker: uneven inputs end together, the worker that ran out feeds empty batches",
+          "[mpi]") {
+  td::Strategy& s = strategy();
+  const int workers = s.num_workers();
+  const int locals = s.num_local_replicas();
+  // Worker w's pipeline holds 3 + w batches of 4 examples per replica.
+  auto data = s.distribute_datasets_from_function([&](const td::data::InputContext& input) {
+    const int64_t batches = 3 + input.input_pipeline_id();
+    const int64_t rows = batches * locals * 4;
+    std::vector<float> values(static_cast<size_t>(rows), 1.0f);
+    return td::data::from_tensor_slices({td::Tensor::from_vector(values)}).batch(4);
+  });
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    int steps = 0, empty_steps = 0;
+    std::vector<float> totals;
+    for (const auto& b : data) {
+      ++steps;
+      if (b[0].batch_size() == 0) ++empty_steps;
+      // A collective every step: a worker waiting at the last batch would time out here.
+      td::PerReplica<td::Tensor> sums = s.run(
+          [](td::ReplicaContext& ctx, const td::data::Batch& piece) {
+            return ctx.all_reduce(td::ReduceOp::kSum, td::ops::sum(piece[0]));
+          },
+          b);
+      totals.push_back(s.local_results(sums)[0].item<float>());
+    }
+    INFO("worker " << s.worker_index() << ", epoch " << epoch);
+    CHECK(steps == 3 + workers - 1);  // as many steps as the longest pipeline
+    CHECK(empty_steps == workers - 1 - s.worker_index());
+    // Step k sums 4 examples of every replica whose worker still has a batch k.
+    for (int k = 0; k < steps; ++k) {
+      const int with_data = workers - std::max(0, k - 2);
+      CHECK(totals[static_cast<size_t>(k)] == static_cast<float>(4 * locals * with_data));
+    }
+  }
+}
+
+namespace {
+
+/// A small Adam run with dropout on distribute_dataset batches, checkpointed as a whole.
+struct ResumableRun {
+  explicit ResumableRun(td::Strategy& s)
+      : strategy(s),
+        data(s.distribute_dataset(make_data(),
+                                  {.auto_shard_policy = td::data::AutoShardPolicy::kData})) {
+    auto scope = s.scope();
+    model = std::make_unique<td::nn::Sequential>(std::initializer_list<td::nn::Module>{
+        td::nn::Dense(16, td::nn::Activation::kRelu), td::nn::Dropout(0.25), td::nn::Dense(4)});
+    model->set_seed(11);
+    model->build({8});
+    optimizer = std::make_unique<td::optim::Adam>(td::optim::Adam::Options{.learning_rate = 0.01});
+    optimizer->build(model->trainable_variables());
+  }
+  static td::data::Dataset make_data() {
+    td::Generator g(7);
+    const td::Tensor x = td::Tensor::normal({512, 8}, g);
+    std::vector<int64_t> y(512);
+    for (size_t i = 0; i < y.size(); ++i) y[i] = static_cast<int64_t>(i % 4);
+    return td::data::from_tensor_slices({x, td::Tensor::from_vector(y)})
+        .shuffle(128, 3)
+        .batch(32)
+        .repeat();
+  }
+  td::Checkpoint checkpoint() {
+    return td::Checkpoint(
+        {{"model", model.get()}, {"optimizer", optimizer.get()}, {"data", &data}});
+  }
+  void train(int steps) {
+    const std::vector<td::Variable> variables = model->trainable_variables();
+    std::vector<td::data::Batch> pieces;
+    for (int i = 0; i < steps; ++i) {
+      REQUIRE(data.next(pieces));
+      strategy.run(
+          [&](td::ReplicaContext& ctx, const td::data::Batch& b) {
+            td::GradientTape tape;
+            const td::Tensor loss =
+                td::compute_average_loss(td::losses::sparse_categorical_crossentropy(
+                                             b.labels(), (*model)(b.features(), true), true),
+                                         32);
+            optimizer->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+          },
+          td::PerReplica<td::data::Batch>(pieces));
+    }
+  }
+  std::vector<std::vector<float>> weights() const {
+    std::vector<std::vector<float>> out;
+    for (const td::Variable& v : model->weights())
+      for (int r = 0; r < v.num_copies(); ++r) out.push_back(v.copy(r).to_vector<float>());
+    for (const auto& [name, slot] : optimizer->slot_variables())
+      for (int r = 0; r < slot.num_copies(); ++r) out.push_back(slot.copy(r).to_vector<float>());
+    return out;
+  }
+  td::Strategy& strategy;
+  td::data::DistributedDataset data;
+  std::unique_ptr<td::nn::Sequential> model;
+  std::unique_ptr<td::optim::Adam> optimizer;
+};
+
+/// The chief's fresh temporary directory, known to every worker.
+std::string shared_temp_dir(td::Strategy& s) {
+  std::vector<int32_t> chars(256, 0);
+  if (s.is_chief()) {
+    const std::string dir =
+        (std::filesystem::temp_directory_path() / ("tandem_mpi_ckpt_" + std::to_string(::getpid())))
+            .string();
+    std::filesystem::create_directories(dir);
+    for (size_t i = 0; i < dir.size() && i < chars.size(); ++i) chars[i] = dir[i];
+  }
+  const std::vector<int32_t> all =
+      s.reduce_across_workers(td::ReduceOp::kMax, td::Tensor::from_vector(chars))
+          .to_vector<int32_t>();
+  std::string dir;
+  for (int32_t c : all)
+    if (c != 0) dir.push_back(static_cast<char>(c));
+  return dir;
+}
+
+}  // namespace
+
+TEST_CASE("multi-worker: a checkpoint written by the chief alone resumes exactly", "[mpi]") {
+  td::Strategy& s = strategy();
+  const std::string dir = shared_temp_dir(s);
+  ResumableRun straight(s);
+  straight.train(12);
+  const std::vector<std::vector<float>> expected = straight.weights();
+
+  {
+    ResumableRun first(s);
+    first.train(6);
+    td::CheckpointManager manager(first.checkpoint(), dir, {.max_to_keep = 2, .strategy = &s});
+    const std::optional<std::string> saved = manager.save();
+    REQUIRE(saved == dir + "/ckpt-6.h5");
+  }
+  // Every worker reached the save; the chief's file is complete before anyone reads it.
+  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));
+  size_t files = 0;
+  for (const auto& entry : std::filesystem::directory_iterator(dir))
+    if (entry.path().extension() == ".h5") ++files;
+  CHECK(files == 1);  // one writer
+
+  ResumableRun resumed(s);
+  td::CheckpointManager manager(resumed.checkpoint(), dir, {.max_to_keep = 2, .strategy = &s});
+  REQUIRE(manager.restore_or_initialize() == dir + "/ckpt-6.h5");
+  resumed.train(6);
+  const std::vector<std::vector<float>> got = resumed.weights();
+  REQUIRE(got.size() == expected.size());
+  for (size_t i = 0; i < got.size(); ++i) {
+    INFO("tensor " << i);
+    CHECK(got[i] == expected[i]);  // bitwise
+  }
+  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));  // all done reading
+  if (s.is_chief()) std::filesystem::remove_all(dir);
 }
 
 // ---- faults (run by their own CTest entries; see tests/CMakeLists.txt) ------------------------

@@ -1,6 +1,8 @@
 // Variable storage and the per-thread replica binding that selects a mirrored copy.
 #include "tandem/autograd/variable.h"
 
+#include <atomic>
+
 #include "tandem/autograd/tape.h"
 
 namespace tandem {
@@ -22,6 +24,14 @@ VariableCreator set_variable_creator(VariableCreator creator) {
 }
 
 ReplicaBinding current_replica_binding() { return t_binding; }
+
+namespace {
+std::atomic<int> g_process_replica_offset{0};
+}  // namespace
+int process_replica_offset() { return g_process_replica_offset.load(std::memory_order_relaxed); }
+void set_process_replica_offset(int offset) {
+  g_process_replica_offset.store(offset, std::memory_order_relaxed);
+}
 void set_current_replica_binding(ReplicaBinding binding) { t_binding = binding; }
 
 Variable::Variable(std::string name, const Tensor& initial, bool trainable)

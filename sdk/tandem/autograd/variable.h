@@ -70,6 +70,10 @@ struct ReplicaBinding {
   int first_global_id = 0;  ///< global id of local replica 0 (worker x local replicas)
 };
 ReplicaBinding current_replica_binding();
+/// Global id of this process's first replica: worker index x local replicas with several
+/// workers (set by the multi-worker strategy), else 0.
+int process_replica_offset();
+void set_process_replica_offset(int offset);
 void set_current_replica_binding(ReplicaBinding binding);
 
 }  // namespace tandem

@@ -119,7 +119,7 @@ namespace {
 int64_t pipeline_signature(const Node& node) {
   uint64_t hash = 1469598103934665603ull;
   for (const Node* n = &node; n != nullptr; n = n->input().get()) {
-    for (const char ch : n->describe() + "|") {
+    for (const char ch : n->signature_text() + "|") {
       hash ^= static_cast<unsigned char>(ch);
       hash *= 1099511628211ull;
     }

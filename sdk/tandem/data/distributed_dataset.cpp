@@ -127,6 +127,8 @@ struct DistributedDataset::State {
   std::optional<Iterator> iterator;  // the epoch under way, if any
   Element last;                      // the last batch seen: the shapes of empty batches
   std::vector<Device> devices;       // per replica, when batches go to GPUs; else empty
+  std::function<bool(bool)> agree;   // several workers: does any worker still have data?
+  bool exhausted = false;            // this worker ran out; others still had data
 };
 
 namespace {
@@ -171,8 +173,8 @@ DistributedDataset::DistributedDataset(Dataset dataset, int64_t num_replicas,
                num_replicas);
   Dataset local =
       auto_shard(dataset, options.auto_shard_policy, options.num_workers, options.worker_index);
-  state_ = std::make_shared<State>(
-      State{State::Mode::kSplitGlobalBatches, std::move(local), num_replicas, 0, {}, {}, {}});
+  state_ = std::make_shared<State>(State{
+      State::Mode::kSplitGlobalBatches, std::move(local), num_replicas, 0, {}, {}, {}, {}, false});
 }
 
 DistributedDataset DistributedDataset::from_function(std::function<Dataset(const InputContext&)> fn,
@@ -185,8 +187,15 @@ DistributedDataset DistributedDataset::from_function(std::function<Dataset(const
   const InputContext context(options.num_workers, options.worker_index,
                              num_replicas * options.num_workers);
   Dataset dataset = fn(context);
-  return DistributedDataset(std::make_shared<State>(
-      State{State::Mode::kPerReplicaBatches, std::move(dataset), num_replicas, 0, {}, {}, {}}));
+  return DistributedDataset(std::make_shared<State>(State{State::Mode::kPerReplicaBatches,
+                                                          std::move(dataset),
+                                                          num_replicas,
+                                                          0,
+                                                          {},
+                                                          {},
+                                                          {},
+                                                          {},
+                                                          false}));
 }
 
 int64_t DistributedDataset::num_replicas() const { return state_->num_replicas; }
@@ -204,16 +213,45 @@ void place(std::vector<Batch>& per_replica, const std::vector<Device>& devices) 
 
 bool DistributedDataset::next(std::vector<Batch>& per_replica) {
   State& s = *state_;
+  if (!s.agree) {
+    if (pull(per_replica)) return true;
+    end_epoch();
+    return false;
+  }
+  // Several workers: the step happens while any worker has data; a worker that ran out feeds
+  // its replicas empty batches (they contribute nothing) until every worker has.
+  const bool mine = !s.exhausted && pull(per_replica);
+  if (!s.agree(mine)) {
+    end_epoch();
+    return false;
+  }
+  if (!mine) {
+    s.exhausted = true;
+    per_replica = empty_batches();
+    place(per_replica, s.devices);
+  }
+  return true;
+}
+
+void DistributedDataset::end_epoch() {
+  State& s = *state_;
+  s.iterator.reset();
+  s.exhausted = false;
+  ++s.epoch;
+}
+
+void DistributedDataset::set_end_of_data_agreement(std::function<bool(bool)> any_worker_has_data) {
+  state_->agree = std::move(any_worker_has_data);
+}
+
+bool DistributedDataset::pull(std::vector<Batch>& per_replica) {
+  State& s = *state_;
   if (!s.iterator) s.iterator.emplace(s.dataset.iterator(s.epoch));
   const auto replicas = static_cast<size_t>(s.num_replicas);
   per_replica.resize(replicas);
   Element element;
   if (s.mode == State::Mode::kSplitGlobalBatches) {
-    if (!s.iterator->next(element)) {
-      s.iterator.reset();
-      ++s.epoch;
-      return false;
-    }
+    if (!s.iterator->next(element)) return false;
     check_batched(element, "distribute_dataset");
     // Sizes differ by at most one, larger first: 7 on 2 -> 4, 3; 1 on 2 -> 1, 0.
     const int64_t rows = element[0].dim(0);
@@ -234,8 +272,6 @@ bool DistributedDataset::next(std::vector<Batch>& per_replica) {
       s.last = element;
       per_replica[r] = Batch(std::move(element));
     } else if (r == 0) {
-      s.iterator.reset();
-      ++s.epoch;
       return false;
     } else {
       // The pipeline ran out mid-step: the remaining replicas still get a (empty) batch.

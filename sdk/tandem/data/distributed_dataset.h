@@ -92,6 +92,11 @@ class DistributedDataset {
   /// returns false when no replica has data left; the epoch then ends and the next call
   /// starts the next epoch.
   bool next(std::vector<Batch>& per_replica);
+  /// With several workers (set by the multi-worker strategy): `any_worker_has_data(mine)`
+  /// all-reduces whether this worker still has a batch. Steps go on while any worker has one;
+  /// a worker that ran out gives its replicas empty batches meanwhile, so no worker waits at
+  /// the last batch. Every worker calls next() the same number of times.
+  void set_end_of_data_agreement(std::function<bool(bool)> any_worker_has_data);
   /// One empty Batch per replica shaped like this dataset's batches: what a worker that has
   /// run out feeds its replicas while other workers still have data.
   std::vector<Batch> empty_batches() const;
@@ -127,6 +132,10 @@ class DistributedDataset {
 
  private:
   struct State;
+  /// The next step's batches from this worker's input; false when it has none left.
+  bool pull(std::vector<Batch>& per_replica);
+  /// The epoch is over everywhere: the next call starts the next one.
+  void end_epoch();
   DistributedDataset(std::shared_ptr<State> state) : state_(std::move(state)) {}
   std::shared_ptr<State> state_;
 };

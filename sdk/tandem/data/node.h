@@ -77,6 +77,9 @@ class Node {
 
   /// "shuffle(buffer_size=60000, seed=42)".
   virtual std::string describe() const = 0;
+  /// What the pipeline signature hashes (saved states restore only into a pipeline with the
+  /// same signature): describe(), except where a state is valid across variants (shard).
+  virtual std::string signature_text() const { return describe(); }
   /// The random-access source whose indices this node's iterators yield (index mode), or
   /// nullptr when they yield only elements.
   virtual std::shared_ptr<const Source> source() const { return nullptr; }

@@ -683,21 +683,25 @@ class ShardIterator final : public PassThroughIterator<ShardIterator> {
         input_(std::move(input)),
         num_shards_(num_shards),
         index_(index) {}
+  // Whole rounds: each element this shard keeps consumes the W input elements of its round
+  // (passing index_ before it and the rest after it). So between elements every shard of the
+  // same input has consumed the same count, and a position saved by one shard (one worker) is
+  // valid for every other.
   template <typename Pull>
   bool step(Pull&& pull) {
-    const int64_t gap = gap_to_next();
-    const int64_t passed = input_->skip(gap);
+    const int64_t passed = input_->skip(index_);
     position_ += passed;
-    if (passed < gap || !pull(*input_)) return false;
+    if (passed < index_ || !pull(*input_)) return false;
     ++position_;
+    position_ += input_->skip(num_shards_ - index_ - 1);
     return true;
   }
   int64_t skip(int64_t n) override {
     for (int64_t i = 0; i < n; ++i) {
-      const int64_t want = gap_to_next() + 1;
-      const int64_t passed = input_->skip(want);
+      const int64_t passed = input_->skip(num_shards_);
       position_ += passed;
-      if (passed < want) return i;
+      if (passed <= index_) return i;  // the round ended before this shard's element
+      if (passed < num_shards_) return i + 1;
     }
     return n;
   }
@@ -711,11 +715,6 @@ class ShardIterator final : public PassThroughIterator<ShardIterator> {
   }
 
  private:
-  /// Input elements to pass before the next one this shard keeps.
-  int64_t gap_to_next() const {
-    return ((index_ - position_ % num_shards_) % num_shards_ + num_shards_) % num_shards_;
-  }
-
   std::string prefix_;
   std::unique_ptr<IteratorImpl> input_;
   int64_t num_shards_;
@@ -771,6 +770,10 @@ class ShardNode final : public Node {
       : Node(std::move(input), "shard"), num_shards_(num_shards), index_(index) {}
   std::string describe() const override {
     return "shard(" + std::to_string(num_shards_) + ", " + std::to_string(index_) + ")";
+  }
+  // Positions are whole rounds (see ShardIterator): the same state serves every index.
+  std::string signature_text() const override {
+    return "shard(" + std::to_string(num_shards_) + ")";
   }
   std::shared_ptr<const Source> source() const override { return input()->source(); }
   std::unique_ptr<IteratorImpl> make_iterator(uint64_t epoch) const override {

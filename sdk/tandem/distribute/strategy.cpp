@@ -143,8 +143,8 @@ std::optional<int> cpu_replicas_from_env() {
   if (env == nullptr || *env == '\0') return std::nullopt;
   char* end = nullptr;
   const long value = std::strtol(env, &end, 10);
-  TANDEM_CHECK(end != env && *end == '\0' && value >= 1 && value <= 4096,
-               "TANDEM_CPU_REPLICAS=\"", env, "\" is not a replica count (a whole number >= 1)");
+  TANDEM_CHECK(end != env && *end == '\0' && value >= 1 && value <= 4096, "TANDEM_CPU_REPLICAS=\"",
+               env, "\" is not a replica count (a whole number >= 1)");
   return static_cast<int>(value);
 }
 
@@ -352,6 +352,7 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
     impl.world = collectives::MpiWorld::instance();
     impl.num_workers = impl.world->size();
     impl.worker_index = impl.world->rank();
+    set_process_replica_offset(impl.worker_index * impl.num_replicas);
     auto shared = std::make_shared<std::vector<Tensor>>();
     for (int r = 0; r < impl.num_replicas; ++r)
       impl.hierarchical.push_back(std::make_unique<collectives::HierarchicalCommunicator>(
@@ -641,6 +642,17 @@ void Strategy::across_workers(Tensor& value, ReduceOp op) const {
 #endif
 }
 
+void Strategy::install_end_of_data_agreement(data::DistributedDataset& dataset) const {
+  if (impl_->num_workers == 1) return;
+  // One small all-reduce per step (MAX of "I have a batch"), on the thread iterating.
+  const Strategy* self = this;
+  dataset.set_end_of_data_agreement([self](bool mine) {
+    Tensor flag = Tensor::scalar(mine ? 1.0 : 0.0, DType::kInt32);
+    self->across_workers(flag, ReduceOp::kMax);
+    return flag.item<int32_t>() > 0;
+  });
+}
+
 Tensor Strategy::reduce_across_workers(ReduceOp op, const Tensor& value) const {
   check_cross_replica("reduce_across_workers");
   TANDEM_CHECK(value.defined(), name(), ".reduce_across_workers: the value is undefined");
@@ -671,6 +683,7 @@ data::DistributedDataset Strategy::distribute_dataset(const data::Dataset& datas
   }
   data::DistributedDataset distributed(dataset, impl_->num_replicas, options);
   distributed.set_devices(impl_->devices);
+  install_end_of_data_agreement(distributed);
   return distributed;
 }
 
@@ -684,6 +697,7 @@ data::DistributedDataset Strategy::distribute_datasets_from_function(
   data::DistributedDataset distributed =
       data::DistributedDataset::from_function(std::move(fn), impl_->num_replicas, options);
   distributed.set_devices(impl_->devices);
+  install_end_of_data_agreement(distributed);
   return distributed;
 }
 

@@ -142,6 +142,8 @@ class Strategy {
   void execute(detail::ReplicaTask task);
   /// Reduces a CPU tensor in place across workers (no-op with one worker).
   void across_workers(Tensor& value, ReduceOp op) const;
+  /// With several workers, makes `dataset` agree with the other workers on the end of data.
+  void install_end_of_data_agreement(data::DistributedDataset& dataset) const;
 
  public:
   /// Cross-replica: `value` (this worker's own, e.g. a metric's combined totals) reduced over

@@ -31,8 +31,14 @@ std::vector<std::array<uint64_t, 4>> ReplicaGenerators::states() const {
 
 void ReplicaGenerators::set_states(const std::vector<std::array<uint64_t, 4>>& states) {
   if (!states.empty()) reseed(states[0][0]);
-  for (size_t i = 0; i < states.size(); ++i)
-    generators_->at(static_cast<int>(i)).set_state(states[i]);
+  for (size_t i = 0; i < states.size(); ++i) {
+    // Row i is local replica i's position (seed, offset). Its stream is 1 + the global replica
+    // id, which differs between workers: a checkpoint the chief wrote restores every worker's
+    // replicas onto their own streams, at the chief's offsets (every replica draws alike).
+    std::array<uint64_t, 4> state = states[i];
+    state[1] = static_cast<uint64_t>(process_replica_offset()) + i + 1;
+    generators_->at(static_cast<int>(i)).set_state(state);
+  }
 }
 
 }  // namespace tandem::nn
