@@ -206,6 +206,42 @@ TEST_CASE("multi-worker: W workers x L replicas train like one replica on the sa
   }
 }
 
+TEST_CASE("multi-worker: auto-shard policies across workers", "[mpi]") {
+  td::Strategy& s = strategy();
+  const int workers = s.num_workers();
+  const int64_t n = 96;
+  std::vector<float> ids(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<float>(i);
+  for (const auto& [policy, copies] :
+       std::vector<std::pair<td::data::AutoShardPolicy, int>>{{td::data::AutoShardPolicy::kData, 1},
+                                                              {td::data::AutoShardPolicy::kAuto, 1},
+                                                              {td::data::AutoShardPolicy::kOff, workers}}) {
+    INFO("policy " << static_cast<int>(policy));
+    auto data = s.distribute_dataset(
+        td::data::from_tensor_slices({td::Tensor::from_vector(ids)}).batch(16),
+        {.auto_shard_policy = policy});
+    // How often each id reached a replica of this worker, then summed over the workers.
+    std::vector<float> seen(static_cast<size_t>(n), 0.0f);
+    for (const auto& b : data)
+      for (const td::data::Batch& piece : s.local_results(b))
+        for (float id : piece[0].to_vector<float>()) seen[static_cast<size_t>(id)] += 1.0f;
+    const std::vector<float> total =
+        s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::from_vector(seen)).to_vector<float>();
+    CHECK(total == std::vector<float>(static_cast<size_t>(n), static_cast<float>(copies)));
+    if (policy == td::data::AutoShardPolicy::kData) {
+      // Every W-th element, from this worker's index.
+      bool mine_only = true;
+      for (int64_t i = 0; i < n; ++i)
+        mine_only = mine_only && (seen[static_cast<size_t>(i)] == 1.0f) == (i % workers == s.worker_index());
+      CHECK(mine_only);
+    }
+  }
+  // kFile on a source without files: refused on every worker, naming the policy.
+  CHECK_THROWS_WITH(s.distribute_dataset(td::data::from_tensor_slices({td::Tensor::from_vector(ids)}).batch(16),
+                                         {.auto_shard_policy = td::data::AutoShardPolicy::kFile}),
+                    Catch::Contains("kFile"));
+}
+
 TEST_CASE("multi-worker: uneven inputs end together, the worker that ran out feeds empty batches",
           "[mpi]") {
   td::Strategy& s = strategy();
