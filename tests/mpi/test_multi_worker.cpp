@@ -121,6 +121,14 @@ TEST_CASE("multi-worker: strategy.reduce combines every worker's replicas", "[mp
   const double count = total * (total + 1) / 2.0;
   CHECK(s.reduce(td::ReduceOp::kSum, rows, 0).item<float>() == static_cast<float>(count));
   CHECK(s.reduce(td::ReduceOp::kMean, rows, 0).item<float>() == 1.0f);
+  // gather: every replica's rows in global replica order.
+  td::PerReplica<td::Tensor> labelled = s.run([](td::ReplicaContext& ctx) {
+    const int g = ctx.replica_id_in_sync_group();
+    return td::Tensor::full({g + 1}, g);
+  });
+  std::vector<float> expected;
+  for (int k = 0; k < total; ++k) expected.insert(expected.end(), k + 1, static_cast<float>(k));
+  CHECK(s.gather(labelled).to_vector<float>() == expected);
 }
 
 TEST_CASE("multi-worker: variables start from the chief's values", "[mpi]") {

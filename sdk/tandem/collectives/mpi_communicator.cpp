@@ -70,6 +70,11 @@ std::weak_ptr<MpiWorld>& world_slot() {
 
 }  // namespace
 
+namespace {
+std::vector<char> serialize(const std::vector<Tensor>& tensors);
+std::vector<Tensor> deserialize(const std::vector<char>& bytes);
+}  // namespace
+
 struct MpiWorld::Impl {
   MPI_Comm data = MPI_COMM_NULL;     // collectives
   MPI_Comm arrival = MPI_COMM_NULL;  // arrival messages, so their tags never meet data traffic
@@ -307,6 +312,14 @@ std::vector<std::vector<char>> MpiWorld::all_gather(const std::vector<char>& min
     if (lengths[i] > 0)
       std::memcpy(out[i].data(), all.data() + offsets[i], static_cast<size_t>(lengths[i]));
   }
+  return out;
+}
+
+std::vector<std::vector<Tensor>> MpiWorld::all_gather_tensors(const std::vector<Tensor>& mine,
+                                                               const char* label) {
+  std::vector<std::vector<Tensor>> out;
+  for (const std::vector<char>& piece : all_gather(serialize(mine), label))
+    out.push_back(deserialize(piece));
   return out;
 }
 

@@ -38,6 +38,9 @@ class MpiWorld {
   void broadcast(std::vector<Tensor>& tensors, int root, const char* label);
   /// Every process's bytes, in rank order (pieces may differ in length).
   std::vector<std::vector<char>> all_gather(const std::vector<char>& mine, const char* label);
+  /// Every process's CPU tensors, in rank order (shapes may differ between processes).
+  std::vector<std::vector<Tensor>> all_gather_tensors(const std::vector<Tensor>& mine,
+                                                      const char* label);
   void barrier(const char* label);
 
   /// True after a collective failed or timed out: MPI is then not finalised at exit (a pending

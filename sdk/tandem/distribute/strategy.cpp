@@ -664,13 +664,22 @@ Tensor Strategy::reduce_across_workers(ReduceOp op, const Tensor& value) const {
 
 Tensor Strategy::gather(const PerReplica<Tensor>& value, int64_t axis) const {
   check_cross_replica("gather");
-  TANDEM_CHECK(impl_->num_workers == 1, name(), ".gather: across ", impl_->num_workers,
-               " workers is not supported yet; reduce instead, or gather inside run with "
-               "ctx.all_gather");
+
   TANDEM_CHECK(value.size() == static_cast<size_t>(impl_->num_replicas), name(),
                ".gather: the PerReplica holds ", value.size(), " values but the strategy has ",
                impl_->num_replicas, " replicas");
-  return detail::concat_along(value.values(), axis, "strategy.gather");
+  Tensor mine = detail::concat_along(value.values(), axis, "strategy.gather");
+  if (impl_->num_workers == 1) return mine;
+#if TANDEM_WITH_MPI
+  // Every worker's part, in worker order (so in global replica order).
+  std::vector<Tensor> parts;
+  for (std::vector<Tensor>& worker : impl_->world->all_gather_tensors({mine.to(Device::cpu())},
+                                                                      "strategy.gather"))
+    parts.push_back(std::move(worker.at(0)));
+  return detail::concat_along(parts, axis, "strategy.gather");
+#else
+  return mine;
+#endif
 }
 
 // ---- input -------------------------------------------------------------------------------------
