@@ -220,34 +220,37 @@ TEST_CASE("multi-worker: auto-shard policies across workers", "[mpi]") {
   const int64_t n = 96;
   std::vector<float> ids(static_cast<size_t>(n));
   for (int64_t i = 0; i < n; ++i) ids[static_cast<size_t>(i)] = static_cast<float>(i);
-  for (const auto& [policy, copies] :
-       std::vector<std::pair<td::data::AutoShardPolicy, int>>{{td::data::AutoShardPolicy::kData, 1},
-                                                              {td::data::AutoShardPolicy::kAuto, 1},
-                                                              {td::data::AutoShardPolicy::kOff, workers}}) {
+  for (const auto& [policy, copies] : std::vector<std::pair<td::data::AutoShardPolicy, int>>{
+           {td::data::AutoShardPolicy::kData, 1},
+           {td::data::AutoShardPolicy::kAuto, 1},
+           {td::data::AutoShardPolicy::kOff, workers}}) {
     INFO("policy " << static_cast<int>(policy));
-    auto data = s.distribute_dataset(
-        td::data::from_tensor_slices({td::Tensor::from_vector(ids)}).batch(16),
-        {.auto_shard_policy = policy});
+    auto data =
+        s.distribute_dataset(td::data::from_tensor_slices({td::Tensor::from_vector(ids)}).batch(16),
+                             {.auto_shard_policy = policy});
     // How often each id reached a replica of this worker, then summed over the workers.
     std::vector<float> seen(static_cast<size_t>(n), 0.0f);
     for (const auto& b : data)
       for (const td::data::Batch& piece : s.local_results(b))
         for (float id : piece[0].to_vector<float>()) seen[static_cast<size_t>(id)] += 1.0f;
     const std::vector<float> total =
-        s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::from_vector(seen)).to_vector<float>();
+        s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::from_vector(seen))
+            .to_vector<float>();
     CHECK(total == std::vector<float>(static_cast<size_t>(n), static_cast<float>(copies)));
     if (policy == td::data::AutoShardPolicy::kData) {
       // Every W-th element, from this worker's index.
       bool mine_only = true;
       for (int64_t i = 0; i < n; ++i)
-        mine_only = mine_only && (seen[static_cast<size_t>(i)] == 1.0f) == (i % workers == s.worker_index());
+        mine_only = mine_only &&
+                    (seen[static_cast<size_t>(i)] == 1.0f) == (i % workers == s.worker_index());
       CHECK(mine_only);
     }
   }
   // kFile on a source without files: refused on every worker, naming the policy.
-  CHECK_THROWS_WITH(s.distribute_dataset(td::data::from_tensor_slices({td::Tensor::from_vector(ids)}).batch(16),
-                                         {.auto_shard_policy = td::data::AutoShardPolicy::kFile}),
-                    Catch::Contains("kFile"));
+  CHECK_THROWS_WITH(
+      s.distribute_dataset(td::data::from_tensor_slices({td::Tensor::from_vector(ids)}).batch(16),
+                           {.auto_shard_policy = td::data::AutoShardPolicy::kFile}),
+      Catch::Contains("kFile"));
 }
 
 TEST_CASE("multi-worker: uneven inputs end together, the worker that ran out feeds empty batches",
@@ -369,7 +372,9 @@ std::string shared_temp_dir(td::Strategy& s) {
 
 }  // namespace
 
-TEST_CASE("multi-worker: a checkpoint written by the chief alone resumes exactly", "[mpi]") {
+TEST_CASE(
+    "multi-worker: a checkpoint written by the chief alone resumes exactly, sent to the others",
+    "[mpi]") {
   td::Strategy& s = strategy();
   const std::string dir = shared_temp_dir(s);
   ResumableRun straight(s);
@@ -390,9 +395,19 @@ TEST_CASE("multi-worker: a checkpoint written by the chief alone resumes exactly
     if (entry.path().extension() == ".h5") ++files;
   CHECK(files == 1);  // one writer
 
+  // The other workers restore from an empty directory of their own: the chief sends the file
+  // (hosts without a shared file system).
+  const std::string own_dir = s.is_chief() ? dir
+                                           : (std::filesystem::temp_directory_path() /
+                                              ("tandem_mpi_empty_" + std::to_string(::getpid())))
+                                                 .string();
   ResumableRun resumed(s);
-  td::CheckpointManager manager(resumed.checkpoint(), dir, {.max_to_keep = 2, .strategy = &s});
+  td::CheckpointManager manager(resumed.checkpoint(), own_dir, {.max_to_keep = 2, .strategy = &s});
   REQUIRE(manager.restore_or_initialize() == dir + "/ckpt-6.h5");
+  if (!s.is_chief()) {
+    CHECK(std::filesystem::is_empty(own_dir));
+    std::filesystem::remove_all(own_dir);
+  }
   resumed.train(6);
   const std::vector<std::vector<float>> got = resumed.weights();
   REQUIRE(got.size() == expected.size());

@@ -366,7 +366,77 @@ void CheckpointManager::restore(const std::string& path) {
   impl_->last_step = impl_->checkpoint.global_step();
 }
 
+namespace {
+
+std::vector<char> read_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  TANDEM_CHECK(in.good(), "CheckpointManager: cannot read ", path);
+  return std::vector<char>(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+}
+
+/// The chief's result of a restore, for the other workers: "" (fresh) or the path, a NUL, and
+/// the checkpoint file's bytes.
+std::vector<char> restore_message(const std::optional<std::string>& restored) {
+  std::vector<char> out;
+  if (!restored) return out;
+  out.assign(restored->begin(), restored->end());
+  out.push_back('\0');
+  const std::vector<char> file = read_bytes(*restored);
+  out.insert(out.end(), file.begin(), file.end());
+  return out;
+}
+
+}  // namespace
+
 std::optional<std::string> CheckpointManager::restore_or_initialize() {
+  const Strategy* strategy = impl_->options.strategy;
+  if (strategy == nullptr || strategy->num_workers() == 1) return restore_locally();
+  // Several workers: the chief picks and reads the checkpoint and sends the file to the others,
+  // so their hosts need not see the chief's directory.
+  std::optional<std::string> restored;
+  std::exception_ptr failure;
+  if (strategy->is_chief()) {
+    try {
+      restored = restore_locally();
+    } catch (...) {
+      failure = std::current_exception();
+    }
+  }
+  std::vector<char> message;
+  if (strategy->is_chief() && !failure) message = restore_message(restored);
+  if (strategy->is_chief() && failure) message = {'!'};
+  message = strategy->broadcast_from_chief(std::move(message));
+  if (strategy->is_chief()) {
+    if (failure) std::rethrow_exception(failure);
+    return restored;
+  }
+  if (message.size() == 1 && message[0] == '!')
+    TANDEM_THROW("CheckpointManager: the chief could not restore from ", impl_->directory);
+  if (message.empty()) return std::nullopt;
+  const auto nul = std::find(message.begin(), message.end(), '\0');
+  const std::string path(message.begin(), nul);
+  const std::string copy =
+      detail::temp_path_for((fs::temp_directory_path() / fs::path(path).filename()).string());
+  {
+    std::ofstream out(copy, std::ios::binary | std::ios::trunc);
+    out.write(&*(nul + 1), static_cast<std::streamsize>(message.end() - nul - 1));
+    TANDEM_CHECK(out.good(), "CheckpointManager: cannot write the chief's checkpoint to ", copy);
+  }
+  try {
+    impl_->checkpoint.restore(copy);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(copy, ignored);
+    throw;
+  }
+  std::error_code ignored;
+  fs::remove(copy, ignored);
+  impl_->last_step = impl_->checkpoint.global_step();
+  TANDEM_LOG_INFO("CheckpointManager: restored ", path, " (sent by the chief)");
+  return path;
+}
+
+std::optional<std::string> CheckpointManager::restore_locally() {
   Impl& m = *impl_;
   std::string note;
   const std::vector<std::string> candidates = restore_candidates(m.directory, &note);

@@ -75,6 +75,8 @@ class CheckpointManager {
   /// when the directory holds no checkpoint (a fresh start: the objects keep their initial
   /// values). Raises CheckpointMismatchError for a checkpoint of another model or a newer
   /// format (no fall back past that), and tandem::Error when every checkpoint is damaged.
+  /// With a multi-worker Options::strategy, every worker calls it: the chief restores from its
+  /// directory and sends the file to the others (their hosts need not see the directory).
   std::optional<std::string> restore_or_initialize();
 
   /// The checkpoint the state file names (tf's manager.latest_checkpoint), checked as in
@@ -89,6 +91,8 @@ class CheckpointManager {
  private:
   /// save() and save(step): `step` absent means the checkpoint's global_step().
   std::optional<std::string> save_at(std::optional<int64_t> step);
+  /// restore_or_initialize from this process's view of the directory.
+  std::optional<std::string> restore_locally();
   std::unique_ptr<Impl> impl_;
 };
 

@@ -7,6 +7,7 @@
 #include <atomic>
 #include <condition_variable>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <sstream>
 
@@ -653,6 +654,22 @@ void Strategy::install_end_of_data_agreement(data::DistributedDataset& dataset) 
   });
 }
 
+std::vector<char> Strategy::broadcast_from_chief(std::vector<char> bytes) const {
+  check_cross_replica("broadcast_from_chief");
+  if (impl_->num_workers == 1) return bytes;
+#if TANDEM_WITH_MPI
+  std::vector<Tensor> size = {Tensor::scalar(static_cast<double>(bytes.size()), DType::kInt64)};
+  impl_->world->broadcast(size, 0, "broadcast_from_chief (size)");
+  const int64_t n = size[0].item<int64_t>();
+  std::vector<Tensor> data = {Tensor::empty({n}, DType::kUInt8)};
+  if (is_chief() && n > 0) std::memcpy(data[0].raw_data(), bytes.data(), static_cast<size_t>(n));
+  impl_->world->broadcast(data, 0, "broadcast_from_chief");
+  bytes.resize(static_cast<size_t>(n));
+  if (n > 0) std::memcpy(bytes.data(), data[0].raw_data(), static_cast<size_t>(n));
+#endif
+  return bytes;
+}
+
 Tensor Strategy::reduce_across_workers(ReduceOp op, const Tensor& value) const {
   check_cross_replica("reduce_across_workers");
   TANDEM_CHECK(value.defined(), name(), ".reduce_across_workers: the value is undefined");
@@ -673,8 +690,8 @@ Tensor Strategy::gather(const PerReplica<Tensor>& value, int64_t axis) const {
 #if TANDEM_WITH_MPI
   // Every worker's part, in worker order (so in global replica order).
   std::vector<Tensor> parts;
-  for (std::vector<Tensor>& worker : impl_->world->all_gather_tensors({mine.to(Device::cpu())},
-                                                                      "strategy.gather"))
+  for (std::vector<Tensor>& worker :
+       impl_->world->all_gather_tensors({mine.to(Device::cpu())}, "strategy.gather"))
     parts.push_back(std::move(worker.at(0)));
   return detail::concat_along(parts, axis, "strategy.gather");
 #else

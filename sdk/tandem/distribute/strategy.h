@@ -149,6 +149,9 @@ class Strategy {
   /// Cross-replica: `value` (this worker's own, e.g. a metric's combined totals) reduced over
   /// every worker; returned as it is with one worker. Every worker must call it.
   Tensor reduce_across_workers(ReduceOp op, const Tensor& value) const;
+  /// Cross-replica: the chief's `bytes` on every worker (what the others pass is ignored);
+  /// returned as they are with one worker. Every worker must call it.
+  std::vector<char> broadcast_from_chief(std::vector<char> bytes) const;
 
  private:
   void check_per_replica_size(size_t size) const;
