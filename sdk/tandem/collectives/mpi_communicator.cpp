@@ -415,16 +415,8 @@ std::shared_ptr<Work> HierarchicalCommunicator::all_reduce_impl(const std::vecto
     }
     local_->broadcast(out, 0)->wait();
   }
-  if (op == ReduceOp::kMean) {
-    for (Tensor& t : out) {
-      if (t.numel() == 0) continue;
-      dispatch_numeric(t.dtype(), "all_reduce(mean)", [&]<typename T>() {
-        T* p = t.data<T>();
-        for (int64_t i = 0; i < t.numel(); ++i)
-          p[i] = static_cast<T>(p[i] / static_cast<T>(size()));
-      });
-    }
-  }
+  if (op == ReduceOp::kMean)
+    for (Tensor& t : out) divide(t, size());
   return completed_work();
 }
 
