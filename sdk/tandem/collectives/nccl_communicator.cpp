@@ -10,6 +10,7 @@
 #include <atomic>
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
 #include <mutex>
 #include <sstream>
@@ -65,7 +66,9 @@ struct InFlight {
 }  // namespace
 
 struct NcclGroup::State {
-  std::vector<Device> devices;
+  std::vector<Device> devices;  // this process's ranks
+  int first_rank = 0;           // global rank of devices[0]
+  int total_ranks = 0;          // over every process
   std::vector<ncclComm_t> comms;
   // Per rank: the communication stream NCCL runs on, and the two hand-off events between it
   // and the stream of the replica's thread (its compute stream).
@@ -195,7 +198,25 @@ NcclGroup::~NcclGroup() {
   for (cudaEvent_t e : s.spare_events) (void)cudaEventDestroy(e);
 }
 
+std::array<char, 128> NcclGroup::unique_id() {
+  static_assert(sizeof(ncclUniqueId) == 128, "ncclUniqueId is 128 bytes");
+  ncclUniqueId id;
+  TANDEM_CHECK(ncclGetUniqueId(&id) == ncclSuccess, "nccl: ncclGetUniqueId failed");
+  std::array<char, 128> bytes{};
+  std::memcpy(bytes.data(), &id, sizeof(id));
+  return bytes;
+}
+
 std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices) {
+  Spanning one_process;
+  one_process.first_rank = 0;
+  one_process.total_ranks = static_cast<int>(devices.size());
+  one_process.unique_id = unique_id();
+  return create(devices, one_process);
+}
+
+std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices,
+                                             const Spanning& spanning) {
   TANDEM_CHECK(!devices.empty(), "nccl: a group needs at least one GPU");
   for (size_t i = 0; i < devices.size(); ++i) {
     TANDEM_CHECK(devices[i].is_cuda(), "nccl: rank ", i, " is on ", devices[i], ", not a GPU");
@@ -207,18 +228,22 @@ std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices)
   std::shared_ptr<NcclGroup> group(new NcclGroup());
   State& s = *group->state_;
   s.devices = devices;
+  s.first_rank = spanning.first_rank;
+  s.total_ranks = spanning.total_ranks;
   s.host = InProcessGroup::create(static_cast<int>(devices.size()));
   const int n = static_cast<int>(devices.size());
+  TANDEM_CHECK(s.first_rank >= 0 && s.first_rank + n <= s.total_ranks, "nccl: ranks ", s.first_rank,
+               "..", s.first_rank + n - 1, " do not fit in ", s.total_ranks);
   s.comms.assign(devices.size(), nullptr);
   ncclUniqueId id;
-  TANDEM_CHECK(ncclGetUniqueId(&id) == ncclSuccess, "nccl: ncclGetUniqueId failed");
+  std::memcpy(&id, spanning.unique_id.data(), sizeof(id));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // calls return at once; progress and errors are polled (watchdog)
   TANDEM_CHECK(ncclGroupStart() == ncclSuccess, "nccl: ncclGroupStart failed");
   for (int r = 0; r < n; ++r) {
     cuda::DeviceGuard guard(devices[static_cast<size_t>(r)]);
-    const ncclResult_t status =
-        ncclCommInitRankConfig(&s.comms[static_cast<size_t>(r)], n, id, r, &config);
+    const ncclResult_t status = ncclCommInitRankConfig(
+        &s.comms[static_cast<size_t>(r)], s.total_ranks, id, s.first_rank + r, &config);
     TANDEM_CHECK(status == ncclSuccess || status == ncclInProgress, "nccl: creating rank ", r,
                  " on ", devices[static_cast<size_t>(r)], " failed: ", ncclGetErrorString(status));
   }
@@ -243,10 +268,12 @@ std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices)
   return group;
 }
 
-int NcclGroup::size() const { return static_cast<int>(state_->devices.size()); }
+int NcclGroup::size() const { return state_->total_ranks; }
+int NcclGroup::local_size() const { return static_cast<int>(state_->devices.size()); }
 
 NcclCommunicator& NcclGroup::communicator(int rank) {
-  TANDEM_CHECK(rank >= 0 && rank < size(), "nccl: no rank ", rank, " (", size(), " ranks)");
+  TANDEM_CHECK(rank >= 0 && rank < local_size(), "nccl: no local rank ", rank, " (", local_size(),
+               " in this process)");
   return *communicators_[static_cast<size_t>(rank)];
 }
 
@@ -259,6 +286,7 @@ void NcclGroup::abort(const std::string& reason) {
 
 // ---- NcclCommunicator --------------------------------------------------------------------------
 
+int NcclCommunicator::rank() const { return group_->state_->first_rank + rank_; }
 int NcclCommunicator::size() const { return group_->size(); }
 
 Device NcclCommunicator::device() const {
@@ -297,7 +325,7 @@ void NcclCommunicator::enter(const char* label, const std::vector<Tensor>& tenso
   record[kFields - 1] = digest;
   std::vector<Tensor> gathered;
   s.host->communicator(rank_).all_gather(gathered, Tensor::from_vector(record))->wait();
-  for (int k = 0; k < size(); ++k) {
+  for (int k = 0; k < group_->local_size(); ++k) {
     if (gathered[static_cast<size_t>(k)].to_vector<int64_t>() == record) continue;
     TANDEM_THROW("nccl ", label, ": rank ", k, " made a different call than rank ", rank_,
                  " (another collective, or tensors of other sizes or dtypes); every replica must "
@@ -374,6 +402,8 @@ std::shared_ptr<Work> NcclCommunicator::all_gather_impl(std::vector<Tensor>& out
                                                         const Tensor& input) {
   // Pieces may differ in their first dimension: first the sizes (host), then one broadcast
   // per rank into outputs of the right size.
+  TANDEM_CHECK(group_->local_size() == size(), "nccl all_gather: across processes is not ",
+               "supported yet; all_reduce the values instead");
   enter("all_gather", {}, static_cast<int64_t>(input.dtype()));
   TANDEM_CHECK(input.defined() && input.device() == device(), "nccl all_gather on rank ", rank_,
                ": the input must be a tensor on ", device());

@@ -5,6 +5,7 @@
 // collective has not finished on the GPU within TANDEM_COLLECTIVE_TIMEOUT. Built only with NCCL.
 #pragma once
 
+#include <array>
 #include <memory>
 #include <string>
 #include <vector>
@@ -23,7 +24,8 @@ class NcclGroup;
 /// After the watchdog aborted the group, every call raises AbortedError naming the cause.
 class NcclCommunicator final : public Communicator {
  public:
-  int rank() const override { return rank_; }
+  /// The rank among every process's ranks (first_rank of the group + this one's local index).
+  int rank() const override;
   int size() const override;
   std::string name() const override { return "nccl"; }
   /// The GPU of this rank.
@@ -40,7 +42,7 @@ class NcclCommunicator final : public Communicator {
 
  private:
   friend class NcclGroup;
-  NcclCommunicator(NcclGroup* group, int rank) : group_(group), rank_(rank) {}
+  NcclCommunicator(NcclGroup* group, int local) : group_(group), rank_(local) {}
 
   /// Checks this rank's tensors, meets the peers on the host (every rank must bring the same
   /// call: kind, dtype and sizes), and raises on every rank when one does not.
@@ -49,7 +51,7 @@ class NcclCommunicator final : public Communicator {
   void queued(const char* label);
 
   NcclGroup* group_;
-  int rank_;
+  int rank_;  // the local index: this process's ranks are 0 .. devices - 1 here
 };
 
 /// The NCCL communicators of one process's GPUs and their watchdog.
@@ -58,11 +60,29 @@ class NcclGroup {
   /// One rank per device, in order; the devices must be distinct GPUs (NCCL refuses two ranks
   /// on one GPU: logical replicas sharing a GPU use the in_process backend).
   static std::shared_ptr<NcclGroup> create(const std::vector<Device>& devices);
+
+  /// The same, as part of one communicator over the GPUs of several processes: this process's
+  /// ranks are first_rank .. first_rank + devices - 1 of total_ranks, and every process passes
+  /// the unique id the chief made with unique_id() (sent over MPI). all_gather across processes
+  /// is not supported (it raises); all_reduce, broadcast and reduce_scatter are.
+  struct Spanning {
+    int first_rank = 0;
+    int total_ranks = 0;
+    std::array<char, 128> unique_id{};
+  };
+  static std::shared_ptr<NcclGroup> create(const std::vector<Device>& devices,
+                                           const Spanning& spanning);
+  /// A new NCCL unique id (ncclGetUniqueId), as bytes.
+  static std::array<char, 128> unique_id();
   ~NcclGroup();
   NcclGroup(const NcclGroup&) = delete;
   NcclGroup& operator=(const NcclGroup&) = delete;
 
+  /// Ranks over every process.
   int size() const;
+  /// This process's ranks.
+  int local_size() const;
+  /// This process's rank with local index `rank`.
   NcclCommunicator& communicator(int rank);
   /// The host-side group the ranks meet in before each collective (strategies reset it between
   /// runs and abort it when a replica fails).

@@ -331,7 +331,8 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   std::vector<Device> distinct;
   for (const Device& d : impl.devices)
     if (std::find(distinct.begin(), distinct.end(), d) == distinct.end()) distinct.push_back(d);
-  const bool several_gpus = impl.devices.front().is_cuda() && distinct.size() > 1;
+  const bool several_gpus =
+      impl.devices.front().is_cuda() && distinct.size() > 1 && scope == Scope::kProcess;
   if (several_gpus) {
     TANDEM_CHECK(distinct.size() == impl.devices.size(), impl.name, ": replicas on ",
                  distinct.size(), " GPUs with some GPUs listed more than once; use each GPU once, ",
@@ -347,17 +348,43 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
     impl.group = collectives::InProcessGroup::create(impl.num_replicas);
   }
   if (scope == Scope::kWorkers) {
-    TANDEM_CHECK(!impl.any_gpu, impl.name, ": GPU replicas across workers need NCCL between ",
-                 "processes, which this build does not do yet; use CPU replicas");
 #if TANDEM_WITH_MPI
     impl.world = collectives::MpiWorld::instance();
     impl.num_workers = impl.world->size();
     impl.worker_index = impl.world->rank();
     set_process_replica_offset(impl.worker_index * impl.num_replicas);
+    if (impl.any_gpu) {
+      // GPU replicas: one NCCL communicator over every worker's GPUs, its unique id made by
+      // the chief and sent over MPI. Each worker's GPUs must be distinct.
+#if TANDEM_WITH_NCCL
+      TANDEM_CHECK(distinct.size() == impl.devices.size(), impl.name,
+                   ": a worker's GPU replicas must be on distinct GPUs (NCCL takes one rank per "
+                   "GPU), got ",
+                   impl.devices.size(), " replicas on ", distinct.size(), " GPUs");
+      collectives::NcclGroup::Spanning spanning;
+      spanning.first_rank = impl.worker_index * impl.num_replicas;
+      spanning.total_ranks = impl.num_workers * impl.num_replicas;
+      std::vector<Tensor> id = {Tensor::zeros({128}, DType::kUInt8)};
+      if (impl.worker_index == 0) {
+        spanning.unique_id = collectives::NcclGroup::unique_id();
+        std::memcpy(id[0].raw_data(), spanning.unique_id.data(), 128);
+      }
+      impl.world->broadcast(id, 0, "nccl unique id");
+      std::memcpy(spanning.unique_id.data(), id[0].raw_data(), 128);
+      impl.nccl = collectives::NcclGroup::create(impl.devices, spanning);
+      impl.group =
+          std::shared_ptr<collectives::InProcessGroup>(impl.nccl, &impl.nccl->host_group());
+#else
+      throw NotBuiltError(impl.name +
+                          ": GPU replicas across workers need NCCL, which this "
+                          "build does not have");
+#endif
+    }
     auto shared = std::make_shared<std::vector<Tensor>>();
-    for (int r = 0; r < impl.num_replicas; ++r)
-      impl.hierarchical.push_back(std::make_unique<collectives::HierarchicalCommunicator>(
-          impl.world, &impl.group->communicator(r), shared));
+    if (!impl.any_gpu)
+      for (int r = 0; r < impl.num_replicas; ++r)
+        impl.hierarchical.push_back(std::make_unique<collectives::HierarchicalCommunicator>(
+            impl.world, &impl.group->communicator(r), shared));
     std::shared_ptr<collectives::MpiWorld> world = impl.world;
     impl.broadcast_initial = [world](const Tensor& initial) {
       std::vector<Tensor> value = {initial.to(Device::cpu()).clone()};

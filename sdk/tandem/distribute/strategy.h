@@ -183,7 +183,8 @@ class MirroredStrategy : public Strategy {
 /// checkpoints). Gradients are reduced in-process among a worker's replicas, then with MPI
 /// between workers (one call per dtype bucket), then broadcast locally. Variables created in
 /// scope() take the chief's initial values. Datasets given to distribute_dataset are sharded
-/// across workers (DistributeOptions::auto_shard_policy). CPU replicas only for now.
+/// across workers (DistributeOptions::auto_shard_policy). GPU replicas (distinct GPUs per
+/// worker) share one NCCL communicator over every worker, its unique id sent over MPI.
 class MultiWorkerMirroredStrategy : public Strategy {
  public:
   /// TANDEM_CPU_REPLICAS CPU replicas per worker (default 1).
