@@ -8,15 +8,16 @@
 
 #include <cstdlib>
 #include <iomanip>
-#include <sstream>
 #include <memory>
 #include <mutex>
+#include <sstream>
 #include <string>
 #include <unordered_map>
 #include <vector>
 
 #include "tandem/core/error.h"
 #include "tandem/tensor/cuda_context.h"
+#include "tandem/tensor/host_caching_allocator.h"
 
 namespace tandem {
 
@@ -148,67 +149,20 @@ class CudaCachingAllocator final : public Allocator {
 
 /// Page-locked host memory (cudaHostAlloc), cached by size class: the staging buffers of
 /// host-to-device input copies, which may then run asynchronously on a copy stream.
-class PinnedHostAllocator final : public Allocator {
- public:
-  void* allocate(size_t nbytes) override {
-    if (nbytes == 0) return nullptr;
-    const size_t size = cpu_size_class(nbytes);
-    std::lock_guard<std::mutex> lock(mutex_);
-    ++stats_.requests;
-    auto& list = free_[size];
-    if (!list.empty()) {
-      void* ptr = list.back();
-      list.pop_back();
-      ++stats_.cache_hits;
-      stats_.bytes_cached -= size;
-      stats_.bytes_in_use += size;
-      return ptr;
-    }
+class PinnedHostAllocator final : public detail::HostCachingAllocator {
+ protected:
+  void* system_allocate(size_t size) override {
     void* ptr = nullptr;
-    const cudaError_t status = cudaHostAlloc(&ptr, size, cudaHostAllocPortable);
-    if (status != cudaSuccess) {
+    if (cudaHostAlloc(&ptr, size, cudaHostAllocPortable) != cudaSuccess) {
       (void)cudaGetLastError();
-      TANDEM_THROW("pinned host memory: cudaHostAlloc of ", nbytes,
-                   " bytes failed: ", cudaGetErrorString(status), " (", mib(stats_.bytes_in_use),
-                   " in use, ", mib(stats_.bytes_cached), " cached)");
+      return nullptr;
     }
-    ++stats_.system_allocs;
-    stats_.bytes_in_use += size;
     return ptr;
   }
-
-  void deallocate(void* ptr, size_t nbytes) override {
-    if (ptr == nullptr) return;
-    const size_t size = cpu_size_class(nbytes);
-    std::lock_guard<std::mutex> lock(mutex_);
-    free_[size].push_back(ptr);
-    stats_.bytes_in_use -= size;
-    stats_.bytes_cached += size;
+  void system_free(void* ptr) override {
+    if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
   }
-
-  Device device() const override { return Device::cpu(); }
-
-  AllocatorStats stats() const override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    return stats_;
-  }
-
-  void empty_cache() override {
-    std::lock_guard<std::mutex> lock(mutex_);
-    for (auto& [size, blocks] : free_) {
-      for (void* ptr : blocks) {
-        if (cudaFreeHost(ptr) != cudaSuccess) (void)cudaGetLastError();
-        ++stats_.system_frees;
-        stats_.bytes_cached -= size;
-      }
-      blocks.clear();
-    }
-  }
-
- private:
-  mutable std::mutex mutex_;
-  std::unordered_map<size_t, std::vector<void*>> free_;
-  AllocatorStats stats_;
+  const char* label() const override { return "pinned host allocator (cudaHostAlloc)"; }
 };
 
 }  // namespace
