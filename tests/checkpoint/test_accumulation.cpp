@@ -13,9 +13,9 @@ using namespace tandem::checkpoint_testing;
 namespace {
 
 constexpr int kReplicas = 2;
-constexpr int kSteps = 4;            // gradient_accumulation_steps
-constexpr int64_t kSaveAfter = 6;    // micro-steps: one update, then micro_step 2 of 4
-constexpr int64_t kTotal = 16;       // micro-steps of the whole run: four updates
+constexpr int kSteps = 4;          // gradient_accumulation_steps
+constexpr int64_t kSaveAfter = 6;  // micro-steps: one update, then micro_step 2 of 4
+constexpr int64_t kTotal = 16;     // micro-steps of the whole run: four updates
 constexpr const char* kChildTest = "checkpoint accumulation: the rest in a new process";
 
 /// max |a - b| / max |a| over the float32 values held in two byte strings.
@@ -127,9 +127,9 @@ TEST_CASE("checkpoint accumulation: a mid-accumulation checkpoint refuses anothe
     first.checkpoint().write(dir.file("boundary.h5"));
   }
   TrainingRun other(1, 2);
-  CHECK_THROWS_WITH(other.checkpoint().restore(dir.file("mid.h5")),
-                    Catch::Contains("micro_step 3 of 4") &&
-                        Catch::Contains("gradient_accumulation_steps = 4"));
+  CHECK_THROWS_WITH(
+      other.checkpoint().restore(dir.file("mid.h5")),
+      Catch::Contains("micro_step 3 of 4") && Catch::Contains("gradient_accumulation_steps = 4"));
   TrainingRun plain(1);
   CHECK_THROWS_AS(plain.checkpoint().restore(dir.file("mid.h5")), td::CheckpointMismatchError);
   // At an update boundary any N resumes (the accumulators start from zero).

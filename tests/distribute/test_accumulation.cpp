@@ -86,8 +86,7 @@ Trained train(int replicas, int steps, OptimizerKind kind, const Data& data) {
     td::GradientTape tape;
     const td::Tensor logits = model(x, /*training=*/true);
     const td::Tensor loss = td::compute_average_loss(
-        td::losses::sparse_categorical_crossentropy(y, logits, /*from_logits=*/true),
-        micro_batch);
+        td::losses::sparse_categorical_crossentropy(y, logits, /*from_logits=*/true), micro_batch);
     optimizer->apply_gradients(ctx, tape.gradient(loss, variables), variables);
     if (ctx.replica_id_in_sync_group() == 0) calls = ctx.communicator().stats().all_reduce;
     return loss;
@@ -249,8 +248,7 @@ TEST_CASE("accumulation: learning-rate schedules see updates, not micro-steps",
 TEST_CASE("accumulation: bad settings are refused with the value", "[cpu][optim][accumulation]") {
   CHECK_THROWS_WITH(optim::SGD({.gradient_accumulation_steps = 0}),
                     Catch::Contains("gradient_accumulation_steps must be >= 1, got 0"));
-  CHECK_THROWS_WITH(optim::Adam({.gradient_accumulation_steps = -2}),
-                    Catch::Contains("got -2"));
+  CHECK_THROWS_WITH(optim::Adam({.gradient_accumulation_steps = -2}), Catch::Contains("got -2"));
   optim::Adam adam({.gradient_accumulation_steps = 4});
   CHECK_THAT(adam.config_json(), Catch::Contains("\"gradient_accumulation_steps\": 4"));
   CHECK_THROWS_WITH(adam.set_micro_step(4), Catch::Contains("micro_step must be in [0, "

@@ -172,8 +172,8 @@ struct Loaded {
   std::vector<std::pair<std::string, Tensor>> slots;  // slot variable name -> value
   int64_t micro_step = 0;
   std::vector<std::pair<std::string, Tensor>> accumulators;  // variable name -> summed value
-  std::map<std::string, int64_t> counters;            // tracked counter name -> value
-  std::map<std::string, LoadedData> data;             // tracked name -> state
+  std::map<std::string, int64_t> counters;                   // tracked counter name -> value
+  std::map<std::string, LoadedData> data;                    // tracked name -> state
   std::map<std::string, metrics::MetricState> metrics;
 };
 
@@ -416,9 +416,9 @@ void write_training_state(const h5::Group& root, const std::vector<Checkpoint::E
   const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
   const int64_t micro_step = optimizer ? optimizer->micro_step() : 0;
   accumulation.write_tensor("micro_step", int64_scalar(micro_step));
-  accumulation.write_attr("gradient_accumulation_steps",
-                          static_cast<int64_t>(optimizer ? optimizer->gradient_accumulation_steps()
-                                                         : 1));
+  accumulation.write_attr(
+      "gradient_accumulation_steps",
+      static_cast<int64_t>(optimizer ? optimizer->gradient_accumulation_steps() : 1));
   if (micro_step > 0) {
     for (const auto& [name, accumulator] : optimizer->accumulator_variables()) {
       Tensor sum = accumulator.copy(0).to(Device::cpu());
@@ -566,9 +566,9 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
                                     ? accumulation.read_attr_int64("gradient_accumulation_steps")
                                     : 1;
     if (out.micro_step < 0 || (out.micro_step > 0 && out.micro_step >= saved_steps))
-      mismatch(path, detail::str_cat("/training_state/grad_accum/micro_step is ", out.micro_step,
-                                     ", outside [0, gradient_accumulation_steps = ",
-                                     saved_steps, ")"));
+      mismatch(path,
+               detail::str_cat("/training_state/grad_accum/micro_step is ", out.micro_step,
+                               ", outside [0, gradient_accumulation_steps = ", saved_steps, ")"));
     if (out.micro_step > 0) {
       const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
       const int steps = optimizer ? optimizer->gradient_accumulation_steps() : 1;
@@ -589,9 +589,9 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
         if (!accumulation.exists(where)) continue;
         Tensor value = accumulation.read_tensor(where);
         if (value.shape() != shape)
-          mismatch(path, detail::str_cat("the accumulator of variable \"", name, "\" has shape ",
-                                         value.shape(), " in the file but ", shape,
-                                         " in this model"));
+          mismatch(path,
+                   detail::str_cat("the accumulator of variable \"", name, "\" has shape ",
+                                   value.shape(), " in the file but ", shape, " in this model"));
         out.accumulators.emplace_back(name, std::move(value));
       }
     }

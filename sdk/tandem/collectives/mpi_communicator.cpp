@@ -316,7 +316,7 @@ std::vector<std::vector<char>> MpiWorld::all_gather(const std::vector<char>& min
 }
 
 std::vector<std::vector<Tensor>> MpiWorld::all_gather_tensors(const std::vector<Tensor>& mine,
-                                                               const char* label) {
+                                                              const char* label) {
   std::vector<std::vector<Tensor>> out;
   for (const std::vector<char>& piece : all_gather(serialize(mine), label))
     out.push_back(deserialize(piece));
