@@ -100,15 +100,8 @@ double evaluate(tandem::Strategy& strategy, const tandem::nn::Module& model,
   for (const auto& batch : test_data) {
     strategy.run(eval_step, tandem::PerReplica<tandem::data::Batch>(batch));
   }
-  // Each worker evaluated its shard: add up the totals of every worker.
-  const tandem::metrics::MetricState mine = accuracy.combined_state();
-  const std::vector<double> all =
-      strategy
-          .reduce_across_workers(
-              tandem::ReduceOp::kSum,
-              tandem::Tensor::from_vector(std::vector<double>{mine.total, mine.count}))
-          .to_vector<double>();
-  return all[1] > 0 ? all[0] / all[1] : 0.0;
+  // Each worker evaluated its shard; result() adds up every worker's totals.
+  return accuracy.result();
 }
 
 void install_interrupt_handler() {

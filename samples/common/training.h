@@ -41,7 +41,8 @@ int64_t steps_per_epoch(const tandem::data::DistributedDataset& train_data, cons
 
 /// Accuracy of `model` on one pass over `test_data`: every replica runs the forward pass on its
 /// part of each batch and updates `accuracy` (sync-on-read); result() then combines the
-/// replicas' counts. Resets `accuracy` first.
+/// counts of every replica, of every worker in a multi-worker job (every worker calls this).
+/// Resets `accuracy` first.
 double evaluate(tandem::Strategy& strategy, const tandem::nn::Module& model,
                 tandem::data::DistributedDataset& test_data,
                 tandem::metrics::SparseCategoricalAccuracy& accuracy);

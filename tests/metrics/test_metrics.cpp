@@ -97,6 +97,10 @@ TEST_CASE("Each replica updates its own state and result() sums them", "[cpu][me
   // (0*1 + 1*2 + 2*3) / (1 + 2 + 3): partial batches combine exactly.
   CHECK(mean.result() == Approx(8.0 / 6.0));
   CHECK(accuracy.result() == Approx(1.0 / 6.0));
+  // One process, no multi-worker strategy: the job is this process.
+  CHECK(mean.num_workers() == 1);
+  CHECK(mean.local_result() == mean.result());
+  CHECK(mean.local_state().count == mean.combined_state().count);
   // Checkpoints store the combined state; restoring gives replica 0 all of it.
   const metrics::MetricState combined = mean.combined_state();
   metrics::Mean restored("loss");

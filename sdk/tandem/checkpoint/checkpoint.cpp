@@ -4,6 +4,7 @@
 #include "tandem/checkpoint/checkpoint.h"
 
 #include <array>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -13,6 +14,7 @@
 #include <unordered_map>
 
 #include "tandem/checkpoint/file_io.h"
+#include "tandem/checkpoint/gather.h"
 #include "tandem/checkpoint/hdf5_file.h"
 #include "tandem/core/build_info.h"
 #include "tandem/core/logging.h"
@@ -352,7 +354,7 @@ void write_iterator_state(const h5::Group& group, const data::IteratorState& sta
 }
 
 void write_training_state(const h5::Group& root, const std::vector<Checkpoint::Entry>& entries,
-                          int64_t global_step, int num_replicas) {
+                          int64_t global_step, const detail::GatheredState& gathered) {
   const h5::Group group = root.create_group(kTrainingState);
   const data::DistributedDataset* first_data = tracked_one<data::DistributedDataset>(entries);
   std::map<std::string, int64_t> standard = {
@@ -382,27 +384,18 @@ void write_training_state(const h5::Group& root, const std::vector<Checkpoint::E
     write_iterator_state(d, iterator->save());
   }
 
-  if (const nn::Module* model = tracked_one<nn::Module>(entries)) {
-    if (const nn::ReplicaGenerators* generators = generators_of(*model)) {
-      // One row per replica {seed, stream, offset, 0}; a replica that never drew has its
-      // fresh stream (seed, 1 + replica, 0), exactly what it would be created with.
-      std::vector<std::array<uint64_t, 4>> states = generators->states();
-      std::vector<uint64_t> rows;
-      for (int r = 0; r < num_replicas; ++r) {
-        const std::array<uint64_t, 4> row =
-            r < static_cast<int>(states.size())
-                ? states[static_cast<size_t>(r)]
-                : std::array<uint64_t, 4>{generators->seed(), static_cast<uint64_t>(r) + 1, 0, 0};
-        rows.insert(rows.end(), row.begin(), row.end());
-      }
-      group.write_u64("rng/replica_state", rows, Shape({num_replicas, 4}));
-      group.write_attr_of("rng/replica_state", "algorithm", kRngAlgorithm);
-    }
+  if (!gathered.rng_rows.empty()) {
+    std::vector<uint64_t> rows;
+    for (const std::array<uint64_t, 4>& row : gathered.rng_rows)
+      rows.insert(rows.end(), row.begin(), row.end());
+    group.write_u64("rng/replica_state", rows,
+                    Shape({static_cast<int64_t>(gathered.rng_rows.size()), 4}));
+    group.write_attr_of("rng/replica_state", "algorithm", kRngAlgorithm);
   }
 
   for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
-    // The per-replica partial sums are gathered here: the stored state is their SUM.
-    const metrics::MetricState state = metric->combined_state();
+    // The per-replica (and per-worker) partial sums were gathered: the stored state is their SUM.
+    const metrics::MetricState state = gathered.metrics.at(name);
     const h5::Group m = group.require_group("metrics/" + name);
     m.write_tensor("total", float64_scalar(state.total));
     m.write_tensor("count", float64_scalar(state.count));
@@ -419,22 +412,147 @@ void write_training_state(const h5::Group& root, const std::vector<Checkpoint::E
   accumulation.write_attr(
       "gradient_accumulation_steps",
       static_cast<int64_t>(optimizer ? optimizer->gradient_accumulation_steps() : 1));
-  if (micro_step > 0) {
+  if (micro_step > 0)
+    for (const auto& [name, sum] : gathered.accumulators)
+      accumulation.write_tensor(keras_name(name), sum);
+}
+
+/// This process's part of the per-replica state: metric partials summed over its replicas,
+/// accumulators summed over its replicas (mid-accumulation only), one dropout-stream row per
+/// replica.
+detail::GatheredState local_state(const std::vector<Checkpoint::Entry>& entries, int num_replicas) {
+  detail::GatheredState out;
+  out.num_replicas = num_replicas;
+  if (const nn::Module* model = tracked_one<nn::Module>(entries)) {
+    if (const nn::ReplicaGenerators* generators = generators_of(*model)) {
+      // One row per replica {seed, stream, offset, 0}; a replica that never drew has its
+      // fresh stream (seed, 1 + global replica id, 0), exactly what it would be created with.
+      const std::vector<std::array<uint64_t, 4>> states = generators->states();
+      for (int r = 0; r < num_replicas; ++r)
+        out.rng_rows.push_back(
+            r < static_cast<int>(states.size())
+                ? states[static_cast<size_t>(r)]
+                : std::array<uint64_t, 4>{generators->seed(),
+                                          static_cast<uint64_t>(process_replica_offset()) + r + 1,
+                                          0, 0});
+    }
+  }
+  for (const auto& [name, metric] : tracked<metrics::Metric>(entries))
+    out.metrics[name] = metric->local_state();
+  const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
+  if (optimizer && optimizer->micro_step() > 0) {
     for (const auto& [name, accumulator] : optimizer->accumulator_variables()) {
       Tensor sum = accumulator.copy(0).to(Device::cpu());
       for (int r = 1; r < accumulator.num_copies(); ++r)
         sum = ops::add(sum, accumulator.copy(r).to(Device::cpu()));
-      accumulation.write_tensor(keras_name(name), sum);
+      out.accumulators.emplace_back(name, sum);
     }
   }
+  return out;
+}
+
+// A GatheredState as bytes, for the all-gather across workers: counts, then metrics (total,
+// count), dropout rows, and accumulators (float32 values) in tracked order, which every worker
+// shares (they run the same program).
+void put(std::vector<char>& out, const void* data, size_t bytes) {
+  const size_t at = out.size();
+  out.resize(at + bytes);
+  if (bytes > 0) std::memcpy(out.data() + at, data, bytes);
+}
+
+std::vector<char> to_bytes(const detail::GatheredState& state,
+                           const std::vector<Checkpoint::Entry>& entries) {
+  std::vector<char> out;
+  const int64_t header[4] = {state.num_replicas, static_cast<int64_t>(state.metrics.size()),
+                             static_cast<int64_t>(state.rng_rows.size()),
+                             static_cast<int64_t>(state.accumulators.size())};
+  put(out, header, sizeof(header));
+  for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
+    const metrics::MetricState m = state.metrics.at(name);
+    const double values[2] = {m.total, m.count};
+    put(out, values, sizeof(values));
+  }
+  for (const std::array<uint64_t, 4>& row : state.rng_rows) put(out, row.data(), sizeof(row));
+  for (const auto& [name, sum] : state.accumulators) {
+    TANDEM_CHECK(sum.dtype() == DType::kFloat32, "checkpoint: the accumulator of \"", name,
+                 "\" is ", sum.dtype(), "; float32 expected");
+    const int64_t numel = sum.numel();
+    put(out, &numel, sizeof(numel));
+    put(out, sum.raw_data(), sum.nbytes());
+  }
+  return out;
+}
+
+/// Adds worker `worker`'s bytes into `total` (metrics and accumulators summed, rows appended).
+void add_bytes(detail::GatheredState& total, const std::vector<char>& bytes, int worker,
+               const std::vector<Checkpoint::Entry>& entries) {
+  size_t at = 0;
+  auto take = [&](void* dst, size_t n) {
+    TANDEM_CHECK(at + n <= bytes.size(), "checkpoint: worker ", worker, " sent a truncated state (",
+                 bytes.size(), " bytes)");
+    if (n > 0) std::memcpy(dst, bytes.data() + at, n);
+    at += n;
+  };
+  int64_t header[4] = {};
+  take(header, sizeof(header));
+  TANDEM_CHECK(header[1] == static_cast<int64_t>(total.metrics.size()) &&
+                   header[3] == static_cast<int64_t>(total.accumulators.size()),
+               "checkpoint: worker ", worker, " tracks ", header[1], " metrics and ", header[3],
+               " accumulators, the chief ", total.metrics.size(), " and ",
+               total.accumulators.size(), "; every worker must save the same objects");
+  for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
+    double values[2] = {};
+    take(values, sizeof(values));
+    // A metric of the job adds every worker's partials; one made before the strategy is this
+    // process's own, and the chief's value is the one stored.
+    if (metric->num_workers() > 1 || worker == 0) {
+      total.metrics[name].total += values[0];
+      total.metrics[name].count += values[1];
+    }
+  }
+  for (int64_t r = 0; r < header[2]; ++r) {
+    std::array<uint64_t, 4> row{};
+    take(row.data(), sizeof(row));
+    total.rng_rows.push_back(row);
+  }
+  for (auto& [name, sum] : total.accumulators) {
+    int64_t numel = 0;
+    take(&numel, sizeof(numel));
+    TANDEM_CHECK(numel == sum.numel(), "checkpoint: worker ", worker, "'s accumulator of \"", name,
+                 "\" has ", numel, " values, the chief's ", sum.numel());
+    Tensor theirs = Tensor::empty(sum.shape(), DType::kFloat32);
+    take(theirs.raw_data(), theirs.nbytes());
+    sum = ops::add(sum, theirs);
+  }
+  total.num_replicas += header[0];
 }
 
 }  // namespace
 
-void Checkpoint::write(const std::string& path) const {
+namespace detail {
+
+GatheredState gather_state(const Checkpoint& checkpoint, WorkerGroup* workers) {
+  GatheredState mine = local_state(checkpoint.entries(), checkpoint.num_replicas());
+  if (workers == nullptr || workers->num_workers() == 1) return mine;
+  const std::vector<std::vector<char>> all = workers->all_gather(
+      to_bytes(mine, checkpoint.entries()), "checkpoint save (every worker saves together)");
+  // Every worker's part, in worker (so global replica) order.
+  GatheredState total;
+  total.num_workers = workers->num_workers();
+  total.num_replicas = 0;
+  for (const auto& [name, state] : mine.metrics) total.metrics[name] = {};
+  for (const auto& [name, sum] : mine.accumulators)
+    total.accumulators.emplace_back(name, Tensor::zeros_like(sum));
+  for (int w = 0; w < workers->num_workers(); ++w)
+    add_bytes(total, all[static_cast<size_t>(w)], w, checkpoint.entries());
+  return total;
+}
+
+void write_gathered(const Checkpoint& checkpoint, const std::string& path,
+                    const GatheredState& gathered) {
+  const std::vector<Checkpoint::Entry>& entries_ = checkpoint.entries();
   const nn::Module* model = tracked_one<nn::Module>(entries_);
   const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_);
-  const int replicas = num_replicas();
   const std::string temp = detail::temp_path_for(path);
   try {
     h5::File file = h5::File::create(temp);  // exclusive create: never reuses a stranger's file
@@ -444,21 +562,21 @@ void Checkpoint::write(const std::string& path) const {
     root.write_attr("tandem_format_version", kCheckpointFormatVersion);
     root.write_attr("tandem_version", build_info().version);
     root.write_attr("created_utc", utc_now());
-    root.write_attr("num_workers", int64_t{1});
-    root.write_attr("num_replicas", static_cast<int64_t>(replicas));
+    root.write_attr("num_workers", static_cast<int64_t>(gathered.num_workers));
+    root.write_attr("num_replicas", gathered.num_replicas);
     std::string backend = "cpu";
     if (model) {
       const std::vector<Variable> weights = model->weights();
       if (!weights.empty() && weights.front().copy(0).device().is_cuda()) backend = "cuda";
     }
     root.write_attr("backend", backend);
-    root.write_attr("model_signature", model_signature());
+    root.write_attr("model_signature", checkpoint.model_signature());
 
     write_model(root, model);
     detail::checkpoint_save_point("model_weights");
     if (optimizer) write_optimizer(root, *optimizer);
     detail::checkpoint_save_point("optimizer_weights");
-    write_training_state(root, entries_, global_step(), replicas);
+    write_training_state(root, entries_, checkpoint.global_step(), gathered);
     detail::checkpoint_save_point("training_state");
     file.close();
     detail::checkpoint_save_point("temp_closed");
@@ -475,6 +593,12 @@ void Checkpoint::write(const std::string& path) const {
     std::filesystem::remove(temp, ignored);
     throw;
   }
+}
+
+}  // namespace detail
+
+void Checkpoint::write(const std::string& path) const {
+  detail::write_gathered(*this, path, detail::gather_state(*this, nullptr));
 }
 
 // ---- restore -------------------------------------------------------------------------------
@@ -639,9 +763,21 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
     std::vector<std::array<uint64_t, 4>> rows(static_cast<size_t>(shape[0]));
     for (size_t i = 0; i < rows.size(); ++i)
       for (size_t k = 0; k < 4; ++k) rows[i][k] = values[i * 4 + k];
-    if (static_cast<int>(rows.size()) != num_replicas)
+    // In a multi-worker job the file has a row per replica of every worker: this worker's
+    // replicas take theirs.
+    const std::shared_ptr<WorkerGroup> workers = worker_group();
+    const int num_workers = workers ? workers->num_workers() : 1;
+    const int worker = workers ? workers->worker_index() : 0;
+    if (num_workers > 1 && rows.size() == static_cast<size_t>(num_workers * num_replicas)) {
+      const auto first = rows.begin() + static_cast<std::ptrdiff_t>(worker * num_replicas);
+      rows = std::vector<std::array<uint64_t, 4>>(first, first + num_replicas);
+    } else if (static_cast<int>(rows.size()) != num_workers * num_replicas) {
       TANDEM_LOG_INFO(path, ": dropout streams saved for ", rows.size(), " replicas, restoring ",
-                      "into ", num_replicas, "; replicas without a saved stream start fresh");
+                      "into ", num_workers * num_replicas,
+                      "; replicas without a saved stream start fresh");
+      if (rows.size() > static_cast<size_t>(num_replicas))
+        rows.resize(static_cast<size_t>(num_replicas));
+    }
     out.rng = std::move(rows);
   }
   for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
@@ -680,9 +816,10 @@ void ensure_slots(optim::Optimizer& optimizer, const nn::Module* model,
   }
 }
 
-/// Continues a gradient accumulation saved mid-way: the chief's replica (copy 0) takes each
-/// summed accumulator and the other replicas start from zero, which all-reduces to the same
-/// sum. A checkpoint taken at an update boundary zeroes every accumulator.
+/// Continues a gradient accumulation saved mid-way: the chief's replica (copy 0; of worker 0
+/// in a multi-worker job) takes each summed accumulator and the other replicas start from zero,
+/// which all-reduces to the same sum. A checkpoint taken at an update boundary zeroes every
+/// accumulator.
 void restore_accumulation(optim::Optimizer& optimizer, const nn::Module* model,
                           const Loaded& loaded) {
   if (optimizer.gradient_accumulation_steps() == 1) return;
@@ -715,6 +852,9 @@ void restore_accumulation(optim::Optimizer& optimizer, const nn::Module* model,
     const auto it = accumulators.find(name);
     TANDEM_CHECK(it != accumulators.end(), loaded.path, ": the accumulator of variable \"", name,
                  "\" could not be created (is the model tracked by the checkpoint?)");
+    // In a multi-worker job only the chief's replica 0 takes the sum (of every worker).
+    const std::shared_ptr<WorkerGroup> workers = worker_group();
+    if (workers && workers->worker_index() != 0) continue;
     Tensor chief = it->second.copy(0);
     chief.copy_from(value);
   }

@@ -85,7 +85,9 @@ class Trackable {
 /// Mirrored variables: the values written are replica 0's copies (all copies are equal after
 /// each synchronised update); a restore writes into every copy, so all replicas restart
 /// bit-identical. Per-replica state is gathered: metrics store the SUM over replicas of their
-/// (total, count), the dropout streams one row per replica.
+/// (total, count), the dropout streams one row per replica. In a multi-worker job,
+/// CheckpointManager::save gathers it from every worker (a row per replica of every worker,
+/// metric and accumulator sums over every worker) and a restore gives each worker its part.
 ///
 /// Use it through a CheckpointManager (rotation, the `checkpoint` state file, chief-only
 /// writes); write() and restore() are the single-file operations underneath.

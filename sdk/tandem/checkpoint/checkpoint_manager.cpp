@@ -14,9 +14,11 @@
 
 #include "tandem/autograd/variable.h"
 #include "tandem/checkpoint/file_io.h"
+#include "tandem/checkpoint/gather.h"
 #include "tandem/checkpoint/hdf5_file.h"
 #include "tandem/collectives/communicator.h"
 #include "tandem/core/logging.h"
+#include "tandem/core/workers.h"
 #include "tandem/distribute/strategy.h"
 
 namespace tandem {
@@ -284,12 +286,17 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
     return std::nullopt;
   const std::string name = checkpoint_file_name(step);
   const std::string path = path_of(name);
+  // Per-replica state (metric partials, accumulators, dropout streams) of every worker goes
+  // to the chief: a collective, which is why every worker calls save().
+  const std::shared_ptr<WorkerGroup> workers =
+      options.strategy != nullptr && options.strategy->num_workers() > 1 ? worker_group() : nullptr;
+  const detail::GatheredState gathered = detail::gather_state(checkpoint, workers.get());
   if (!is_chief()) {
-    // Another process writes; this one has contributed its state through the collectives.
+    // Another process writes; this one has contributed its state.
     last_step = step;
     return path;
   }
-  checkpoint.write(path);
+  detail::write_gathered(checkpoint, path, gathered);
   kept.erase(std::remove(kept.begin(), kept.end(), name), kept.end());
   kept.push_back(name);
   write_state_file();

@@ -22,6 +22,7 @@
 #include "tandem/core/build_info.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/threading.h"
+#include "tandem/core/workers.h"
 #include "tandem/distribute/cluster_resolver.h"
 #include "tandem/distribute/host_reduce.h"
 #include "tandem/distribute/internal.h"
@@ -192,6 +193,33 @@ std::vector<Device> default_devices(std::string& report) {
 
 }  // namespace
 
+#if TANDEM_WITH_MPI
+namespace {
+/// The workers of an MPI job, for metrics and checkpoints (core/workers.h).
+class MpiWorkerGroup final : public WorkerGroup {
+ public:
+  explicit MpiWorkerGroup(std::shared_ptr<collectives::MpiWorld> world)
+      : world_(std::move(world)) {}
+  int num_workers() const override { return world_->size(); }
+  int worker_index() const override { return world_->rank(); }
+  void sum(std::vector<double>& values, const char* label) override {
+    if (values.empty()) return;
+    std::vector<Tensor> tensor = {
+        Tensor::from_vector(values, Shape({static_cast<int64_t>(values.size())}))};
+    world_->all_reduce(tensor, ReduceOp::kSum, label);
+    values = tensor[0].to_vector<double>();
+  }
+  std::vector<std::vector<char>> all_gather(const std::vector<char>& mine,
+                                            const char* label) override {
+    return world_->all_gather(mine, label);
+  }
+
+ private:
+  std::shared_ptr<collectives::MpiWorld> world_;
+};
+}  // namespace
+#endif
+
 // ---- Strategy::Impl and the replica threads -------------------------------------------------
 
 struct Strategy::Impl {
@@ -209,6 +237,7 @@ struct Strategy::Impl {
   InitialBroadcast broadcast_initial;  // set with several workers
 #if TANDEM_WITH_MPI
   std::shared_ptr<collectives::MpiWorld> world;  // several workers
+  std::shared_ptr<WorkerGroup> worker_group;     // installed for metrics and checkpoints
   std::vector<std::unique_ptr<collectives::HierarchicalCommunicator>> hierarchical;
 #endif
 #if TANDEM_WITH_NCCL
@@ -386,6 +415,10 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
         impl.hierarchical.push_back(std::make_unique<collectives::HierarchicalCommunicator>(
             impl.world, &impl.group->communicator(r), shared));
     std::shared_ptr<collectives::MpiWorld> world = impl.world;
+    if (impl.num_workers > 1) {
+      impl.worker_group = std::make_shared<MpiWorkerGroup>(world);
+      set_worker_group(impl.worker_group);
+    }
     impl.broadcast_initial = [world](const Tensor& initial) {
       std::vector<Tensor> value = {initial.to(Device::cpu()).clone()};
       world->broadcast(value, 0, "initial variable value");
@@ -426,7 +459,12 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   }
 }
 
-Strategy::~Strategy() { impl_->stop_threads(); }
+Strategy::~Strategy() {
+  impl_->stop_threads();
+#if TANDEM_WITH_MPI
+  if (impl_->worker_group && worker_group() == impl_->worker_group) set_worker_group(nullptr);
+#endif
+}
 
 const std::string& Strategy::name() const { return impl_->name; }
 void Strategy::mark_default() { impl_->is_default = true; }

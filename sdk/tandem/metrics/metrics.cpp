@@ -42,7 +42,9 @@ void Metric::accumulate(double total, double count) {
   state.count += count;
 }
 
-MetricState Metric::combined_state() const {
+Metric::Metric(std::string name) : name_(std::move(name)), workers_(worker_group()) {}
+
+MetricState Metric::local_state() const {
   MetricState sum;
   states_.for_each([&](int, const MetricState& s) {
     sum.total += s.total;
@@ -51,13 +53,25 @@ MetricState Metric::combined_state() const {
   return sum;
 }
 
+MetricState Metric::combined_state() const {
+  const MetricState mine = local_state();
+  if (!workers_) return mine;
+  std::vector<double> values = {mine.total, mine.count};
+  workers_->sum(values, "metric result (every worker reads its metrics together)");
+  return {values[0], values[1]};
+}
+
 double Metric::result() const { return compute(combined_state()); }
+
+double Metric::local_result() const { return compute(local_state()); }
+
+int Metric::num_workers() const { return workers_ ? workers_->num_workers() : 1; }
 
 void Metric::reset_state() { states_.clear(); }
 
 void Metric::set_combined_state(const MetricState& state) {
   states_.clear();
-  states_.at(0) = state;
+  if (!workers_ || workers_->worker_index() == 0) states_.at(0) = state;
 }
 
 std::vector<MetricState> Metric::replica_states() const {

@@ -1,12 +1,14 @@
 // Metrics with sync-on-read state: each replica adds to its own (total, count) slot, indexed by
 // current_replica_binding().replica_id; result() sums totals and counts over the replicas, as
-// tf.distribute's SUM aggregation of metric variables. Mean, Sum, Accuracy,
-// SparseCategoricalAccuracy.
+// tf.distribute's SUM aggregation of metric variables, and over the workers of a multi-worker
+// job. Mean, Sum, Accuracy, SparseCategoricalAccuracy.
 #pragma once
 
+#include <memory>
 #include <string>
 #include <vector>
 
+#include "tandem/core/workers.h"
 #include "tandem/nn/replica_state.h"
 #include "tandem/tensor/tensor.h"
 
@@ -20,6 +22,12 @@ struct MetricState {
 
 /// A metric: update_state() inside replicas (each thread writes only its own slot), result()
 /// and reset_state() outside strategy.run (they read or clear every replica's slot).
+///
+/// A metric made while a MultiWorkerMirroredStrategy lives in the process belongs to that job:
+/// result() and combined_state() then also sum over every worker, with one small all-reduce,
+/// so every worker must call them together (as with tf.distribute's metrics, whose reads
+/// all-reduce, and torchmetrics' compute()). local_result() and local_state() read this
+/// process's replicas only, without communication.
 class Metric {
  public:
   virtual ~Metric() = default;
@@ -27,20 +35,27 @@ class Metric {
   Metric& operator=(const Metric&) = delete;
 
   const std::string& name() const { return name_; }
-  /// The value over every replica's updates: combine(SUM of totals, SUM of counts).
+  /// The value over every replica's updates, of every worker: combine(SUM of totals, SUM of
+  /// counts). A collective in a multi-worker job.
   double result() const;
+  /// The value over this process's replicas only (no communication).
+  double local_result() const;
   /// Zeroes every replica's state.
   void reset_state();
-  /// The state summed over replicas (what checkpoints store as metrics/<name>/{total,count}).
+  /// The state summed over every replica of every worker (a collective in a multi-worker job).
   MetricState combined_state() const;
-  /// Restores a combined state: replica 0 takes it, the others start from zero (equivalent,
-  /// since only the sum is ever read).
+  /// The state summed over this process's replicas.
+  MetricState local_state() const;
+  /// Restores a combined state (of every worker): the chief's replica 0 takes it, every other
+  /// replica and worker starts from zero (equivalent, since only the sum is ever read).
   void set_combined_state(const MetricState& state);
-  /// Each replica's state, in replica order.
+  /// Workers whose states result() combines: 1, or the job's workers (see above).
+  int num_workers() const;
+  /// Each of this process's replicas' state, in replica order.
   std::vector<MetricState> replica_states() const;
 
  protected:
-  explicit Metric(std::string name) : name_(std::move(name)) {}
+  explicit Metric(std::string name);
   /// Adds to the calling replica's state.
   void accumulate(double total, double count);
   /// The metric's value from a combined state.
@@ -49,6 +64,7 @@ class Metric {
  private:
   std::string name_;
   mutable nn::ReplicaLocal<MetricState> states_;
+  std::shared_ptr<WorkerGroup> workers_;  // the job's workers when made in one (else null)
 };
 
 /// The (weighted) mean of every value seen: total / count, 0 before any update.

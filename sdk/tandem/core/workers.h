@@ -1,0 +1,31 @@
+// WorkerGroup: the processes of a multi-worker job as the layers below distribute/ see them
+// (metrics that combine every worker's state, checkpoints that gather it to the chief).
+// MultiWorkerMirroredStrategy installs one for the process while it lives; with one worker
+// there is none.
+#pragma once
+
+#include <memory>
+#include <vector>
+
+namespace tandem {
+
+class WorkerGroup {
+ public:
+  virtual ~WorkerGroup() = default;
+  virtual int num_workers() const = 0;
+  /// This process's worker index; 0 is the chief.
+  virtual int worker_index() const = 0;
+  /// Sums `values` element-wise over every worker, in place. Every worker must call it, with
+  /// as many values; `label` names the call in errors.
+  virtual void sum(std::vector<double>& values, const char* label) = 0;
+  /// Every worker's bytes, in worker order. Every worker must call it.
+  virtual std::vector<std::vector<char>> all_gather(const std::vector<char>& mine,
+                                                    const char* label) = 0;
+};
+
+/// The job's workers while a multi-worker strategy lives in this process; null otherwise.
+std::shared_ptr<WorkerGroup> worker_group();
+/// Installs `group` (null removes it) and returns the previous one. Strategies call this.
+std::shared_ptr<WorkerGroup> set_worker_group(std::shared_ptr<WorkerGroup> group);
+
+}  // namespace tandem
