@@ -1,8 +1,8 @@
 // Multi-process all-reduce: Tandem's path (MultiWorkerMirroredStrategy's communicator, one CPU
 // replica per worker, through ReplicaContext-free Communicator::all_reduce in place) against raw
-// MPI_Allreduce on the same buffers, 1 KiB to 256 MiB, float32 sum. Run it under mpirun:
+// MPI_Allreduce on the same buffer, 1 KiB to 256 MiB, float32 sum. Run it under mpirun:
 //
-//   mpirun -np 2 ./build/bench/bench_allreduce_mpi [--max-mib 256] [--samples 7]
+//   mpirun -np 2 ./build/bench/bench_allreduce_mpi [--min-kib 1] [--max-mib 256] [--samples 7]
 //
 // The chief prints the table: median seconds per call (over samples, each timing a batch of
 // calls between barriers), algbw = bytes / time, and the ratio Tandem / MPI (target >= 0.9 at
@@ -37,10 +37,12 @@ int calls_for(size_t bytes) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  int max_mib = 256, samples = 7;
+  int min_kib = 1, max_mib = 256, samples = 7;
   for (int i = 1; i + 1 < argc; i += 2) {
     const std::string flag = argv[i];
-    if (flag == "--max-mib") {
+    if (flag == "--min-kib") {
+      min_kib = std::atoi(argv[i + 1]);
+    } else if (flag == "--max-mib") {
       max_mib = std::atoi(argv[i + 1]);
     } else if (flag == "--samples") {
       samples = std::atoi(argv[i + 1]);
@@ -49,8 +51,9 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  if (max_mib < 1 || samples < 1) {
-    std::fprintf(stderr, "bench_allreduce_mpi: --max-mib and --samples need numbers >= 1\n");
+  if (min_kib < 1 || max_mib < 1 || samples < 1) {
+    std::fprintf(stderr,
+                 "bench_allreduce_mpi: --min-kib, --max-mib and --samples need numbers >= 1\n");
     return 2;
   }
   // The strategy initialises MPI (MPI_THREAD_SERIALIZED); this program then calls MPI itself
@@ -64,10 +67,15 @@ int main(int argc, char** argv) {
         "%10s %12s %12s %12s %12s %8s\n",
         strategy.num_workers(), samples, "bytes", "mpi_us", "tandem_us", "mpi_GB/s", "tandem_GB/s",
         "ratio");
-  for (size_t bytes = 1024; bytes <= static_cast<size_t>(max_mib) << 20; bytes *= 4) {
+  for (size_t bytes = static_cast<size_t>(min_kib) << 10;
+       bytes <= static_cast<size_t>(max_mib) << 20; bytes *= 4) {
     const int64_t n = static_cast<int64_t>(bytes / sizeof(float));
-    td::Tensor tandem_buffer = td::Tensor::zeros({n});  // zeros stay zeros when summed
-    std::vector<float> mpi_buffer(static_cast<size_t>(n), 0.0f);
+    // One buffer for both: Open MPI's reduction speed depends on where a buffer starts within
+    // its page (by up to 15% at 256 MiB on a 2-core VM: malloc's page + 16 bytes was fastest,
+    // 64-byte or page alignment slower), so separate buffers would compare placements, not
+    // code paths. Zeros stay zeros when summed.
+    td::Tensor tandem_buffer = td::Tensor::zeros({n});
+    float* mpi_buffer = tandem_buffer.data<float>();
     std::vector<td::Tensor> list = {tandem_buffer};
     const int calls = calls_for(bytes);
     std::vector<double> mpi_times, tandem_times;
@@ -79,7 +87,7 @@ int main(int argc, char** argv) {
         const double start = tb::now_seconds();
         for (int c = 0; c < calls; ++c) {
           if (run_mpi) {
-            MPI_Allreduce(MPI_IN_PLACE, mpi_buffer.data(), static_cast<int>(n), MPI_FLOAT, MPI_SUM,
+            MPI_Allreduce(MPI_IN_PLACE, mpi_buffer, static_cast<int>(n), MPI_FLOAT, MPI_SUM,
                           MPI_COMM_WORLD);
           } else {
             // The communicator's entry point, called on this (main) thread: the same code a
