@@ -398,34 +398,80 @@ std::shared_ptr<Work> NcclCommunicator::all_reduce_impl(const std::vector<Tensor
   return completed_work();
 }
 
+std::vector<std::vector<int64_t>> NcclCommunicator::exchange_shapes(const Shape& shape) {
+  if (group_->local_size() == size()) {
+    // One process: the host rendezvous carries the shapes.
+    std::vector<Tensor> sizes;
+    group_->state_->host->communicator(rank_)
+        .all_gather(sizes, Tensor::from_vector(shape.dims()))
+        ->wait();
+    std::vector<std::vector<int64_t>> out;
+    for (const Tensor& t : sizes) out.push_back(t.to_vector<int64_t>());
+    return out;
+  }
+  // Across processes: an NCCL all-gather of fixed-size records {rank of the shape, dims...},
+  // read back once it completes (polled, so an aborted group raises instead of waiting).
+  constexpr int64_t kMaxRank = 8;
+  TANDEM_CHECK(shape.rank() <= kMaxRank, "nccl all_gather across processes: the input has rank ",
+               shape.rank(), "; at most ", kMaxRank, " is supported");
+  std::vector<int64_t> record(kMaxRank + 1, 0);
+  record[0] = shape.rank();
+  for (int64_t d = 0; d < shape.rank(); ++d) record[static_cast<size_t>(d + 1)] = shape[d];
+  const Tensor mine = Tensor::from_vector(record).to(device());
+  Tensor all = Tensor::empty({size() * (kMaxRank + 1)}, DType::kInt64, device());
+  NcclGroup::State& s = *group_->state_;
+  ncclComm_t comm = s.comms[static_cast<size_t>(rank_)];
+  const cudaStream_t stream = begin_on_comm_stream(s, rank_);
+  check_nccl(ncclAllGather(mine.raw_data(), all.raw_data(), static_cast<size_t>(kMaxRank + 1),
+                           ncclInt64, comm, stream),
+             comm, "all_gather (shapes)", rank_);
+  queued("all_gather (shapes)");
+  const auto i = static_cast<size_t>(rank_);
+  TANDEM_CUDA_CHECK(cudaEventRecord(s.results_ready[i], stream));
+  while (cudaEventQuery(s.results_ready[i]) == cudaErrorNotReady) {
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (s.aborted)
+        throw AbortedError(detail::str_cat("nccl all_gather on rank ", rank(),
+                                           ": the group was aborted: ", s.abort_reason));
+    }
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  TANDEM_CUDA_CHECK(cudaEventSynchronize(s.results_ready[i]));
+  const std::vector<int64_t> records = all.to(Device::cpu()).to_vector<int64_t>();
+  std::vector<std::vector<int64_t>> out(static_cast<size_t>(size()));
+  for (int k = 0; k < size(); ++k) {
+    const int64_t* r = records.data() + k * (kMaxRank + 1);
+    TANDEM_CHECK(r[0] >= 0 && r[0] <= kMaxRank, "nccl all_gather: rank ", k,
+                 " sent an invalid shape record");
+    out[static_cast<size_t>(k)].assign(r + 1, r + 1 + r[0]);
+  }
+  return out;
+}
+
 std::shared_ptr<Work> NcclCommunicator::all_gather_impl(std::vector<Tensor>& outputs,
                                                         const Tensor& input) {
-  // Pieces may differ in their first dimension: first the sizes (host), then one broadcast
-  // per rank into outputs of the right size.
-  TANDEM_CHECK(group_->local_size() == size(), "nccl all_gather: across processes is not ",
-               "supported yet; all_reduce the values instead");
+  // Pieces may differ in their first dimension: first the shapes, then one broadcast per rank
+  // (of every process) into outputs of the right size.
   enter("all_gather", {}, static_cast<int64_t>(input.dtype()));
-  TANDEM_CHECK(input.defined() && input.device() == device(), "nccl all_gather on rank ", rank_,
+  TANDEM_CHECK(input.defined() && input.device() == device(), "nccl all_gather on rank ", rank(),
                ": the input must be a tensor on ", device());
-  std::vector<Tensor> sizes;
-  group_->state_->host->communicator(rank_)
-      .all_gather(sizes, Tensor::from_vector(input.shape().dims()))
-      ->wait();
-  outputs.resize(static_cast<size_t>(size()));
   cuda::DeviceGuard guard(device());
+  const std::vector<std::vector<int64_t>> shapes = exchange_shapes(input.shape());
+  outputs.resize(static_cast<size_t>(size()));
   ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
-  for (int k = 0; k < size(); ++k) {
-    const std::vector<int64_t> dims = sizes[static_cast<size_t>(k)].to_vector<int64_t>();
+  const int me = rank();  // global: roots are global ranks
+  for (int k = 0; k < size(); ++k)
     outputs[static_cast<size_t>(k)] =
-        k == rank_ ? input.clone() : Tensor::empty(Shape(dims), input.dtype(), device());
-  }
+        k == me ? input.clone()
+                : Tensor::empty(Shape(shapes[static_cast<size_t>(k)]), input.dtype(), device());
   const cudaStream_t stream = begin_on_comm_stream(*group_->state_, rank_);
   check_nccl(ncclGroupStart(), comm, "all_gather", rank_);
   for (int k = 0; k < size(); ++k) {
     Tensor& out = outputs[static_cast<size_t>(k)];
     if (out.numel() == 0) continue;
     check_nccl(
-        ncclBroadcast(k == rank_ ? input.raw_data() : out.raw_data(), out.raw_data(),
+        ncclBroadcast(k == me ? input.raw_data() : out.raw_data(), out.raw_data(),
                       static_cast<size_t>(out.numel()), nccl_type(out.dtype()), k, comm, stream),
         comm, "all_gather", rank_);
   }

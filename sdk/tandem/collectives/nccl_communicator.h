@@ -49,6 +49,9 @@ class NcclCommunicator final : public Communicator {
   void enter(const char* label, const std::vector<Tensor>& tensors, int64_t extra);
   /// After queueing: records the point the watchdog watches and surfaces a pending error.
   void queued(const char* label);
+  /// Every rank's shape of `shape` (of every process), for all_gather's outputs: on the host
+  /// within one process, with an NCCL all-gather across processes.
+  std::vector<std::vector<int64_t>> exchange_shapes(const Shape& shape);
 
   NcclGroup* group_;
   int rank_;  // the local index: this process's ranks are 0 .. devices - 1 here
@@ -63,8 +66,8 @@ class NcclGroup {
 
   /// The same, as part of one communicator over the GPUs of several processes: this process's
   /// ranks are first_rank .. first_rank + devices - 1 of total_ranks, and every process passes
-  /// the unique id the chief made with unique_id() (sent over MPI). all_gather across processes
-  /// is not supported (it raises); all_reduce, broadcast and reduce_scatter are.
+  /// the unique id the chief made with unique_id() (sent over MPI). Every collective works
+  /// across processes; all_gather first exchanges the pieces' shapes with an NCCL all-gather.
   struct Spanning {
     int first_rank = 0;
     int total_ranks = 0;
