@@ -377,6 +377,56 @@ std::string shared_temp_dir(td::Strategy& s) {
 
 }  // namespace
 
+TEST_CASE("multi-worker: kFile and kAuto deal the files round-robin to the workers", "[mpi]") {
+  td::Strategy& s = strategy();
+  const int workers = s.num_workers();
+  const std::string dir = shared_temp_dir(s);
+  // workers + 1 files of 8 rows, row r of file f holding 100 f + r: worker 0 gets two files,
+  // so the pipelines are uneven and end together through the end-of-data agreement.
+  const int num_files = workers + 1;
+  std::vector<std::string> files;
+  for (int f = 0; f < num_files; ++f) {
+    files.push_back(dir + "/part" + std::to_string(f) + ".h5");
+    if (!s.is_chief()) continue;
+    std::vector<float> rows;
+    for (int r = 0; r < 8; ++r) rows.push_back(static_cast<float>(100 * f + r));
+    td::h5::File file = td::h5::File::create(files.back());
+    file.root().write_tensor("y", td::Tensor::from_vector(rows));
+  }
+  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));  // the files exist
+  for (const td::data::AutoShardPolicy policy :
+       {td::data::AutoShardPolicy::kFile, td::data::AutoShardPolicy::kAuto}) {
+    INFO("policy " << static_cast<int>(policy));
+    auto data = s.distribute_dataset(td::data::hdf5(files, {"y"}).batch(4 * workers),
+                                     {.auto_shard_policy = policy});
+    std::vector<float> seen(static_cast<size_t>(100 * num_files), 0.0f);
+    bool only_my_files = true;
+    for (const auto& b : data)
+      for (const td::data::Batch& piece : s.local_results(b))
+        for (float value : piece[0].to_vector<float>()) {
+          seen[static_cast<size_t>(value)] += 1.0f;
+          only_my_files =
+              only_my_files && (static_cast<int>(value) / 100) % workers == s.worker_index();
+        }
+    CHECK(only_my_files);  // file f goes to worker f mod W
+    const std::vector<float> total =
+        s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::from_vector(seen))
+            .to_vector<float>();
+    std::vector<float> once(seen.size(), 0.0f);  // every row of every file, once
+    for (int f = 0; f < num_files; ++f)
+      for (int r = 0; r < 8; ++r) once[static_cast<size_t>(100 * f + r)] = 1.0f;
+    CHECK(total == once);
+  }
+  // Fewer files than workers: kFile is refused on every worker, naming both counts.
+  const std::vector<std::string> one_short(files.begin(), files.begin() + workers - 1);
+  CHECK_THROWS_WITH(s.distribute_dataset(td::data::hdf5(one_short, {"y"}).batch(4 * workers),
+                                         {.auto_shard_policy = td::data::AutoShardPolicy::kFile}),
+                    Catch::Contains(std::to_string(workers - 1) + " file(s) cannot be dealt to " +
+                                    std::to_string(workers) + " workers"));
+  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));  // all done reading
+  if (s.is_chief()) std::filesystem::remove_all(dir);
+}
+
 TEST_CASE(
     "multi-worker: a checkpoint written by the chief alone resumes exactly, sent to the others",
     "[mpi]") {
