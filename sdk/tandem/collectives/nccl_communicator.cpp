@@ -66,10 +66,14 @@ struct InFlight {
 }  // namespace
 
 struct NcclGroup::State {
-  std::vector<Device> devices;  // this process's ranks
-  int first_rank = 0;           // global rank of devices[0]
-  int total_ranks = 0;          // over every process
-  std::vector<ncclComm_t> comms;
+  std::vector<Device> devices;    // this process's ranks
+  int first_rank = 0;             // global rank of devices[0]
+  int total_ranks = 0;            // over every process
+  std::vector<ncclComm_t> comms;  // each entry guarded by its comm_mutexes entry
+  // Held while a rank's thread queues work on its communicator, and while the communicator is
+  // aborted and freed, so that no call uses a freed communicator. Lock order: a comm mutex,
+  // then `mutex`; code holding `mutex` never takes a comm mutex.
+  std::vector<std::unique_ptr<std::mutex>> comm_mutexes;
   // Per rank: the communication stream NCCL runs on, and the two hand-off events between it
   // and the stream of the replica's thread (its compute stream).
   std::vector<cudaStream_t> comm_streams;
@@ -119,19 +123,27 @@ void check_nccl(ncclResult_t status, ncclComm_t comm, const char* what, int rank
                ncclGetLastError(comm), ")");
 }
 
-/// Aborts every communicator once (with the state's mutex held by the caller).
-void abort_locked(NcclGroup::State& s, const std::string& reason) {
-  if (s.aborted) return;
+/// Marks the group aborted and releases the host rendezvous (with the state's mutex held by the
+/// caller); false when it already was. free_comms then aborts the communicators.
+bool mark_aborted(NcclGroup::State& s, const std::string& reason) {
+  if (s.aborted) return false;
   s.aborted = true;
   s.abort_reason = reason;
-  for (size_t r = 0; r < s.comms.size(); ++r) {
-    if (s.comms[r] == nullptr) continue;
-    cuda::DeviceGuard guard(s.devices[r]);
-    (void)ncclCommAbort(s.comms[r]);  // kernels waiting for peers return
-    s.comms[r] = nullptr;
-  }
   s.host->abort(reason);
   TANDEM_LOG_ERROR("nccl: communicators aborted: ", reason);
+  return true;
+}
+
+/// Aborts and frees every communicator of an aborted group: kernels waiting for peers return.
+/// Called without the state's mutex; takes each communicator's own.
+void free_comms(NcclGroup::State& s) {
+  for (size_t r = 0; r < s.comms.size(); ++r) {
+    std::lock_guard<std::mutex> use(*s.comm_mutexes[r]);
+    if (s.comms[r] == nullptr) continue;
+    cuda::DeviceGuard guard(s.devices[r]);
+    (void)ncclCommAbort(s.comms[r]);
+    s.comms[r] = nullptr;
+  }
 }
 
 void watchdog_main(NcclGroup::State* s) {
@@ -139,16 +151,21 @@ void watchdog_main(NcclGroup::State* s) {
   while (!s->stop) {
     s->cv.wait_for(lock, std::chrono::milliseconds(50));
     if (s->stop || s->aborted) continue;
-    // Asynchronous errors of any communicator (a failed peer, a network error).
-    for (size_t r = 0; r < s->comms.size() && !s->aborted; ++r) {
+    std::string failure;
+    // Asynchronous errors of any communicator (a failed peer, a network error), each read
+    // under its own mutex (not the state's: see the lock order).
+    lock.unlock();
+    for (size_t r = 0; r < s->comms.size() && failure.empty(); ++r) {
+      std::lock_guard<std::mutex> use(*s->comm_mutexes[r]);
+      if (s->comms[r] == nullptr) continue;
       ncclResult_t state = ncclSuccess;
       if (ncclCommGetAsyncError(s->comms[r], &state) == ncclSuccess && state != ncclSuccess &&
-          state != ncclInProgress) {
-        abort_locked(*s, detail::str_cat("rank ", r, " reported ", ncclGetErrorString(state)));
-      }
+          state != ncclInProgress)
+        failure = detail::str_cat("rank ", r, " reported ", ncclGetErrorString(state));
     }
+    lock.lock();
     // Collectives queued longer ago than the timeout and still not done on the GPU.
-    while (!s->in_flight.empty() && !s->aborted) {
+    while (failure.empty() && !s->in_flight.empty()) {
       InFlight& oldest = s->in_flight.front();
       cuda::DeviceGuard guard(s->devices[static_cast<size_t>(oldest.rank)]);
       const cudaError_t status = cudaEventQuery(oldest.done);
@@ -158,13 +175,16 @@ void watchdog_main(NcclGroup::State* s) {
         continue;
       }
       (void)cudaGetLastError();
-      if (Clock::now() - oldest.queued > collective_timeout()) {
-        abort_locked(*s, detail::str_cat(oldest.label, " on rank ", oldest.rank,
-                                         " did not finish on the GPU within ",
-                                         collective_timeout().count() / 1000.0,
-                                         " s (TANDEM_COLLECTIVE_TIMEOUT)"));
-      }
+      if (Clock::now() - oldest.queued > collective_timeout())
+        failure = detail::str_cat(
+            oldest.label, " on rank ", oldest.rank, " did not finish on the GPU within ",
+            collective_timeout().count() / 1000.0, " s (TANDEM_COLLECTIVE_TIMEOUT)");
       break;
+    }
+    if (!failure.empty() && mark_aborted(*s, failure)) {
+      lock.unlock();
+      free_comms(*s);
+      lock.lock();
     }
   }
 }
@@ -183,10 +203,23 @@ NcclGroup::~NcclGroup() {
   }
   s.cv.notify_all();
   if (s.watchdog.joinable()) s.watchdog.join();
+  // ncclCommDestroy waits for queued work, which never ends if a peer died: abort instead
+  // when the group failed or a collective is still running on a GPU.
+  bool pending = s.aborted;
+  for (const InFlight& f : s.in_flight) {
+    cuda::DeviceGuard guard(s.devices[static_cast<size_t>(f.rank)]);
+    pending = pending || cudaEventQuery(f.done) != cudaSuccess;
+  }
+  (void)cudaGetLastError();
   for (size_t r = 0; r < s.comms.size(); ++r) {
     if (s.comms[r] == nullptr) continue;
     cuda::DeviceGuard guard(s.devices[r]);
-    if (ncclCommDestroy(s.comms[r]) != ncclSuccess) (void)ncclCommAbort(s.comms[r]);
+    // A failed destroy may have freed the handle already: it is not touched again.
+    if (pending) {
+      (void)ncclCommAbort(s.comms[r]);
+    } else {
+      (void)ncclCommDestroy(s.comms[r]);
+    }
   }
   for (size_t r = 0; r < s.comm_streams.size(); ++r) {
     cuda::DeviceGuard guard(s.devices[r]);
@@ -235,6 +268,8 @@ std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices,
   TANDEM_CHECK(s.first_rank >= 0 && s.first_rank + n <= s.total_ranks, "nccl: ranks ", s.first_rank,
                "..", s.first_rank + n - 1, " do not fit in ", s.total_ranks);
   s.comms.assign(devices.size(), nullptr);
+  for (size_t i = 0; i < devices.size(); ++i)
+    s.comm_mutexes.push_back(std::make_unique<std::mutex>());
   ncclUniqueId id;
   std::memcpy(&id, spanning.unique_id.data(), sizeof(id));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -280,8 +315,12 @@ NcclCommunicator& NcclGroup::communicator(int rank) {
 InProcessGroup& NcclGroup::host_group() { return *state_->host; }
 
 void NcclGroup::abort(const std::string& reason) {
-  std::lock_guard<std::mutex> lock(state_->mutex);
-  abort_locked(*state_, reason);
+  bool newly = false;
+  {
+    std::lock_guard<std::mutex> lock(state_->mutex);
+    newly = mark_aborted(*state_, reason);
+  }
+  if (newly) free_comms(*state_);
 }
 
 // ---- NcclCommunicator --------------------------------------------------------------------------
@@ -381,7 +420,8 @@ std::shared_ptr<Work> NcclCommunicator::all_reduce_impl(const std::vector<Tensor
                  "nccl all_reduce: output ", i, " does not match input ", i);
   enter("all_reduce", inputs, static_cast<int64_t>(op));
   cuda::DeviceGuard guard(device());
-  ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
+  std::lock_guard<std::mutex> use(*group_->state_->comm_mutexes[static_cast<size_t>(rank_)]);
+  ncclComm_t comm = live_comm("all_reduce");
   // One group call for the whole list: NCCL fuses the launches.
   const cudaStream_t stream = begin_on_comm_stream(*group_->state_, rank_);
   check_nccl(ncclGroupStart(), comm, "all_reduce", rank_);
@@ -418,26 +458,18 @@ std::vector<std::vector<int64_t>> NcclCommunicator::exchange_shapes(const Shape&
   record[0] = shape.rank();
   for (int64_t d = 0; d < shape.rank(); ++d) record[static_cast<size_t>(d + 1)] = shape[d];
   const Tensor mine = Tensor::from_vector(record).to(device());
-  Tensor all = Tensor::empty({size() * (kMaxRank + 1)}, DType::kInt64, device());
+  Tensor all = Tensor::zeros({size() * (kMaxRank + 1)}, DType::kInt64, device());
   NcclGroup::State& s = *group_->state_;
-  ncclComm_t comm = s.comms[static_cast<size_t>(rank_)];
-  const cudaStream_t stream = begin_on_comm_stream(s, rank_);
-  check_nccl(ncclAllGather(mine.raw_data(), all.raw_data(), static_cast<size_t>(kMaxRank + 1),
-                           ncclInt64, comm, stream),
-             comm, "all_gather (shapes)", rank_);
-  queued("all_gather (shapes)");
-  const auto i = static_cast<size_t>(rank_);
-  TANDEM_CUDA_CHECK(cudaEventRecord(s.results_ready[i], stream));
-  while (cudaEventQuery(s.results_ready[i]) == cudaErrorNotReady) {
-    {
-      std::lock_guard<std::mutex> lock(s.mutex);
-      if (s.aborted)
-        throw AbortedError(detail::str_cat("nccl all_gather on rank ", rank(),
-                                           ": the group was aborted: ", s.abort_reason));
-    }
-    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  {
+    std::lock_guard<std::mutex> use(*s.comm_mutexes[static_cast<size_t>(rank_)]);
+    ncclComm_t comm = live_comm("all_gather (shapes)");
+    const cudaStream_t stream = begin_on_comm_stream(s, rank_);
+    check_nccl(ncclAllGather(mine.raw_data(), all.raw_data(), static_cast<size_t>(kMaxRank + 1),
+                             ncclInt64, comm, stream),
+               comm, "all_gather (shapes)", rank_);
+    queued("all_gather (shapes)");
   }
-  TANDEM_CUDA_CHECK(cudaEventSynchronize(s.results_ready[i]));
+  wait_for_comm_stream("all_gather (shapes)");
   const std::vector<int64_t> records = all.to(Device::cpu()).to_vector<int64_t>();
   std::vector<std::vector<int64_t>> out(static_cast<size_t>(size()));
   for (int k = 0; k < size(); ++k) {
@@ -453,13 +485,16 @@ std::shared_ptr<Work> NcclCommunicator::all_gather_impl(std::vector<Tensor>& out
                                                         const Tensor& input) {
   // Pieces may differ in their first dimension: first the shapes, then one broadcast per rank
   // (of every process) into outputs of the right size.
-  enter("all_gather", {}, static_cast<int64_t>(input.dtype()));
+  // Checked before meeting the peers, so that a bad input raises here alone (the local peers
+  // are released by the strategy) instead of after the shapes went out.
   TANDEM_CHECK(input.defined() && input.device() == device(), "nccl all_gather on rank ", rank(),
                ": the input must be a tensor on ", device());
+  enter("all_gather", {}, static_cast<int64_t>(input.dtype()));
   cuda::DeviceGuard guard(device());
   const std::vector<std::vector<int64_t>> shapes = exchange_shapes(input.shape());
   outputs.resize(static_cast<size_t>(size()));
-  ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
+  std::lock_guard<std::mutex> use(*group_->state_->comm_mutexes[static_cast<size_t>(rank_)]);
+  ncclComm_t comm = live_comm("all_gather");
   const int me = rank();  // global: roots are global ranks
   for (int k = 0; k < size(); ++k)
     outputs[static_cast<size_t>(k)] =
@@ -486,7 +521,8 @@ std::shared_ptr<Work> NcclCommunicator::broadcast_impl(std::vector<Tensor>& tens
                size(), ")");
   enter("broadcast", tensors, root);
   cuda::DeviceGuard guard(device());
-  ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
+  std::lock_guard<std::mutex> use(*group_->state_->comm_mutexes[static_cast<size_t>(rank_)]);
+  ncclComm_t comm = live_comm("broadcast");
   const cudaStream_t stream = begin_on_comm_stream(*group_->state_, rank_);
   check_nccl(ncclGroupStart(), comm, "broadcast", rank_);
   for (Tensor& t : tensors) {
@@ -514,7 +550,8 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter_impl(Tensor& output, cons
       "nccl reduce_scatter: the output must be ", input.dtype(), piece, " on ", device());
   enter("reduce_scatter", {input}, static_cast<int64_t>(op));
   cuda::DeviceGuard guard(device());
-  ncclComm_t comm = group_->state_->comms[static_cast<size_t>(rank_)];
+  std::lock_guard<std::mutex> use(*group_->state_->comm_mutexes[static_cast<size_t>(rank_)]);
+  ncclComm_t comm = live_comm("reduce_scatter");
   const cudaStream_t stream = begin_on_comm_stream(*group_->state_, rank_);
   if (output.numel() > 0)
     check_nccl(
@@ -527,9 +564,59 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter_impl(Tensor& output, cons
 }
 
 std::shared_ptr<Work> NcclCommunicator::barrier_impl() {
-  // A host barrier: the GPU streams are not involved (order them with events when needed).
+  // A host barrier among this process's ranks (the GPU streams are not involved: order them
+  // with events when needed); across processes, a one-element NCCL all-reduce that every rank
+  // waits for on the host.
   enter("barrier", {}, 0);
+  if (group_->local_size() == size()) return completed_work();
+  cuda::DeviceGuard guard(device());
+  Tensor token = Tensor::zeros({1}, DType::kFloat32, device());
+  NcclGroup::State& s = *group_->state_;
+  {
+    std::lock_guard<std::mutex> use(*s.comm_mutexes[static_cast<size_t>(rank_)]);
+    ncclComm_t comm = live_comm("barrier");
+    const cudaStream_t stream = begin_on_comm_stream(s, rank_);
+    check_nccl(
+        ncclAllReduce(token.raw_data(), token.raw_data(), 1, ncclFloat32, ncclSum, comm, stream),
+        comm, "barrier", rank_);
+    queued("barrier");
+  }
+  wait_for_comm_stream("barrier");
   return completed_work();
+}
+
+ncclComm_t NcclCommunicator::live_comm(const char* label) {
+  NcclGroup::State& s = *group_->state_;
+  ncclComm_t comm = s.comms[static_cast<size_t>(rank_)];
+  if (comm != nullptr) return comm;
+  std::lock_guard<std::mutex> lock(s.mutex);
+  throw AbortedError(detail::str_cat("nccl ", label, " on rank ", rank(),
+                                     ": the group was aborted: ", s.abort_reason));
+}
+
+void NcclCommunicator::wait_for_comm_stream(const char* label) {
+  NcclGroup::State& s = *group_->state_;
+  const auto i = static_cast<size_t>(rank_);
+  TANDEM_CUDA_CHECK(cudaEventRecord(s.results_ready[i], s.comm_streams[i]));
+  // Polled, so that an abort (the watchdog's timeout, a peer's error) raises here; an aborted
+  // communicator's kernels return early, so the results are not read after an abort.
+  for (;;) {
+    {
+      std::lock_guard<std::mutex> lock(s.mutex);
+      if (s.aborted)
+        throw AbortedError(detail::str_cat("nccl ", label, " on rank ", rank(),
+                                           ": the group was aborted: ", s.abort_reason));
+    }
+    const cudaError_t status = cudaEventQuery(s.results_ready[i]);
+    if (status == cudaSuccess) break;
+    TANDEM_CHECK(status == cudaErrorNotReady, "nccl ", label, " on rank ", rank(), ": ",
+                 cudaGetErrorString(status));
+    std::this_thread::sleep_for(std::chrono::microseconds(20));
+  }
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.aborted)
+    throw AbortedError(detail::str_cat("nccl ", label, " on rank ", rank(),
+                                       ": the group was aborted: ", s.abort_reason));
 }
 
 }  // namespace tandem::collectives

@@ -1,5 +1,6 @@
-// collectives::Nccl: the backend for replicas on several GPUs of one process. One NCCL
-// communicator per GPU, created together in non-blocking mode; a host rendezvous before every
+// collectives::Nccl: the backend for replicas on several GPUs of one process, or on the GPUs of
+// several processes (NcclGroup::Spanning). One NCCL communicator per GPU, created together in
+// non-blocking mode; a host rendezvous before every
 // collective (so a missing or mismatched replica raises instead of leaving a GPU waiting
 // forever); and a watchdog that aborts the communicators on an asynchronous NCCL error or when a
 // collective has not finished on the GPU within TANDEM_COLLECTIVE_TIMEOUT. Built only with NCCL.
@@ -13,6 +14,8 @@
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/in_process.h"
 #include "tandem/core/device.h"
+
+struct ncclComm;  // nccl.h stays out of this header
 
 namespace tandem::collectives {
 
@@ -52,6 +55,12 @@ class NcclCommunicator final : public Communicator {
   /// Every rank's shape of `shape` (of every process), for all_gather's outputs: on the host
   /// within one process, with an NCCL all-gather across processes.
   std::vector<std::vector<int64_t>> exchange_shapes(const Shape& shape);
+  /// This rank's communicator (call with its comm mutex held); raises AbortedError when the
+  /// group was aborted and the communicator freed.
+  ncclComm* live_comm(const char* label);
+  /// Waits on the host, polling for an abort, until the work queued on this rank's
+  /// communication stream is done.
+  void wait_for_comm_stream(const char* label);
 
   NcclGroup* group_;
   int rank_;  // the local index: this process's ranks are 0 .. devices - 1 here
