@@ -422,4 +422,21 @@ TEST_CASE("MirroredStrategy over every GPU (NCCL) trains like one replica", "[cu
   for (size_t v = 0; v < reference.weights.size(); ++v)
     CHECK(relative_difference(reference.weights[v], trained.weights[v]) <= 1e-5);
 }
+
+#if TANDEM_WITH_MPI
+TEST_CASE("MultiWorkerMirroredStrategy on a GPU: one NCCL communicator, trains like one replica",
+          "[cuda][nccl]") {
+  // One process (worker 0 of 1, MPI singleton): the spanning NCCL communicator has one rank.
+  // With mpirun and a GPU per process, the same code spans every worker's GPUs.
+  TANDEM_REQUIRE_GPU();
+  auto cpu = MirroredStrategy::cpu(1);
+  const Trained reference = train(cpu);
+  MultiWorkerMirroredStrategy worker({Device::cuda(0)});
+  REQUIRE(worker.num_workers() == 1);
+  REQUIRE(worker.communicator(0).name() == "nccl");
+  const Trained trained = train(worker);
+  for (size_t v = 0; v < reference.weights.size(); ++v)
+    CHECK(relative_difference(reference.weights[v], trained.weights[v]) <= 1e-5);
+}
+#endif
 #endif

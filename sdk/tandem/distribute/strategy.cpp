@@ -350,6 +350,7 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   impl.name = std::move(name);
   impl.devices = std::move(devices);
   impl.num_replicas = static_cast<int>(impl.devices.size());
+  for (const Device& d : impl.devices) impl.any_gpu = impl.any_gpu || d.is_cuda();
   impl.execution = execution;
   impl.worker_spin = impl.num_replicas < hardware_cores() ? detail::SpinPolicy::kPause
                                                           : detail::SpinPolicy::kYield;
@@ -382,6 +383,17 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
     impl.num_workers = impl.world->size();
     impl.worker_index = impl.world->rank();
     set_process_replica_offset(impl.worker_index * impl.num_replicas);
+    if (impl.num_workers > 1) {
+      // Global replica ids (worker x local replicas + local id) need the same count everywhere.
+      std::vector<Tensor> counts = {Tensor::from_vector(
+          std::vector<int64_t>{impl.num_replicas, -static_cast<int64_t>(impl.num_replicas)})};
+      impl.world->all_reduce(counts, ReduceOp::kMax, "local replica counts");
+      const std::vector<int64_t> range = counts[0].to_vector<int64_t>();
+      TANDEM_CHECK(range[0] == -range[1], impl.name,
+                   ": every worker needs the same number of local replicas; worker ",
+                   impl.worker_index, " has ", impl.num_replicas, ", and the workers have between ",
+                   -range[1], " and ", range[0]);
+    }
     if (impl.any_gpu) {
       // GPU replicas: one NCCL communicator over every worker's GPUs, its unique id made by
       // the chief and sent over MPI. Each worker's GPUs must be distinct.
@@ -432,7 +444,6 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   }
   impl.merge.arguments.assign(static_cast<size_t>(impl.num_replicas), nullptr);
   impl.errors.assign(static_cast<size_t>(impl.num_replicas), nullptr);
-  for (const Device& d : impl.devices) impl.any_gpu = impl.any_gpu || d.is_cuda();
   impl.run_start.resize(static_cast<size_t>(impl.num_replicas));
   impl.run_end.resize(static_cast<size_t>(impl.num_replicas));
   for (int r = 0; r < impl.num_replicas; ++r) {
