@@ -377,6 +377,56 @@ std::string shared_temp_dir(td::Strategy& s) {
 
 }  // namespace
 
+TEST_CASE("multi-worker: a collective that differs between workers raises on every worker",
+          "[mpi]") {
+  td::Strategy& s = strategy();
+  // The chief reduces 3 values, the others 2: without the check the MPI calls would pair up
+  // wrongly; with it every worker raises, naming the others, and the job goes on.
+  const td::Tensor mine = td::Tensor::ones({s.is_chief() ? 3 : 2});
+  CHECK_THROWS_WITH(s.reduce_across_workers(td::ReduceOp::kSum, mine),
+                    Catch::Contains("made a different collective call than worker " +
+                                    std::to_string(s.worker_index())));
+  CHECK(s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0)).item<double>() ==
+        s.num_workers());
+}
+
+TEST_CASE("multi-worker: every worker follows the chief's save decisions and its outcome",
+          "[mpi]") {
+  td::Strategy& s = strategy();
+  const std::string dir = shared_temp_dir(s);
+  // The other workers keep their own (empty) directories, as on hosts without a shared one.
+  const std::string own_dir = s.is_chief() ? dir
+                                           : (std::filesystem::temp_directory_path() /
+                                              ("tandem_mpi_own_" + std::to_string(::getpid())))
+                                                 .string();
+  ResumableRun run(s);
+  run.train(2);
+  {
+    td::CheckpointManager first(run.checkpoint(), own_dir, {.strategy = &s});
+    REQUIRE(first.save(2).has_value());
+  }
+  // A new manager: the chief finds ckpt-2 in its directory, the others find nothing, so only
+  // the chief knows that step 4 is within the interval. Every worker must skip with it.
+  td::CheckpointManager manager(run.checkpoint(), own_dir,
+                                {.checkpoint_interval = 5, .strategy = &s});
+  CHECK_FALSE(manager.save(4).has_value());
+  CHECK(manager.save(7).has_value());
+  if (s.is_chief()) CHECK(std::filesystem::exists(dir + "/ckpt-7.h5"));
+  // The chief's write fails (its directory is gone): every worker raises.
+  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));
+  if (s.is_chief()) std::filesystem::remove_all(dir);
+  if (s.is_chief()) {
+    CHECK_THROWS(manager.save(20));
+  } else {
+    CHECK_THROWS_WITH(manager.save(20), Catch::Contains("the chief could not write") &&
+                                            Catch::Contains("ckpt-20.h5"));
+  }
+  // The job goes on together after the failure.
+  CHECK(s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0)).item<double>() ==
+        s.num_workers());
+  std::filesystem::remove_all(own_dir);
+}
+
 TEST_CASE("multi-worker: kFile and kAuto deal the files round-robin to the workers", "[mpi]") {
   td::Strategy& s = strategy();
   const int workers = s.num_workers();
@@ -555,6 +605,17 @@ TEST_CASE(
 }
 
 // ---- faults (run by their own CTest entries; see tests/CMakeLists.txt) ------------------------
+
+TEST_CASE("multi-worker: workers with different replica counts are refused by every worker",
+          "[.uneven]") {
+  // Started with a different TANDEM_TEST_LOCAL_REPLICAS per worker (mpirun's MPMD form).
+  std::vector<td::Device> devices;
+  for (int i = 0; i < local_replicas(); ++i) devices.push_back(td::Device::cpu(i));
+  CHECK_THROWS_WITH(td::MultiWorkerMirroredStrategy(devices),
+                    Catch::Contains("every worker needs the same number of local replicas") &&
+                        Catch::Contains("has " + std::to_string(local_replicas())) &&
+                        Catch::Contains("between 1 and 2"));
+}
 
 #include <chrono>
 #include <csignal>

@@ -524,6 +524,9 @@ void add_bytes(detail::GatheredState& total, const std::vector<char>& bytes, int
     take(theirs.raw_data(), theirs.nbytes());
     sum = ops::add(sum, theirs);
   }
+  TANDEM_CHECK(at == bytes.size(), "checkpoint: worker ", worker, " sent ", bytes.size() - at,
+               " bytes more than the chief's objects account for; every worker must save the "
+               "same objects");
   total.num_replicas += header[0];
 }
 

@@ -20,6 +20,7 @@
 #include "tandem/core/logging.h"
 #include "tandem/core/workers.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/tensor/device_runtime.h"
 
 namespace tandem {
 
@@ -199,6 +200,9 @@ struct CheckpointManager::Impl {
   }
 
   std::optional<std::string> save_as_chief(std::optional<int64_t> requested_step);
+  /// The chief's part of a save: the file, the state file, and rotation.
+  void write_and_rotate(const std::string& name, const std::string& path,
+                        const detail::GatheredState& gathered);
   std::optional<std::string> save_collectively(std::optional<int64_t> step, ReplicaBinding binding);
 };
 
@@ -281,21 +285,47 @@ std::optional<std::string> CheckpointManager::save_at(std::optional<int64_t> ste
 std::optional<std::string> CheckpointManager::Impl::save_as_chief(
     std::optional<int64_t> requested_step) {
   const int64_t step = requested_step.value_or(checkpoint.global_step());
-  if (options.checkpoint_interval > 0 && last_step &&
-      step - *last_step < options.checkpoint_interval)
-    return std::nullopt;
+  // In a multi-worker job every step below is taken by every worker together: the chief's
+  // decision to skip holds for all (what each worker remembers of earlier saves may differ),
+  // every worker sends its per-replica state, and every worker learns whether the chief's
+  // write succeeded.
+  const std::shared_ptr<WorkerGroup> workers =
+      options.strategy != nullptr && options.strategy->num_workers() > 1 ? worker_group() : nullptr;
+  bool skip = options.checkpoint_interval > 0 && last_step &&
+              step - *last_step < options.checkpoint_interval;
+  if (workers) {
+    std::vector<double> chief_skips = {is_chief() && skip ? 1.0 : 0.0};
+    workers->sum(chief_skips, "checkpoint save (every worker saves together)");
+    skip = chief_skips[0] > 0;
+  }
+  if (skip) return std::nullopt;
   const std::string name = checkpoint_file_name(step);
   const std::string path = path_of(name);
   // Per-replica state (metric partials, accumulators, dropout streams) of every worker goes
   // to the chief: a collective, which is why every worker calls save().
-  const std::shared_ptr<WorkerGroup> workers =
-      options.strategy != nullptr && options.strategy->num_workers() > 1 ? worker_group() : nullptr;
   const detail::GatheredState gathered = detail::gather_state(checkpoint, workers.get());
-  if (!is_chief()) {
-    // Another process writes; this one has contributed its state.
-    last_step = step;
-    return path;
+  std::exception_ptr failure;
+  if (is_chief()) {
+    try {
+      write_and_rotate(name, path, gathered);
+    } catch (...) {
+      failure = std::current_exception();
+    }
   }
+  if (workers) {
+    std::vector<double> chief_failed = {failure ? 1.0 : 0.0};
+    workers->sum(chief_failed, "checkpoint save (the chief's outcome)");
+    if (chief_failed[0] > 0 && !failure)
+      TANDEM_THROW("CheckpointManager::save: the chief could not write ", path,
+                   " (its error is raised on the chief); the previous checkpoint is intact");
+  }
+  if (failure) std::rethrow_exception(failure);
+  last_step = step;
+  return path;
+}
+
+void CheckpointManager::Impl::write_and_rotate(const std::string& name, const std::string& path,
+                                               const detail::GatheredState& gathered) {
   detail::write_gathered(checkpoint, path, gathered);
   kept.erase(std::remove(kept.begin(), kept.end(), name), kept.end());
   kept.push_back(name);
@@ -313,12 +343,15 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
     write_state_file();
   }
   detail::checkpoint_save_point("rotated");
-  last_step = step;
-  return path;
 }
 
 std::optional<std::string> CheckpointManager::Impl::save_collectively(std::optional<int64_t> step,
                                                                       ReplicaBinding binding) {
+  // Replica 0 reads every replica's state, some of it in GPU memory (accumulators): this
+  // replica's queued GPU work must be done first (a no-op on the CPU).
+  if (options.strategy != nullptr &&
+      binding.replica_id < static_cast<int>(options.strategy->devices().size()))
+    synchronize(options.strategy->devices()[static_cast<size_t>(binding.replica_id)]);
   const auto deadline = std::chrono::steady_clock::now() + collectives::collective_timeout();
   std::unique_lock<std::mutex> lock(rendezvous_mutex);
   const uint64_t generation_at_arrival = generation;

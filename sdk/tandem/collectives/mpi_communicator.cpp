@@ -9,6 +9,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <array>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -79,8 +80,10 @@ struct MpiWorld::Impl {
   MPI_Comm data = MPI_COMM_NULL;     // collectives
   MPI_Comm arrival = MPI_COMM_NULL;  // arrival messages, so their tags never meet data traffic
   uint64_t calls = 0;
-  std::vector<int64_t> sent;      // per peer: the call number this process announced
-  std::vector<int64_t> received;  // per peer: the call number that peer announced
+  // Per peer: {call number, call signature} this process announced, and that peer announced.
+  std::vector<std::array<int64_t, 2>> sent;
+  std::vector<std::array<int64_t, 2>> received;
+  int64_t signature = 0;  // of the call under way
   std::vector<MPI_Request> arrival_requests;
   std::vector<char> pack;  // staging for several tensors of one dtype
 };
@@ -133,24 +136,36 @@ MpiWorld::MpiWorld() : impl_(std::make_unique<Impl>()) {
   MPI_Comm_set_errhandler(impl_->arrival, MPI_ERRORS_RETURN);
   MPI_Comm_rank(impl_->data, &rank_);
   MPI_Comm_size(impl_->data, &size_);
-  impl_->sent.assign(static_cast<size_t>(size_), 0);
-  impl_->received.assign(static_cast<size_t>(size_), 0);
+  impl_->sent.assign(static_cast<size_t>(size_), {0, 0});
+  impl_->received.assign(static_cast<size_t>(size_), {0, 0});
 }
 
 MpiWorld::~MpiWorld() { finalize(); }
 
-uint64_t MpiWorld::arrive(const char* label) {
+uint64_t MpiWorld::arrive(const char* label, std::initializer_list<int64_t> parameters) {
   Impl& m = *impl_;
   const uint64_t call = ++m.calls;
+  // FNV-1a over the label and the parameters: the same in every process of the job.
+  uint64_t hash = 1469598103934665603ull;
+  auto mix = [&](const void* data, size_t bytes) {
+    for (size_t i = 0; i < bytes; ++i) {
+      hash ^= static_cast<const unsigned char*>(data)[i];
+      hash *= 1099511628211ull;
+    }
+  };
+  mix(label, std::strlen(label));
+  for (int64_t parameter : parameters) mix(&parameter, sizeof(parameter));
+  m.signature = static_cast<int64_t>(hash);
   const int tag = static_cast<int>(call % 30000);
   m.arrival_requests.clear();
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     const auto p = static_cast<size_t>(peer);
-    m.sent[p] = static_cast<int64_t>(call);
+    m.sent[p] = {static_cast<int64_t>(call), m.signature};
     MPI_Request send, receive;
-    check_mpi(MPI_Isend(&m.sent[p], 1, MPI_INT64_T, peer, tag, m.arrival, &send), label);
-    check_mpi(MPI_Irecv(&m.received[p], 1, MPI_INT64_T, peer, tag, m.arrival, &receive), label);
+    check_mpi(MPI_Isend(m.sent[p].data(), 2, MPI_INT64_T, peer, tag, m.arrival, &send), label);
+    check_mpi(MPI_Irecv(m.received[p].data(), 2, MPI_INT64_T, peer, tag, m.arrival, &receive),
+              label);
     m.arrival_requests.push_back(send);
     m.arrival_requests.push_back(receive);
   }
@@ -193,7 +208,7 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
       int count = 0;
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank_) continue;
-        if (m.received[static_cast<size_t>(peer)] != static_cast<int64_t>(call)) {
+        if (m.received[static_cast<size_t>(peer)][0] != static_cast<int64_t>(call)) {
           missing << (count++ ? ", " : "") << peer;
         }
       }
@@ -220,6 +235,23 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+  // Every worker arrived; each must be making the same call (the same collective with the same
+  // sizes and dtype), or the blocking MPI calls that follow would pair up wrongly and hang.
+  std::ostringstream different;
+  int count = 0;
+  for (int peer = 0; peer < size_; ++peer) {
+    if (peer == rank_) continue;
+    if (m.received[static_cast<size_t>(peer)][1] != m.signature)
+      different << (count++ ? ", " : "") << peer;
+  }
+  if (count > 0) {
+    // No data call was made: MPI itself is fine, and the job may go on after the error.
+    TANDEM_THROW(label, " #", call, " across ", size_,
+                 " workers: ", count == 1 ? "worker " : "workers ", different.str(),
+                 " made a different ", "collective call than worker ", rank_,
+                 " (another call, or other sizes or dtypes); ",
+                 "every worker must make the same collective calls in the same order");
   }
 }
 
@@ -263,7 +295,8 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
     // Every worker announces itself first (polled, so a missing one is named after the
     // timeout); then the blocking call, Open MPI's tuned algorithms, which its non-blocking
     // collectives do not use.
-    const uint64_t call = arrive(label);
+    const uint64_t call =
+        arrive(label, {static_cast<int64_t>(dtype), count, static_cast<int64_t>(op)});
     wait(nullptr, call, label);
     run_blocking(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), mpi_type(dtype),
                                mpi_op(op), impl_->data),
@@ -286,7 +319,7 @@ void MpiWorld::broadcast(std::vector<Tensor>& tensors, int root, const char* lab
     TANDEM_CHECK(t.defined() && t.device().is_cpu(), "mpi ", label,
                  ": tensors must be defined CPU tensors");
     if (t.nbytes() == 0) continue;
-    const uint64_t call = arrive(label);
+    const uint64_t call = arrive(label, {static_cast<int64_t>(t.nbytes()), root});
     wait(nullptr, call, label);
     run_blocking(MPI_Bcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, impl_->data),
                  call, label);
@@ -302,7 +335,7 @@ std::vector<std::vector<char>> MpiWorld::all_gather(const std::vector<char>& min
   }
   std::vector<int> lengths(static_cast<size_t>(size_), 0);
   int length = static_cast<int>(mine.size());
-  const uint64_t call = arrive(label);
+  const uint64_t call = arrive(label, {});
   wait(nullptr, call, label);
   run_blocking(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, impl_->data), call,
                label);
@@ -336,7 +369,7 @@ std::vector<std::vector<Tensor>> MpiWorld::all_gather_tensors(const std::vector<
 void MpiWorld::barrier(const char* label) {
   if (size_ == 1) return;
   // Every worker's arrival message reached every other: that is the barrier.
-  wait(nullptr, arrive(label), label);
+  wait(nullptr, arrive(label, {}), label);
 }
 
 // ---- HierarchicalCommunicator ------------------------------------------------------------------

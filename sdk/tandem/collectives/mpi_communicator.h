@@ -4,6 +4,7 @@
 // workers: in-process among a worker's replicas, MPI between workers). Built only with MPI.
 #pragma once
 
+#include <initializer_list>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,10 +54,11 @@ class MpiWorld {
 
  private:
   MpiWorld();
-  /// Posts this call's arrival messages to every peer and returns its number.
-  uint64_t arrive(const char* label);
+  /// Posts this call's arrival messages to every peer and returns its number. They carry the
+  /// call's signature: `label` and `parameters` (sizes, dtype, op, root) hashed.
+  uint64_t arrive(const char* label, std::initializer_list<int64_t> parameters);
   /// Waits for `request` and for the arrivals of call `call`; raises naming the missing workers
-  /// after the timeout, or the MPI error.
+  /// after the timeout, the workers whose call differs from this one, or the MPI error.
   void wait(void* request, uint64_t call, const char* label);
   /// Raises naming the call when a blocking MPI call returned an error code.
   void run_blocking(int code, uint64_t call, const char* label);
