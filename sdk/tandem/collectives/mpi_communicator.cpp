@@ -9,6 +9,7 @@
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdlib>
@@ -24,6 +25,13 @@ namespace tandem::collectives {
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+/// An arrival message: {call number, call signature} as two int64, then any data.
+constexpr size_t kArrivalHeaderBytes = 2 * sizeof(int64_t);
+/// All-reduces of at most this many bytes send their data with the arrival messages, which
+/// then stay within 4 KiB: Open MPI's eager limit on shared memory (larger messages take a
+/// rendezvous round trip).
+constexpr size_t kEagerBytes = 4096 - kArrivalHeaderBytes;
 
 MPI_Datatype mpi_type(DType dtype) {
   switch (dtype) {
@@ -80,10 +88,20 @@ struct MpiWorld::Impl {
   MPI_Comm data = MPI_COMM_NULL;     // collectives
   MPI_Comm arrival = MPI_COMM_NULL;  // arrival messages, so their tags never meet data traffic
   uint64_t calls = 0;
-  // Per peer: {call number, call signature} this process announced, and that peer announced.
-  std::vector<std::array<int64_t, 2>> sent;
-  std::vector<std::array<int64_t, 2>> received;
+  // The arrival message this process sends to every peer: {call number, call signature} and,
+  // for a small all-reduce, the data itself. Per peer, the message received from it (room for
+  // the largest: a peer making a different call is then told apart by its signature).
+  std::vector<char> outgoing;
+  std::vector<std::vector<char>> incoming;
   int64_t signature = 0;  // of the call under way
+
+  int64_t received_call(int peer) const { return header_of(peer)[0]; }
+  int64_t received_signature(int peer) const { return header_of(peer)[1]; }
+  std::array<int64_t, 2> header_of(int peer) const {
+    std::array<int64_t, 2> header{};
+    std::memcpy(header.data(), incoming[static_cast<size_t>(peer)].data(), sizeof(header));
+    return header;
+  }
   std::vector<MPI_Request> arrival_requests;
   std::vector<char> pack;  // staging for several tensors of one dtype
 };
@@ -136,13 +154,14 @@ MpiWorld::MpiWorld() : impl_(std::make_unique<Impl>()) {
   MPI_Comm_set_errhandler(impl_->arrival, MPI_ERRORS_RETURN);
   MPI_Comm_rank(impl_->data, &rank_);
   MPI_Comm_size(impl_->data, &size_);
-  impl_->sent.assign(static_cast<size_t>(size_), {0, 0});
-  impl_->received.assign(static_cast<size_t>(size_), {0, 0});
+  impl_->incoming.assign(static_cast<size_t>(size_),
+                         std::vector<char>(kArrivalHeaderBytes + kEagerBytes, 0));
 }
 
 MpiWorld::~MpiWorld() { finalize(); }
 
-uint64_t MpiWorld::arrive(const char* label, std::initializer_list<int64_t> parameters) {
+uint64_t MpiWorld::arrive(const char* label, std::initializer_list<int64_t> parameters,
+                          const void* payload, size_t bytes) {
   Impl& m = *impl_;
   const uint64_t call = ++m.calls;
   // FNV-1a over the label and the parameters: the same in every process of the job.
@@ -156,15 +175,23 @@ uint64_t MpiWorld::arrive(const char* label, std::initializer_list<int64_t> para
   mix(label, std::strlen(label));
   for (int64_t parameter : parameters) mix(&parameter, sizeof(parameter));
   m.signature = static_cast<int64_t>(hash);
+  TANDEM_CHECK(bytes <= kEagerBytes, "mpi: an arrival message carries at most ", kEagerBytes,
+               " bytes of data, got ", bytes);
+  const std::array<int64_t, 2> header = {static_cast<int64_t>(call), m.signature};
+  m.outgoing.resize(kArrivalHeaderBytes + bytes);
+  std::memcpy(m.outgoing.data(), header.data(), kArrivalHeaderBytes);
+  if (bytes > 0) std::memcpy(m.outgoing.data() + kArrivalHeaderBytes, payload, bytes);
   const int tag = static_cast<int>(call % 30000);
   m.arrival_requests.clear();
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
     const auto p = static_cast<size_t>(peer);
-    m.sent[p] = {static_cast<int64_t>(call), m.signature};
     MPI_Request send, receive;
-    check_mpi(MPI_Isend(m.sent[p].data(), 2, MPI_INT64_T, peer, tag, m.arrival, &send), label);
-    check_mpi(MPI_Irecv(m.received[p].data(), 2, MPI_INT64_T, peer, tag, m.arrival, &receive),
+    check_mpi(MPI_Isend(m.outgoing.data(), static_cast<int>(m.outgoing.size()), MPI_BYTE, peer, tag,
+                        m.arrival, &send),
+              label);
+    check_mpi(MPI_Irecv(m.incoming[p].data(), static_cast<int>(m.incoming[p].size()), MPI_BYTE,
+                        peer, tag, m.arrival, &receive),
               label);
     m.arrival_requests.push_back(send);
     m.arrival_requests.push_back(receive);
@@ -208,7 +235,7 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
       int count = 0;
       for (int peer = 0; peer < size_; ++peer) {
         if (peer == rank_) continue;
-        if (m.received[static_cast<size_t>(peer)][0] != static_cast<int64_t>(call)) {
+        if (m.received_call(peer) != static_cast<int64_t>(call)) {
           missing << (count++ ? ", " : "") << peer;
         }
       }
@@ -242,8 +269,7 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
   int count = 0;
   for (int peer = 0; peer < size_; ++peer) {
     if (peer == rank_) continue;
-    if (m.received[static_cast<size_t>(peer)][1] != m.signature)
-      different << (count++ ? ", " : "") << peer;
+    if (m.received_signature(peer) != m.signature) different << (count++ ? ", " : "") << peer;
   }
   if (count > 0) {
     // No data call was made: MPI itself is fine, and the job may go on after the error.
@@ -260,6 +286,29 @@ void MpiWorld::run_blocking(int code, uint64_t call, const char* label) {
   broken_ = true;
   TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_, ": ",
                mpi_error(code));
+}
+
+void MpiWorld::combine_in_worker_order(void* buffer, size_t bytes, DType dtype, ReduceOp op) {
+  const Impl& m = *impl_;
+  std::vector<char> mine(static_cast<const char*>(buffer),
+                         static_cast<const char*>(buffer) + bytes);
+  const auto piece = [&](int worker) {
+    return worker == rank_ ? mine.data()
+                           : m.incoming[static_cast<size_t>(worker)].data() + kArrivalHeaderBytes;
+  };
+  std::memcpy(buffer, piece(0), bytes);
+  dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
+    T* out = static_cast<T*>(buffer);
+    const size_t n = bytes / sizeof(T);
+    for (int worker = 1; worker < size_; ++worker) {
+      const T* in = reinterpret_cast<const T*>(piece(worker));
+      if (op == ReduceOp::kMax) {
+        for (size_t i = 0; i < n; ++i) out[i] = std::max(out[i], in[i]);
+      } else {
+        for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(out[i] + in[i]);
+      }
+    }
+  });
 }
 
 void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) {
@@ -295,12 +344,22 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
     // Every worker announces itself first (polled, so a missing one is named after the
     // timeout); then the blocking call, Open MPI's tuned algorithms, which its non-blocking
     // collectives do not use.
-    const uint64_t call =
-        arrive(label, {static_cast<int64_t>(dtype), count, static_cast<int64_t>(op)});
-    wait(nullptr, call, label);
-    run_blocking(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), mpi_type(dtype),
-                               mpi_op(op), impl_->data),
-                 call, label);
+    const size_t bytes = static_cast<size_t>(count) * element;
+    if (bytes <= kEagerBytes) {
+      // Small: the data rides on the arrival messages (one round instead of two), and every
+      // worker combines the W pieces in worker order, so all get the same bits.
+      const uint64_t call = arrive(
+          label, {static_cast<int64_t>(dtype), count, static_cast<int64_t>(op)}, buffer, bytes);
+      wait(nullptr, call, label);
+      combine_in_worker_order(buffer, bytes, dtype, op);
+    } else {
+      const uint64_t call =
+          arrive(label, {static_cast<int64_t>(dtype), count, static_cast<int64_t>(op)});
+      wait(nullptr, call, label);
+      run_blocking(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), mpi_type(dtype),
+                                 mpi_op(op), impl_->data),
+                   call, label);
+    }
     if (group.size() > 1) {
       const char* in = impl_->pack.data();
       for (size_t i : group) {

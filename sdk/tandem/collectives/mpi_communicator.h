@@ -55,8 +55,13 @@ class MpiWorld {
  private:
   MpiWorld();
   /// Posts this call's arrival messages to every peer and returns its number. They carry the
-  /// call's signature: `label` and `parameters` (sizes, dtype, op, root) hashed.
-  uint64_t arrive(const char* label, std::initializer_list<int64_t> parameters);
+  /// call's signature (`label` and `parameters`: sizes, dtype, op, root, hashed) and
+  /// `payload`, up to 4080 bytes of data (a small all-reduce's).
+  uint64_t arrive(const char* label, std::initializer_list<int64_t> parameters,
+                  const void* payload = nullptr, size_t bytes = 0);
+  /// After the arrivals of a small all-reduce whose data they carried: `buffer` becomes every
+  /// worker's piece combined (kSum or kMax) in worker order.
+  void combine_in_worker_order(void* buffer, size_t bytes, DType dtype, ReduceOp op);
   /// Waits for `request` and for the arrivals of call `call`; raises naming the missing workers
   /// after the timeout, the workers whose call differs from this one, or the MPI error.
   void wait(void* request, uint64_t call, const char* label);
