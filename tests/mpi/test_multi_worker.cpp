@@ -546,6 +546,22 @@ TEST_CASE("multi-worker: metrics combine every worker's replicas; local_result()
   mean.set_combined_state({10.0, 4.0});
   CHECK(mean.result() == Approx(2.5));
   CHECK(mean.combined_state().count == 4.0);
+  // result() is a collective of the job: inside run, where several replica threads of a worker
+  // would make it at once, it is refused, naming the rule.
+  if (s.num_local_replicas() > 1)
+    CHECK_THROWS_WITH(s.run([&](td::ReplicaContext&) { (void)mean.result(); }),
+                      Catch::Contains("call it outside strategy.run, on every worker"));
+}
+
+TEST_CASE("multi-worker: max across workers keeps a NaN from any worker", "[mpi]") {
+  td::Strategy& s = strategy();
+  // The last worker's NaN must win on every worker (a non-finite flag is never lost).
+  const double mine = s.worker_index() == s.num_workers() - 1 ? std::nan("") : 1.0;
+  CHECK(std::isnan(
+      s.reduce_across_workers(td::ReduceOp::kMax, td::Tensor::scalar(mine)).item<double>()));
+  CHECK(s.reduce_across_workers(td::ReduceOp::kMax,
+                                td::Tensor::scalar(static_cast<double>(s.worker_index())))
+            .item<double>() == s.num_workers() - 1);
 }
 
 TEST_CASE(

@@ -766,21 +766,25 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
     std::vector<std::array<uint64_t, 4>> rows(static_cast<size_t>(shape[0]));
     for (size_t i = 0; i < rows.size(); ++i)
       for (size_t k = 0; k < 4; ++k) rows[i][k] = values[i * 4 + k];
-    // In a multi-worker job the file has a row per replica of every worker: this worker's
-    // replicas take theirs.
+    // A row per replica of the job, on stream 1 + its global id: each of this process's
+    // replicas takes the row of its own stream (so a job of another shape still gives every
+    // replica its own stream); a replica without one starts its stream fresh.
     const std::shared_ptr<WorkerGroup> workers = worker_group();
     const int num_workers = workers ? workers->num_workers() : 1;
-    const int worker = workers ? workers->worker_index() : 0;
-    if (num_workers > 1 && rows.size() == static_cast<size_t>(num_workers * num_replicas)) {
-      const auto first = rows.begin() + static_cast<std::ptrdiff_t>(worker * num_replicas);
-      rows = std::vector<std::array<uint64_t, 4>>(first, first + num_replicas);
-    } else if (static_cast<int>(rows.size()) != num_workers * num_replicas) {
+    if (static_cast<int>(rows.size()) != num_workers * num_replicas)
       TANDEM_LOG_INFO(path, ": dropout streams saved for ", rows.size(), " replicas, restoring ",
                       "into ", num_workers * num_replicas,
                       "; replicas without a saved stream start fresh");
-      if (rows.size() > static_cast<size_t>(num_replicas))
-        rows.resize(static_cast<size_t>(num_replicas));
+    const uint64_t seed = rows.empty() ? 0 : rows[0][0];
+    std::vector<std::array<uint64_t, 4>> mine;
+    for (int r = 0; r < num_replicas; ++r) {
+      const uint64_t stream = static_cast<uint64_t>(process_replica_offset()) + r + 1;
+      std::array<uint64_t, 4> row = {seed, stream, 0, 0};
+      for (const std::array<uint64_t, 4>& saved : rows)
+        if (saved[1] == stream) row = saved;
+      mine.push_back(row);
     }
+    rows = std::move(mine);
     out.rng = std::move(rows);
   }
   for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {

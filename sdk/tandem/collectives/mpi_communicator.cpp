@@ -14,6 +14,7 @@
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
+#include <limits>
 #include <mutex>
 #include <sstream>
 #include <thread>
@@ -163,6 +164,13 @@ MpiWorld::~MpiWorld() { finalize(); }
 uint64_t MpiWorld::arrive(const char* label, std::initializer_list<int64_t> parameters,
                           const void* payload, size_t bytes) {
   Impl& m = *impl_;
+  // After a failed collective, arrival messages of that call may still be pending (on buffers
+  // this call would reuse) and the peers are out of step: nothing more can run.
+  if (broken_)
+    TANDEM_THROW(label, ": an earlier collective across the ", size_,
+                 " workers failed; no further collective can run in this job");
+  TANDEM_CHECK(bytes <= kEagerBytes, "mpi: an arrival message carries at most ", kEagerBytes,
+               " bytes of data, got ", bytes);
   const uint64_t call = ++m.calls;
   // FNV-1a over the label and the parameters: the same in every process of the job.
   uint64_t hash = 1469598103934665603ull;
@@ -175,8 +183,6 @@ uint64_t MpiWorld::arrive(const char* label, std::initializer_list<int64_t> para
   mix(label, std::strlen(label));
   for (int64_t parameter : parameters) mix(&parameter, sizeof(parameter));
   m.signature = static_cast<int64_t>(hash);
-  TANDEM_CHECK(bytes <= kEagerBytes, "mpi: an arrival message carries at most ", kEagerBytes,
-               " bytes of data, got ", bytes);
   const std::array<int64_t, 2> header = {static_cast<int64_t>(call), m.signature};
   m.outgoing.resize(kArrivalHeaderBytes + bytes);
   std::memcpy(m.outgoing.data(), header.data(), kArrivalHeaderBytes);
@@ -303,7 +309,9 @@ void MpiWorld::combine_in_worker_order(void* buffer, size_t bytes, DType dtype, 
     for (int worker = 1; worker < size_; ++worker) {
       const T* in = reinterpret_cast<const T*>(piece(worker));
       if (op == ReduceOp::kMax) {
-        for (size_t i = 0; i < n; ++i) out[i] = std::max(out[i], in[i]);
+        // NaN wins, as in the in-process step: a non-finite flag is never lost.
+        for (size_t i = 0; i < n; ++i)
+          if (in[i] > out[i] || in[i] != in[i]) out[i] = in[i];
       } else {
         for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(out[i] + in[i]);
       }
@@ -378,6 +386,10 @@ void MpiWorld::broadcast(std::vector<Tensor>& tensors, int root, const char* lab
     TANDEM_CHECK(t.defined() && t.device().is_cpu(), "mpi ", label,
                  ": tensors must be defined CPU tensors");
     if (t.nbytes() == 0) continue;
+    // MPI counts are ints (every worker has the same size, so all refuse together).
+    TANDEM_CHECK(t.nbytes() <= static_cast<size_t>(std::numeric_limits<int>::max()), label, ": ",
+                 t.nbytes(), " bytes exceed MPI's limit of ", std::numeric_limits<int>::max(),
+                 " bytes for one broadcast");
     const uint64_t call = arrive(label, {static_cast<int64_t>(t.nbytes()), root});
     wait(nullptr, call, label);
     run_blocking(MPI_Bcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, impl_->data),
@@ -392,18 +404,28 @@ std::vector<std::vector<char>> MpiWorld::all_gather(const std::vector<char>& min
     out[0] = mine;
     return out;
   }
-  std::vector<int> lengths(static_cast<size_t>(size_), 0);
-  int length = static_cast<int>(mine.size());
+  std::vector<int64_t> sizes(static_cast<size_t>(size_), 0);
+  const auto size = static_cast<int64_t>(mine.size());
   const uint64_t call = arrive(label, {});
   wait(nullptr, call, label);
-  run_blocking(MPI_Allgather(&length, 1, MPI_INT, lengths.data(), 1, MPI_INT, impl_->data), call,
-               label);
+  run_blocking(MPI_Allgather(&size, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, impl_->data),
+               call, label);
+  // MPI counts are ints: every worker sees the same sizes, so all refuse together.
+  int64_t sum = 0;
+  for (int64_t s : sizes) sum += s;
+  if (sum > std::numeric_limits<int>::max())
+    TANDEM_THROW(label, " #", call, ": ", sum, " bytes from ", size_,
+                 " workers exceed MPI's limit of ", std::numeric_limits<int>::max(),
+                 " bytes for one all-gather");
+  std::vector<int> lengths(static_cast<size_t>(size_), 0);
   std::vector<int> offsets(static_cast<size_t>(size_), 0);
   int total = 0;
   for (int k = 0; k < size_; ++k) {
+    lengths[static_cast<size_t>(k)] = static_cast<int>(sizes[static_cast<size_t>(k)]);
     offsets[static_cast<size_t>(k)] = total;
     total += lengths[static_cast<size_t>(k)];
   }
+  const int length = static_cast<int>(size);
   std::vector<char> all(static_cast<size_t>(std::max(total, 1)));
   run_blocking(MPI_Allgatherv(mine.data(), length, MPI_BYTE, all.data(), lengths.data(),
                               offsets.data(), MPI_BYTE, impl_->data),

@@ -236,8 +236,9 @@ struct Strategy::Impl {
   int worker_index = 0;
   InitialBroadcast broadcast_initial;  // set with several workers
 #if TANDEM_WITH_MPI
-  std::shared_ptr<collectives::MpiWorld> world;  // several workers
-  std::shared_ptr<WorkerGroup> worker_group;     // installed for metrics and checkpoints
+  std::shared_ptr<collectives::MpiWorld> world;        // several workers
+  std::shared_ptr<WorkerGroup> worker_group;           // installed for metrics and checkpoints
+  std::shared_ptr<WorkerGroup> previous_worker_group;  // given back when this strategy ends
   std::vector<std::unique_ptr<collectives::HierarchicalCommunicator>> hierarchical;
 #endif
 #if TANDEM_WITH_NCCL
@@ -429,7 +430,7 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
     std::shared_ptr<collectives::MpiWorld> world = impl.world;
     if (impl.num_workers > 1) {
       impl.worker_group = std::make_shared<MpiWorkerGroup>(world);
-      set_worker_group(impl.worker_group);
+      impl.previous_worker_group = set_worker_group(impl.worker_group);
     }
     impl.broadcast_initial = [world](const Tensor& initial) {
       std::vector<Tensor> value = {initial.to(Device::cpu()).clone()};
@@ -473,7 +474,8 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
 Strategy::~Strategy() {
   impl_->stop_threads();
 #if TANDEM_WITH_MPI
-  if (impl_->worker_group && worker_group() == impl_->worker_group) set_worker_group(nullptr);
+  if (impl_->worker_group && worker_group() == impl_->worker_group)
+    set_worker_group(impl_->previous_worker_group);
 #endif
 }
 

@@ -56,6 +56,9 @@ MetricState Metric::local_state() const {
 MetricState Metric::combined_state() const {
   const MetricState mine = local_state();
   if (!workers_) return mine;
+  TANDEM_CHECK(current_replica_binding().num_replicas <= 1, name(),
+               ": result() of a metric of a multi-worker job combines every worker's state, a "
+               "collective: call it outside strategy.run, on every worker");
   std::vector<double> values = {mine.total, mine.count};
   workers_->sum(values, "metric result (every worker reads its metrics together)");
   return {values[0], values[1]};
