@@ -334,12 +334,7 @@ Device NcclCommunicator::device() const {
 
 void NcclCommunicator::enter(const char* label, const std::vector<Tensor>& tensors, int64_t extra) {
   NcclGroup::State& s = *group_->state_;
-  {
-    std::lock_guard<std::mutex> lock(s.mutex);
-    if (s.aborted)
-      throw AbortedError(detail::str_cat("nccl ", label, " on rank ", rank_,
-                                         ": the group was aborted: ", s.abort_reason));
-  }
+  raise_if_aborted(label);
   const Device mine = device();
   for (size_t i = 0; i < tensors.size(); ++i) {
     TANDEM_CHECK(tensors[i].defined(), "nccl ", label, ": tensor ", i,
@@ -394,9 +389,7 @@ void end_on_comm_stream(NcclGroup::State& s, int rank) {
 void NcclCommunicator::queued(const char* label) {
   NcclGroup::State& s = *group_->state_;
   std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.aborted)
-    throw AbortedError(detail::str_cat("nccl ", label, " on rank ", rank_,
-                                       ": the group was aborted: ", s.abort_reason));
+  if (s.aborted) throw_aborted(label);
   cuda::DeviceGuard guard(device());
   cudaEvent_t event = nullptr;
   if (!s.spare_events.empty()) {
@@ -590,8 +583,7 @@ ncclComm_t NcclCommunicator::live_comm(const char* label) {
   ncclComm_t comm = s.comms[static_cast<size_t>(rank_)];
   if (comm != nullptr) return comm;
   std::lock_guard<std::mutex> lock(s.mutex);
-  throw AbortedError(detail::str_cat("nccl ", label, " on rank ", rank(),
-                                     ": the group was aborted: ", s.abort_reason));
+  throw_aborted(label);  // only an abort frees a communicator
 }
 
 void NcclCommunicator::wait_for_comm_stream(const char* label) {
@@ -601,22 +593,24 @@ void NcclCommunicator::wait_for_comm_stream(const char* label) {
   // Polled, so that an abort (the watchdog's timeout, a peer's error) raises here; an aborted
   // communicator's kernels return early, so the results are not read after an abort.
   for (;;) {
-    {
-      std::lock_guard<std::mutex> lock(s.mutex);
-      if (s.aborted)
-        throw AbortedError(detail::str_cat("nccl ", label, " on rank ", rank(),
-                                           ": the group was aborted: ", s.abort_reason));
-    }
+    raise_if_aborted(label);
     const cudaError_t status = cudaEventQuery(s.results_ready[i]);
     if (status == cudaSuccess) break;
     TANDEM_CHECK(status == cudaErrorNotReady, "nccl ", label, " on rank ", rank(), ": ",
                  cudaGetErrorString(status));
     std::this_thread::sleep_for(std::chrono::microseconds(20));
   }
-  std::lock_guard<std::mutex> lock(s.mutex);
-  if (s.aborted)
-    throw AbortedError(detail::str_cat("nccl ", label, " on rank ", rank(),
-                                       ": the group was aborted: ", s.abort_reason));
+  raise_if_aborted(label);
+}
+
+void NcclCommunicator::throw_aborted(const char* label) const {
+  throw AbortedError(detail::str_cat("nccl ", label, " on rank ", rank(),
+                                     ": the group was aborted: ", group_->state_->abort_reason));
+}
+
+void NcclCommunicator::raise_if_aborted(const char* label) const {
+  std::lock_guard<std::mutex> lock(group_->state_->mutex);
+  if (group_->state_->aborted) throw_aborted(label);
 }
 
 }  // namespace tandem::collectives

@@ -61,6 +61,10 @@ class NcclCommunicator final : public Communicator {
   /// Waits on the host, polling for an abort, until the work queued on this rank's
   /// communication stream is done.
   void wait_for_comm_stream(const char* label);
+  /// Raises AbortedError naming the call and the abort's cause (the group's mutex held).
+  [[noreturn]] void throw_aborted(const char* label) const;
+  /// Raises AbortedError when the group was aborted.
+  void raise_if_aborted(const char* label) const;
 
   NcclGroup* group_;
   int rank_;  // the local index: this process's ranks are 0 .. devices - 1 here
