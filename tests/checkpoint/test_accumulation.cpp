@@ -6,6 +6,7 @@
 #include <cstring>
 
 #include "checkpoint_test_util.h"
+#include "support/compare.h"
 
 namespace td = tandem;
 using namespace tandem::checkpoint_testing;
@@ -25,12 +26,7 @@ double relative_difference(const std::string& a, const std::string& b) {
   std::vector<float> x(a.size() / sizeof(float)), y(b.size() / sizeof(float));
   std::memcpy(x.data(), a.data(), a.size());
   std::memcpy(y.data(), b.data(), b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < x.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(x[i]) - y[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(x[i])));
-  }
-  return diff / std::max(scale, 1e-30);
+  return tandem::testing::relative_difference(x, y);
 }
 
 }  // namespace

@@ -17,6 +17,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/compare.h"
 #include "tandem/tandem.h"
 #include "tandem/tensor/device_runtime.h"
 #if TANDEM_WITH_NCCL
@@ -44,15 +45,7 @@ MirroredStrategy logical_replicas(int replicas) {
   return MirroredStrategy(std::vector<Device>(static_cast<size_t>(replicas), Device::cuda(0)));
 }
 
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(a[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
+using tandem::testing::relative_difference;
 
 }  // namespace
 

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 
+#include "support/compare.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
@@ -111,14 +112,7 @@ Trained train(int replicas, int steps, OptimizerKind kind, const Data& data) {
   return out;
 }
 
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(a[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
+using tandem::testing::relative_difference;
 
 void check_equivalence(OptimizerKind kind) {
   const Data data = make_data();

@@ -6,6 +6,7 @@
 #include <cmath>
 #include <memory>
 
+#include "support/compare.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
@@ -91,14 +92,7 @@ Trained train(int replicas, OptimizerKind kind) {
 }
 
 /// max |a - b| over the tensor, relative to max |a|.
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(a[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
+using tandem::testing::relative_difference;
 
 void check_invariance(OptimizerKind kind) {
   const Trained one = train(1, kind);

@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "support/compare.h"
 #include "tandem/checkpoint/hdf5_file.h"
 #include "tandem/tandem.h"
 
@@ -37,15 +38,7 @@ td::MultiWorkerMirroredStrategy& strategy() {
   return *s;
 }
 
-double relative_difference(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double diff = 0, scale = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    diff = std::max(diff, std::abs(static_cast<double>(a[i]) - b[i]));
-    scale = std::max(scale, std::abs(static_cast<double>(a[i])));
-  }
-  return diff / std::max(scale, 1e-30);
-}
+using tandem::testing::relative_difference;
 
 }  // namespace
 
