@@ -7,8 +7,11 @@ steps; pipelined = mean of 60 steps queued back to back), printed in the same ta
 """
 import sys
 
-import torch
-import torch.nn.functional as F
+try:
+    import torch
+    import torch.nn.functional as F
+except ImportError as e:  # the GPU machines carry PyTorch; elsewhere: python3-torch (CPU only)
+    sys.exit(f"gpu_step_torch.py needs PyTorch with CUDA: {e}")
 
 WARMUP_STEPS = 10
 TIMED_STEPS = 60
