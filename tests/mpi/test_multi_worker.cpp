@@ -127,6 +127,51 @@ TEST_CASE("multi-worker: strategy.reduce combines every worker's replicas", "[mp
   CHECK(s.gather(labelled).to_vector<float>() == expected);
 }
 
+TEST_CASE("multi-worker: loss scaling divides by the job's replicas, as TensorFlow does",
+          "[mpi]") {
+  // Replica g holds the per-example losses [2g + 1, 2g + 2]. Under mpirun -np 2 with one replica
+  // each that is [1, 2] | [3, 4], for which TensorFlow 2.21 gives 0.75 and 1.75 (the divisor is
+  // 2 examples x 2 replicas) and a regularization loss of 4 scaled to 2.
+  td::Strategy& s = strategy();
+  const int total = s.num_replicas_in_sync();
+  const int locals = s.num_local_replicas();
+  struct Result {
+    float average = 0, regularization = 0;
+    std::string sum_over_batch_error;
+  };
+  std::vector<Result> results(static_cast<size_t>(locals));
+  s.run([&](td::ReplicaContext& ctx) {
+    const int g = ctx.replica_id_in_sync_group();
+    Result& r = results[static_cast<size_t>(g % locals)];
+    const td::Tensor per_example =
+        td::Tensor::from_vector(std::vector<float>{2.0f * g + 1, 2.0f * g + 2});
+    r.average = td::compute_average_loss(per_example).item<float>();
+    r.regularization = td::scale_regularization_loss(td::Tensor::scalar(4.0)).item<float>();
+    // A loss reduced over this replica's batch alone would be wrong by the job's replica count.
+    td::losses::MeanSquaredError mse({.reduction = td::losses::Reduction::kSumOverBatchSize});
+    try {
+      (void)mse(td::Tensor::zeros({2, 1}), td::Tensor::ones({2, 1}));
+    } catch (const td::Error& e) {
+      r.sum_over_batch_error = e.what();
+    }
+    return 0;
+  });
+  for (int local = 0; local < locals; ++local) {
+    const int g = s.worker_index() * locals + local;
+    INFO("replica " << g << " of " << total);
+    const Result& r = results[static_cast<size_t>(local)];
+    CHECK(r.average == static_cast<float>((4.0 * g + 3) / (2.0 * total)));
+    CHECK(r.regularization == static_cast<float>(4.0 / total));
+    if (total == 2 && locals == 1) {
+      CHECK(r.average == (g == 0 ? 0.75f : 1.75f));
+      CHECK(r.regularization == 2.0f);
+    }
+    CHECK_THAT(r.sum_over_batch_error,
+               Catch::Contains("kSumOverBatchSize inside a strategy.run of " +
+                               std::to_string(total) + " replicas"));
+  }
+}
+
 TEST_CASE("multi-worker: variables start from the chief's values", "[mpi]") {
   td::Strategy& s = strategy();
   td::nn::Sequential model({td::nn::Dense(4)});

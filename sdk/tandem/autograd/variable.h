@@ -68,6 +68,7 @@ struct ReplicaBinding {
   int replica_id = 0;       ///< index among this process's replicas (the variable copy it uses)
   int num_replicas = 1;     ///< this process's replicas
   int first_global_id = 0;  ///< global id of local replica 0 (worker x local replicas)
+  int num_replicas_in_sync = 1;  ///< replicas of the whole job: every worker's
 };
 ReplicaBinding current_replica_binding();
 /// Global id of this process's first replica: worker index x local replicas with several

@@ -2,9 +2,28 @@
 #include "tandem/distribute/average_loss.h"
 
 #include "tandem/autograd/variable.h"
+#include "tandem/distribute/internal.h"
+#include "tandem/distribute/strategy.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem {
+namespace {
+
+/// num_replicas_in_sync of the job for a loss computed on the calling thread: inside
+/// strategy.run, every worker's replicas; outside any strategy, 1 (the default strategy). In
+/// cross-replica context of a strategy (its scope open, outside run) the count is ambiguous, and
+/// TensorFlow raises there too.
+int replicas_in_sync(const char* function, const char* remedy) {
+  if (current_replica_context() != nullptr) return current_replica_binding().num_replicas_in_sync;
+  const Strategy* strategy = detail::current_scope_strategy();
+  TANDEM_CHECK(strategy == nullptr, function, " was called in cross-replica context (the scope of ",
+               strategy->name(), " with ", strategy->num_replicas_in_sync(),
+               " replicas is open, outside strategy.run); call it inside strategy.run, where it "
+               "divides by the job's num_replicas_in_sync, or ", remedy);
+  return 1;
+}
+
+}  // namespace
 
 Tensor compute_average_loss(const Tensor& per_example_loss,
                             std::optional<int64_t> global_batch_size, const Tensor& sample_weight) {
@@ -17,9 +36,12 @@ Tensor compute_average_loss(const Tensor& per_example_loss,
                "compute_average_loss: global_batch_size must be >= 0, got ", *global_batch_size);
   const Tensor weighted =
       sample_weight.defined() ? ops::mul(per_example_loss, sample_weight) : per_example_loss;
-  const int64_t divisor = global_batch_size
-                              ? *global_batch_size
-                              : per_example_loss.dim(0) * current_replica_binding().num_replicas;
+  const int64_t divisor =
+      global_batch_size
+          ? *global_batch_size
+          : per_example_loss.dim(0) *
+                replicas_in_sync("compute_average_loss without a global_batch_size",
+                                 "pass global_batch_size");
   const Tensor total = ops::sum(weighted);
   // Divisor 0 (an empty global batch): 0, still connected to the tape so gradients are zeros.
   if (divisor == 0) return ops::mul(total, 0.0);
@@ -29,7 +51,8 @@ Tensor compute_average_loss(const Tensor& per_example_loss,
 Tensor scale_regularization_loss(const Tensor& regularization_loss) {
   TANDEM_CHECK(regularization_loss.defined(),
                "scale_regularization_loss: the regularization loss is undefined");
-  const int replicas = current_replica_binding().num_replicas;
+  const int replicas = replicas_in_sync(
+      "scale_regularization_loss", "divide the regularization loss by num_replicas_in_sync yourself");
   return ops::sum(regularization_loss) / static_cast<double>(replicas);
 }
 

@@ -13,14 +13,17 @@ namespace tandem {
 /// sum(per_example_loss * sample_weight) / global_batch_size, a differentiable scalar.
 /// `per_example_loss` has a batch axis first (a scalar raises: pass the losses of
 /// Reduction::kNone). `sample_weight` (optional) broadcasts against it. Without
-/// global_batch_size, the divisor is this replica's batch (dim 0) x num_replicas_in_sync.
-/// A divisor of 0 gives 0 (an empty global batch contributes nothing).
+/// global_batch_size, the divisor is this replica's batch (dim 0) x num_replicas_in_sync of
+/// the job (every worker's replicas); that form raises in cross-replica context (a strategy's
+/// scope open, outside strategy.run), as TensorFlow does, and outside any strategy counts one
+/// replica. A divisor of 0 gives 0 (an empty global batch contributes nothing).
 Tensor compute_average_loss(const Tensor& per_example_loss,
                             std::optional<int64_t> global_batch_size = std::nullopt,
                             const Tensor& sample_weight = Tensor());
 
 /// sum(regularization_loss) / num_replicas_in_sync, a differentiable scalar: added on every
 /// replica, the replicas' gradients then SUM to the gradient of the loss counted once.
+/// num_replicas_in_sync is the job's; cross-replica context raises, as above.
 Tensor scale_regularization_loss(const Tensor& regularization_loss);
 
 }  // namespace tandem

@@ -21,6 +21,9 @@ struct MergeState {
 /// Sets the calling thread's replica context (nullptr: cross-replica context).
 void set_current_replica_context(ReplicaContext* context);
 
+/// The strategy whose scope is open on the calling thread, or nullptr.
+const Strategy* current_scope_strategy();
+
 /// The message of an exception_ptr ("an exception of unknown type" for non-std exceptions).
 std::string describe_exception(const std::exception_ptr& error);
 

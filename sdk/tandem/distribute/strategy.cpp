@@ -40,6 +40,8 @@ ReplicaContext* current_replica_context() { return t_replica_context; }
 
 namespace detail {
 
+const Strategy* current_scope_strategy() { return t_scope_strategy; }
+
 void set_current_replica_context(ReplicaContext* context) { t_replica_context = context; }
 
 std::string describe_exception(const std::exception_ptr& error) {
@@ -290,7 +292,8 @@ namespace {
 void replica_thread_main(Strategy::Impl* impl, int id) {
   // Thread budget: replicas split the cores, so replicas x compute threads <= cores.
   set_compute_threads(std::max(1, hardware_cores() / impl->num_replicas));
-  set_current_replica_binding({id, impl->num_replicas, impl->worker_index * impl->num_replicas});
+  set_current_replica_binding({id, impl->num_replicas, impl->worker_index * impl->num_replicas,
+                               impl->num_workers * impl->num_replicas});
   // Variables created inside run (a model built on first use, optimizer slots) are mirrored
   // too; code that creates them lazily does so once, under its own lock, not once per replica.
   set_variable_creator(mirrored_creator(impl->devices));

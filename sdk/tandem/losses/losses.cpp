@@ -1,6 +1,8 @@
 // Per-example losses on ops (Keras formulas and clipping), and their reductions.
 #include "tandem/losses/losses.h"
 
+#include <algorithm>
+
 #include "tandem/autograd/variable.h"
 #include "tandem/core/error.h"
 #include "tandem/ops/ops.h"
@@ -172,8 +174,10 @@ Tensor reduce_loss(const Tensor& per_example, Reduction reduction, const Tensor&
       return ops::sum(values);
     case Reduction::kSumOverBatchSize: {
       const ReplicaBinding binding = current_replica_binding();
-      TANDEM_CHECK(binding.num_replicas <= 1, loss_name,
-                   ": Reduction::kSumOverBatchSize inside a strategy.run of ", binding.num_replicas,
+      // The job's replicas (every worker's), at least this process's.
+      const int replicas = std::max(binding.num_replicas, binding.num_replicas_in_sync);
+      TANDEM_CHECK(replicas <= 1, loss_name,
+                   ": Reduction::kSumOverBatchSize inside a strategy.run of ", replicas,
                    " replicas would divide by this replica's batch instead of the global "
                    "batch; create the loss with .reduction = tandem::losses::Reduction::kNone "
                    "and reduce it with tandem::compute_average_loss(per_example_loss, "
