@@ -3,7 +3,9 @@
 // restore changes nothing.
 #include "tandem/checkpoint/checkpoint.h"
 
+#include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstring>
 #include <ctime>
 #include <filesystem>
@@ -16,6 +18,7 @@
 #include "tandem/checkpoint/file_io.h"
 #include "tandem/checkpoint/gather.h"
 #include "tandem/checkpoint/hdf5_file.h"
+#include "tandem/checkpoint/inspect.h"
 #include "tandem/core/build_info.h"
 #include "tandem/core/logging.h"
 #include "tandem/data/dataset.h"
@@ -38,6 +41,11 @@ constexpr const char* kOptimizerWeights = "optimizer_weights";
 constexpr const char* kTrainingState = "training_state";
 constexpr const char* kIterationName = "iteration:0";
 constexpr const char* kRngAlgorithm = "philox4x32-10";
+/// The root attribute tandem_checksums of files whose datasets carry checksums.
+constexpr const char* kChecksums = "fletcher32";
+/// Counters (steps, epochs, iterations, samples) are at most 2^53: every such count is exact in
+/// a float64 (learning-rate schedules and logs take it as one), and no run gets near it.
+constexpr int64_t kMaxCounter = int64_t{1} << 53;
 /// The Keras version /model_weights claims: its legacy-h5 loaders accept this layout.
 constexpr const char* kKerasVersion = "2.15.0";
 /// The standard int64 scalars of /training_state.
@@ -235,6 +243,70 @@ std::string first_model_difference(const h5::Group& weights,
                              "\" in this model");
   }
   return "";
+}
+
+// ---- what restored values may be -----------------------------------------------------------
+
+/// "<file>:/<group>/<name>": where a value was read, for error messages.
+std::string location(const h5::Group& group, const std::string& name) {
+  return group.file() + ":" + (group.path() == "/" ? "" : group.path()) + "/" + name;
+}
+
+/// Raises naming `where` unless every element of `value` is finite (and >= 0 when
+/// `non_negative`): weights, slots and accumulators of a run that trained are never NaN/Inf,
+/// and a second moment is a mean of squares.
+void check_values(const std::string& where, const Tensor& value, bool non_negative,
+                  const char* why_non_negative = "") {
+  if (value.dtype() != DType::kFloat32 && value.dtype() != DType::kFloat64) return;
+  const std::vector<double> values = value.to_vector<double>();
+  for (size_t i = 0; i < values.size(); ++i) {
+    TANDEM_CHECK(std::isfinite(values[i]), where, ": value ", values[i], " at index ", i,
+                 " is not finite; the checkpoint is damaged");
+    TANDEM_CHECK(!non_negative || values[i] >= 0, where, ": value ", values[i], " at index ", i,
+                 " is negative; ", why_non_negative);
+  }
+}
+
+/// Raises naming `where` unless 0 <= value <= kMaxCounter.
+void check_counter(const std::string& where, int64_t value) {
+  TANDEM_CHECK(value >= 0 && value <= kMaxCounter, where, " is ", value,
+               ", outside [0, 2^53]; the checkpoint is damaged");
+}
+
+/// The model_signature recomputed from the file's own /model_weights (as signature_of does for
+/// a model); "" when the layout cannot be followed.
+std::string signature_of_file(const h5::Group& weights) {
+  if (!weights.has_attr("layer_names")) return "";
+  std::string text;
+  for (const std::string& layer : weights.read_attr_strings("layer_names")) {
+    text += "layer " + layer + "\n";
+    if (!weights.exists(layer)) return "";
+    const h5::Group group = weights.open_group(layer);
+    if (!group.has_attr("weight_names")) continue;
+    for (const std::string& name : group.read_attr_strings("weight_names")) {
+      if (!group.exists(name)) return "";
+      text += detail::str_cat("  ", strip_keras_suffix(name), " ", group.dataset_shape(name), " ",
+                              group.dataset_dtype(name), "\n");
+    }
+  }
+  return hex64(fnv1a(text));
+}
+
+/// A file whose model_signature does not describe its own /model_weights was changed after it
+/// was written (a flipped bit in a shape): damaged, not "another model".
+/// `difference`: what differs from the model restoring it, when there is one (names the
+/// variable and both shapes).
+void check_own_signature(const h5::Group& root, const std::string& path,
+                         const std::string& difference = "") {
+  if (!root.has_attr("model_signature") || !root.exists(kModelWeights)) return;
+  const std::string stored = root.read_attr_string("model_signature");
+  if (stored.empty()) return;
+  const std::string own = signature_of_file(root.open_group(kModelWeights));
+  TANDEM_CHECK(own == stored, path, ": damaged: its /model_weights (signature ",
+               own.empty() ? std::string("unreadable") : own,
+               ") does not match its own model_signature attribute ", stored,
+               "; a shape, name or dtype was changed after it was written",
+               difference.empty() ? std::string() : " (" + difference + ")");
 }
 
 [[noreturn]] void mismatch(const std::string& path, const std::string& what) {
@@ -574,6 +646,9 @@ void write_gathered(const Checkpoint& checkpoint, const std::string& path,
     }
     root.write_attr("backend", backend);
     root.write_attr("model_signature", checkpoint.model_signature());
+    // Every dataset with data carries Fletcher-32, scalars sit in checksummed object headers
+    // (hdf5_file.h); readers note files without this attribute (written before checksums).
+    root.write_attr("tandem_checksums", std::string(kChecksums));
 
     write_model(root, model);
     detail::checkpoint_save_point("model_weights");
@@ -608,18 +683,40 @@ void Checkpoint::write(const std::string& path) const {
 
 namespace {
 
+/// Checks what any saved pipeline state must satisfy (the data layer checks the rest when it
+/// restores, where a misfit only resets the position): a shuffle buffer ("<depth>_shuffle/
+/// buffer") holds distinct elements, each drawn once from its input (source indices, or
+/// sequence numbers), so it is part of a permutation; a run of zeros would replay example #0.
+/// Only a repeat() in the pipeline can legitimately draw an index twice (across passes).
+void check_iterator_state(const h5::Group& group, const data::IteratorState::Entries& entries) {
+  bool repeats = false;
+  for (const auto& [name, values] : entries)
+    repeats = repeats || name.find("_repeat/") != std::string::npos;
+  for (const auto& [name, values] : entries) {
+    if (!name.ends_with("_shuffle/buffer")) continue;
+    std::vector<int64_t> sorted = values;
+    std::sort(sorted.begin(), sorted.end());
+    for (size_t i = 0; i < sorted.size(); ++i) {
+      TANDEM_CHECK(sorted[i] >= 0, location(group, name), ": holds ", sorted[i],
+                   "; a shuffle buffer holds element numbers >= 0");
+      TANDEM_CHECK(repeats || i == 0 || sorted[i] != sorted[i - 1], location(group, name),
+                   ": index ", sorted[i], " appears twice in a shuffle buffer of ", sorted.size(),
+                   " entries; it must hold distinct elements (a permutation), the checkpoint is ",
+                   "damaged");
+    }
+  }
+}
+
 data::IteratorState read_iterator_state(const h5::Group& group) {
   data::IteratorState::Entries entries;
   for (const std::string& name : group.read_attr_strings("entry_names"))
     entries.emplace_back(name, group.read_tensor(name).to_vector<int64_t>());
+  check_iterator_state(group, entries);
   return data::IteratorState(std::move(entries));
 }
 
 int64_t read_int64_scalar(const h5::Group& group, const std::string& name) {
-  const Tensor t = group.read_tensor(name);
-  TANDEM_CHECK(t.numel() == 1, group.file(), ":", group.path(), "/", name,
-               ": expected a scalar, found shape ", t.shape());
-  return t.to_vector<int64_t>()[0];
+  return group.read_scalar_int64(name);
 }
 
 void load_model(const h5::Group& root, const nn::Module& model, Loaded& out) {
@@ -627,6 +724,7 @@ void load_model(const h5::Group& root, const nn::Module& model, Loaded& out) {
   const h5::Group weights = root.open_group(kModelWeights);
   const std::vector<LayerWeights> layers = layers_of(model);
   const std::string expected = signature_of(layers);
+  check_own_signature(root, path, first_model_difference(weights, layers));
   const std::string stored =
       root.has_attr("model_signature") ? root.read_attr_string("model_signature") : "";
   if (stored != expected) {
@@ -645,6 +743,7 @@ void load_model(const h5::Group& root, const nn::Module& model, Loaded& out) {
         mismatch(path, detail::str_cat("variable \"", v.name(), "\" has shape ", value.shape(),
                                        " (", value.dtype(), ") in the file but ", v.shape(), " (",
                                        v.dtype(), ") in this model"));
+      check_values(location(weights, name), value, /*non_negative=*/false);
       out.model_values.emplace_back(v, std::move(value));
     }
   }
@@ -659,6 +758,7 @@ void load_optimizer(const h5::Group& root, const optim::Optimizer& optimizer,
     mismatch(path, "the checkpoint's optimizer is \"" + stored + "\" but this run's is \"" +
                        optimizer.name() + "\"");
   out.iteration = read_int64_scalar(group, kIterationName);
+  check_counter(location(group, kIterationName), out.iteration);
   // The slots this optimizer has or will create for the model's trainable variables, by name,
   // with the shape each must have.
   std::unordered_map<std::string, Shape> expected;
@@ -678,6 +778,9 @@ void load_optimizer(const h5::Group& root, const optim::Optimizer& optimizer,
     if (value.shape() != it->second)
       mismatch(path, detail::str_cat("optimizer slot \"", name, "\" has shape ", value.shape(),
                                      " in the file but ", it->second, " in this model"));
+    // "v" is the second moment of Adam and AdamW: an average of squared gradients.
+    check_values(location(group, keras), value, /*non_negative=*/name.starts_with("v/"),
+                 "the second moment v is an average of squares");
     out.slots.emplace_back(name, std::move(value));
   }
 }
@@ -715,6 +818,7 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
         const std::string where = keras_name(name);
         if (!accumulation.exists(where)) continue;
         Tensor value = accumulation.read_tensor(where);
+        check_values(location(accumulation, where), value, /*non_negative=*/false);
         if (value.shape() != shape)
           mismatch(path,
                    detail::str_cat("the accumulator of variable \"", name, "\" has shape ",
@@ -727,6 +831,9 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
     const std::string where = is_standard_counter(name) ? name : "counters/" + name;
     if (group.exists(where)) {
       out.counters[name] = read_int64_scalar(group, where);
+      // The standard counters count steps, epochs and samples; a tracked counter of another
+      // name is the program's own and may hold anything.
+      if (is_standard_counter(name)) check_counter(location(group, where), out.counters[name]);
     } else {
       TANDEM_LOG_WARNING(path, ": counter \"", name, "\" is not in the checkpoint; it keeps its ",
                          "value ", *counter);
@@ -794,8 +901,13 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
       continue;
     }
     const h5::Group m = group.open_group("metrics/" + name);
-    out.metrics[name] = {m.read_tensor("total").to_vector<double>()[0],
-                         m.read_tensor("count").to_vector<double>()[0]};
+    const double total = m.read_scalar_float64("total");
+    const double count = m.read_scalar_float64("count");
+    TANDEM_CHECK(std::isfinite(total), location(m, "total"), " is ", total,
+                 ", not finite; the checkpoint is damaged");
+    TANDEM_CHECK(std::isfinite(count) && count >= 0, location(m, "count"), " is ", count,
+                 ", not a finite count >= 0; the checkpoint is damaged");
+    out.metrics[name] = {total, count};
   }
 }
 
@@ -895,6 +1007,10 @@ void Checkpoint::restore(const std::string& path) const {
                                      ", but this build of Tandem reads versions up to ",
                                      kCheckpointFormatVersion, "; restore it with a newer Tandem"));
     TANDEM_CHECK(version >= 1, path, ": invalid tandem_format_version ", version);
+    if (!root.has_attr("tandem_checksums"))
+      TANDEM_LOG_WARNING(path,
+                         ": written before checkpoints carried checksums (no checksums); its ",
+                         "data is restored unverified");
     require_group(root, kTrainingState, path);
     if (model) require_group(root, kModelWeights, path);
     if (optimizer) require_group(root, kOptimizerWeights, path);
@@ -965,6 +1081,75 @@ void Checkpoint::restore(const std::string& path) const {
                          e.what(), "); it restarts at the beginning of epoch ", saved.epoch);
       dataset->set_epoch(static_cast<uint64_t>(saved.epoch));
     }
+  }
+}
+
+namespace {
+
+/// Reads every dataset below `group` (so HDF5 verifies each checksum) and checks the values
+/// that cannot be valid, as a restore does (`slots`: optimizer slots, "v/..." >= 0).
+void verify_datasets(const h5::Group& group, bool slots, const std::string& prefix = "") {
+  for (const std::string& child : group.children()) {
+    // `name`: the path below the group verify_datasets started from ("v/dense/kernel:0").
+    const std::string name = prefix.empty() ? child : prefix + "/" + child;
+    if (group.is_dataset(child)) {
+      const Tensor value = group.read_tensor(child);
+      check_values(location(group, child), value,
+                   /*non_negative=*/slots && name.starts_with("v/"),
+                   "the second moment v is an average of squares");
+    } else {
+      verify_datasets(group.open_group(child), slots, name);
+    }
+  }
+}
+
+}  // namespace
+
+std::string verify_checkpoint(const std::string& path) {
+  try {
+    h5::File file = h5::File::open(path);
+    const h5::Group& root = file.root();
+    TANDEM_CHECK(
+        root.has_attr("tandem_format") && root.read_attr_string("tandem_format") == kFormatName,
+        path, ": not a Tandem checkpoint (no tandem_format=\"", kFormatName,
+        "\" attribute at the root)");
+    const int64_t version = root.read_attr_int64("tandem_format_version");
+    TANDEM_CHECK(version >= 1 && version <= kCheckpointFormatVersion, path,
+                 ": checkpoint format version ", version, "; this build reads versions 1 to ",
+                 kCheckpointFormatVersion);
+    for (const char* group : {kModelWeights, kTrainingState}) require_group(root, group, path);
+    check_own_signature(root, path);
+    verify_datasets(root.open_group(kModelWeights), /*slots=*/false);
+    if (root.exists(kOptimizerWeights)) {
+      const h5::Group optimizer = root.open_group(kOptimizerWeights);
+      check_counter(location(optimizer, kIterationName),
+                    read_int64_scalar(optimizer, kIterationName));
+      verify_datasets(optimizer, /*slots=*/true);
+    }
+    const h5::Group state = root.open_group(kTrainingState);
+    for (const char* name : kStandardCounters)
+      if (state.exists(name)) check_counter(location(state, name), read_int64_scalar(state, name));
+    if (state.exists("metrics")) {
+      const h5::Group metrics = state.open_group("metrics");
+      for (const std::string& name : metrics.children()) {
+        const h5::Group m = metrics.open_group(name);
+        const double total = m.read_scalar_float64("total");
+        const double count = m.read_scalar_float64("count");
+        TANDEM_CHECK(std::isfinite(total), location(m, "total"), " is ", total,
+                     ", not finite; the checkpoint is damaged");
+        TANDEM_CHECK(std::isfinite(count) && count >= 0, location(m, "count"), " is ", count,
+                     ", not a finite count >= 0; the checkpoint is damaged");
+      }
+    }
+    if (state.exists("data")) {
+      const h5::Group data = state.open_group("data");
+      for (const std::string& name : data.children()) read_iterator_state(data.open_group(name));
+    }
+    if (state.exists("grad_accum")) verify_datasets(state.open_group("grad_accum"), false);
+    if (state.exists("rng/replica_state")) state.read_u64("rng/replica_state");
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
   }
 }
 

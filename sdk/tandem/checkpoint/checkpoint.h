@@ -33,8 +33,9 @@ inline constexpr int64_t kCheckpointFormatVersion = 1;
 
 /// A checkpoint that is intact but does not fit what restores it: written by a newer format
 /// version, or of another model (a variable missing, a shape differs). The message names the
-/// file, the first variable that differs and both shapes. restore_or_initialize does not fall
-/// back to an older checkpoint past this error (an older one would not fit either).
+/// file, the first variable that differs and both shapes. restore_or_initialize falls back to
+/// an older checkpoint past it too (a flipped bit can change a shape), and raises it only when
+/// every checkpoint of the directory is of another model.
 class CheckpointMismatchError : public Error {
  public:
   using Error::Error;
@@ -113,9 +114,11 @@ class Checkpoint {
 
   /// Restores every tracked object from `path`. Everything is read and checked before anything
   /// changes, so a failed restore leaves the objects as they were. Raises tandem::Error naming
-  /// the file when it is missing, truncated, not HDF5, not a Tandem checkpoint, or lacks a
-  /// group this checkpoint needs; CheckpointMismatchError for a newer format version or
-  /// another model. A data iterator whose saved position cannot be used (another pipeline)
+  /// the file when it is missing, not a regular file, truncated, not HDF5, not a Tandem
+  /// checkpoint, lacks a group this checkpoint needs, fails a checksum, or holds values that
+  /// cannot be valid (non-finite weights or slots, Adam's v < 0, counters outside [0, 2^53],
+  /// a metric count < 0, a shuffle buffer with repeats; the error names the dataset);
+  /// CheckpointMismatchError for a newer format version or another model. A data iterator whose saved position cannot be used (another pipeline)
   /// is reported and restarted at the beginning of its saved epoch. Call it from the main
   /// thread, outside strategy.run.
   void restore(const std::string& path) const;

@@ -16,6 +16,7 @@
 #include "tandem/checkpoint/file_io.h"
 #include "tandem/checkpoint/gather.h"
 #include "tandem/checkpoint/hdf5_file.h"
+#include "tandem/checkpoint/inspect.h"
 #include "tandem/collectives/communicator.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/workers.h"
@@ -91,6 +92,9 @@ std::optional<std::string> unquote(const std::string& text) {
 /// Parses `directory`/checkpoint; std::nullopt when it is missing or not in the format (other
 /// fields, such as TensorFlow's timestamps, are ignored).
 std::optional<StateFile> read_state_file(const std::string& directory) {
+  // Only a regular file: a FIFO in its place would block the read forever.
+  std::error_code ec;
+  if (!fs::is_regular_file(fs::path(directory) / kStateFileName, ec)) return std::nullopt;
   std::ifstream in(fs::path(directory) / kStateFileName);
   if (!in) return std::nullopt;
   StateFile state;
@@ -126,21 +130,6 @@ std::string resolve(const std::string& directory, const std::string& name) {
   return p.is_absolute() ? name : (fs::path(directory) / p).string();
 }
 
-/// Opens `path` as far as latest_checkpoint needs: HDF5, a Tandem checkpoint, its groups.
-/// Returns "" when complete, else why not.
-std::string why_incomplete(const std::string& path) {
-  try {
-    h5::File file = h5::File::open(path);
-    const h5::Group& root = file.root();
-    if (!root.has_attr("tandem_format")) return path + ": not a Tandem checkpoint";
-    for (const char* group : {"model_weights", "training_state"})
-      if (!root.exists(group)) return path + ": incomplete checkpoint: /" + group + " is missing";
-    return "";
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-}
-
 /// The candidates to restore, newest first: the state file's target, then every ckpt-N.h5 by
 /// descending N. `note` says when the state file was missing.
 std::vector<std::string> restore_candidates(const std::string& directory, std::string* note) {
@@ -149,7 +138,9 @@ std::vector<std::string> restore_candidates(const std::string& directory, std::s
     const std::string latest = state->latest.empty() ? state->all.back() : state->latest;
     candidates.push_back(resolve(directory, latest));
   } else if (note != nullptr) {
-    *note = fs::exists(fs::path(directory) / kStateFileName)
+    std::error_code ec;
+    *note = fs::symlink_status(fs::path(directory) / kStateFileName, ec).type() !=
+                    fs::file_type::not_found
                 ? "its state file 'checkpoint' cannot be parsed"
                 : "it has no state file 'checkpoint'";
   }
@@ -165,8 +156,16 @@ std::vector<std::string> restore_candidates(const std::string& directory, std::s
 }  // namespace
 
 std::optional<std::string> latest_checkpoint(const std::string& directory) {
-  for (const std::string& candidate : restore_candidates(directory, nullptr))
-    if (why_incomplete(candidate).empty()) return candidate;
+  return latest_checkpoint(directory, nullptr);
+}
+
+std::optional<std::string> latest_checkpoint(const std::string& directory,
+                                             std::vector<std::string>* skipped) {
+  for (const std::string& candidate : restore_candidates(directory, nullptr)) {
+    const std::string why = verify_checkpoint(candidate);
+    if (why.empty()) return candidate;
+    if (skipped != nullptr) skipped->push_back(candidate + ": " + why);
+  }
   return std::nullopt;
 }
 
@@ -246,8 +245,13 @@ CheckpointManager::CheckpointManager(const Checkpoint& checkpoint, std::string d
     if (!state->latest.empty() &&
         std::find(names.begin(), names.end(), state->latest) == names.end())
       names.push_back(state->latest);
-    for (const std::string& name : names)
-      if (fs::exists(m.path_of(name))) m.kept.push_back(name);
+    // symlink_status with an error code: a name that is a symbolic-link loop (or otherwise
+    // unreadable) is kept like any damaged file, for restore to skip, and never raises here.
+    for (const std::string& name : names) {
+      std::error_code status_error;
+      if (fs::symlink_status(m.path_of(name), status_error).type() != fs::file_type::not_found)
+        m.kept.push_back(name);
+    }
   } else {
     for (const auto& [n, name] : scan_checkpoints(m.directory)) m.kept.push_back(name);
   }
@@ -487,13 +491,18 @@ std::optional<std::string> CheckpointManager::restore_locally() {
   if (!note.empty())
     TANDEM_LOG_WARNING("CheckpointManager: ", m.directory, ": ", note,
                        "; restoring the newest complete ckpt-<N>.h5");
+  // Any failure of a candidate falls back to the next-older one: damage (unreadable, a failed
+  // checksum, impossible values, a file-system error such as a symbolic-link loop) and also
+  // "another model" (a flipped bit can change a shape). Only when every candidate fails is it
+  // an error: CheckpointMismatchError when every one is of another model, else tandem::Error.
   std::vector<std::string> failures;
+  bool all_mismatched = true;
   for (const std::string& candidate : candidates) {
     try {
       m.checkpoint.restore(candidate);
-    } catch (const CheckpointMismatchError&) {
-      throw;  // an intact checkpoint that does not fit: an older one would not fit either
-    } catch (const Error& e) {
+    } catch (const std::exception& e) {
+      const bool mismatched = dynamic_cast<const CheckpointMismatchError*>(&e) != nullptr;
+      all_mismatched = all_mismatched && mismatched;
       TANDEM_LOG_WARNING("CheckpointManager: cannot restore ", candidate, ": ", e.what(),
                          "; falling back to the previous checkpoint");
       failures.push_back(e.what());
@@ -512,6 +521,9 @@ std::optional<std::string> CheckpointManager::restore_locally() {
   }
   std::string all;
   for (const std::string& failure : failures) all += "\n  " + failure;
+  if (all_mismatched)
+    throw CheckpointMismatchError(detail::str_cat("CheckpointManager: every checkpoint in ",
+                                                  m.directory, " is of another model:", all));
   TANDEM_THROW("CheckpointManager: no checkpoint in ", m.directory, " can be restored:", all);
 }
 

@@ -15,11 +15,16 @@ namespace tandem {
 
 class Strategy;
 
-/// The newest complete checkpoint in `directory` (tf.train.latest_checkpoint): the one the
-/// `checkpoint` state file names when it opens as a Tandem checkpoint with its groups, else
-/// the highest-numbered ckpt-<N>.h5 that does. std::nullopt when there is none. Cheap: it does
-/// not read the variables.
+/// The newest checkpoint in `directory` that would restore (tf.train.latest_checkpoint): the
+/// one the `checkpoint` state file names when it passes verify_checkpoint (inspect.h: a regular
+/// file, a Tandem checkpoint with its groups, every checksum and value checked), else the
+/// highest-numbered ckpt-<N>.h5 that does. std::nullopt when there is none. It reads every
+/// dataset of the files it checks.
 std::optional<std::string> latest_checkpoint(const std::string& directory);
+/// The same; `skipped` (when not null) receives "<file>: <reason>" for every newer candidate
+/// that was passed over.
+std::optional<std::string> latest_checkpoint(const std::string& directory,
+                                             std::vector<std::string>* skipped);
 
 /// Saves and restores a Checkpoint in a directory:
 ///
@@ -69,12 +74,14 @@ class CheckpointManager {
 
   /// Restores `path` (see Checkpoint::restore for the errors). Call it outside strategy.run.
   void restore(const std::string& path);
-  /// Restores the newest checkpoint; when the state file is missing, or names a file that is
-  /// damaged (truncated, not HDF5, a group missing), falls back to the newest complete
-  /// ckpt-<N>.h5 and logs which one (a warning). Returns the path restored, or std::nullopt
-  /// when the directory holds no checkpoint (a fresh start: the objects keep their initial
-  /// values). Raises CheckpointMismatchError for a checkpoint of another model or a newer
-  /// format (no fall back past that), and tandem::Error when every checkpoint is damaged.
+  /// Restores the newest checkpoint; when the state file is missing, or names a file that does
+  /// not restore (truncated, not HDF5, not a regular file, a failed checksum, impossible values,
+  /// a group missing, even "another model" or a newer format, which a flipped bit can fake),
+  /// falls back to the next-older ckpt-<N>.h5 and logs which file and why (a warning). Returns
+  /// the path restored, or std::nullopt when the directory holds no checkpoint (a fresh start:
+  /// the objects keep their initial values). Raises CheckpointMismatchError when every
+  /// checkpoint is of another model or a newer format, tandem::Error when none restores for
+  /// other reasons; both list every file and its reason.
   /// With a multi-worker Options::strategy, every worker calls it: the chief restores from its
   /// directory and sends the file to the others (their hosts need not see the directory).
   std::optional<std::string> restore_or_initialize();

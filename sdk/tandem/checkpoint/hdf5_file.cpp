@@ -2,11 +2,16 @@
 // TANDEM_H5_CHECK, which raises tandem::Error with the file, the object and HDF5's own message.
 #include "tandem/checkpoint/hdf5_file.h"
 
+#include <fcntl.h>
 #include <hdf5.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
-#include <fstream>
+#include <limits>
 
 #include "tandem/core/error.h"
 
@@ -25,16 +30,56 @@ void silence_hdf5() {
   }
 }
 
-herr_t walk_first(unsigned n, const H5E_error2_t* err, void* data) {
-  if (n == 0 && err->desc != nullptr) *static_cast<std::string*>(data) = err->desc;
+herr_t collect_messages(unsigned, const H5E_error2_t* err, void* data) {
+  if (err->desc != nullptr && err->desc[0] != '\0')
+    static_cast<std::vector<std::string>*>(data)->push_back(err->desc);
   return 0;
 }
 
+// HDF5's reason: the message of the API call and, when it differs, the innermost one, which
+// says what actually failed ("can't read data: data error detected by Fletcher32 checksum").
 std::string hdf5_message() {
-  std::string message;
-  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, walk_first, &message);
+  std::vector<std::string> messages;
+  H5Ewalk2(H5E_DEFAULT, H5E_WALK_DOWNWARD, collect_messages, &messages);
   H5Eclear2(H5E_DEFAULT);
-  return message.empty() ? "unknown HDF5 error" : message;
+  if (messages.empty()) return "unknown HDF5 error";
+  if (messages.size() == 1 || messages.back() == messages.front()) return messages.front();
+  return messages.front() + ": " + messages.back();
+}
+
+/// Points the descriptor of the file holding `object` at /dev/null: the writes HDF5 still has
+/// to make to it then succeed and go nowhere (a scratch file would hit the same full disk or
+/// file size limit). Used only once writing the
+/// file has failed (a full disk, a file size limit): otherwise closing its objects fails half-
+/// way, their ids stay registered and HDF5's shutdown at exit crashes on them. The caller
+/// deletes the incomplete file.
+void drop_pending_writes(hid_t object) {
+  const hid_t file = H5Iget_file_id(object);
+  void* vfd = nullptr;
+  if (file >= 0 && H5Fget_vfd_handle(file, H5P_DEFAULT, &vfd) >= 0 && vfd != nullptr) {
+    const int fd = *static_cast<int*>(vfd);  // the default (sec2) driver's handle
+    const int scratch = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+    if (scratch >= 0) {
+      ::dup2(scratch, fd);
+      ::close(scratch);
+    }
+  }
+  if (file >= 0) H5Fclose(file);  // the reference H5Iget_file_id added
+  H5Eclear2(H5E_DEFAULT);
+}
+
+/// Closes a dataset; returns "" or why writing its buffered chunks failed. They are written
+/// first (H5Dflush), while the dataset is intact: if that fails, they are dropped, so that the
+/// close still releases the id.
+std::string close_dataset(hid_t id) {
+  std::string why;
+  if (H5Dflush(id) < 0) {
+    why = hdf5_message();
+    drop_pending_writes(id);
+  }
+  if (H5Dclose(id) < 0 && why.empty()) why = hdf5_message();
+  H5Eclear2(H5E_DEFAULT);
+  return why;
 }
 
 herr_t close_id(hid_t id) {
@@ -44,7 +89,7 @@ herr_t close_id(hid_t id) {
     case H5I_GROUP:
       return H5Gclose(id);
     case H5I_DATASET:
-      return H5Dclose(id);
+      return close_dataset(id).empty() ? 0 : -1;
     case H5I_DATASPACE:
       return H5Sclose(id);
     case H5I_DATATYPE:
@@ -87,6 +132,12 @@ void Handle::close() {
   if (id_ < 0) return;
   const int64_t id = id_;
   id_ = -1;
+  silence_hdf5();
+  if (H5Iget_type(id) == H5I_DATASET) {
+    const std::string why = close_dataset(id);
+    TANDEM_CHECK(why.empty(), "closing an HDF5 dataset: ", why);
+    return;
+  }
   TANDEM_H5_CHECK(close_id(id), "closing an HDF5 object");
 }
 
@@ -142,11 +193,84 @@ Handle intermediate_groups_lcpl() {
   return lcpl;
 }
 
-Shape shape_of_space(hid_t space) {
-  const int rank = H5Sget_simple_extent_ndims(space);
-  std::vector<hsize_t> dims(static_cast<size_t>(std::max(rank, 0)));
-  if (rank > 0) H5Sget_simple_extent_dims(space, dims.data(), nullptr);
-  return Shape(std::vector<int64_t>(dims.begin(), dims.end()));
+// The shape a dataspace declares. A damaged header can declare anything: extents beyond int64
+// raise here, naming the object.
+Shape shape_of_space(hid_t space, const std::string& where) {
+  const int rank = TANDEM_H5_CHECK(H5Sget_simple_extent_ndims(space), "rank of ", where);
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  if (rank > 0)
+    TANDEM_H5_CHECK(H5Sget_simple_extent_dims(space, dims.data(), nullptr), "extent of ", where);
+  std::vector<int64_t> out;
+  for (hsize_t d : dims) {
+    TANDEM_CHECK(d <= static_cast<hsize_t>(std::numeric_limits<int64_t>::max()), where,
+                 ": declares an extent of ", d, " elements; the file is damaged");
+    out.push_back(static_cast<int64_t>(d));
+  }
+  return Shape(out);
+}
+
+/// The largest size ratio of HDF5's compression filters (deflate: 1032:1). A compressed dataset
+/// may declare more bytes than the file holds, but never more than this many times as many.
+constexpr hsize_t kMaxCompressionRatio = 1032;
+
+/// Raises naming the dataset when reading all of it (`element_bytes` per element in memory)
+/// would need more bytes than its file could hold: its declared shape is damaged, and
+/// allocating for it would cost gigabytes before HDF5 fails.
+void check_declared_size(hid_t set, const Shape& shape, size_t element_bytes,
+                         const std::string& where) {
+  hsize_t bytes = element_bytes;
+  bool overflow = false;
+  for (int64_t d : shape.dims())
+    overflow = overflow || __builtin_mul_overflow(bytes, static_cast<hsize_t>(d), &bytes);
+  Handle file(TANDEM_H5_CHECK(H5Iget_file_id(set), "file of ", where));
+  hsize_t file_bytes = 0;
+  TANDEM_H5_CHECK(H5Fget_filesize(file.id(), &file_bytes), "size of the file of ", where);
+  Handle dcpl(TANDEM_H5_CHECK(H5Dget_create_plist(set), "creation properties of ", where));
+  const int filters = TANDEM_H5_CHECK(H5Pget_nfilters(dcpl.id()), "filters of ", where);
+  bool compressed = false;
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t values = 0;
+    const H5Z_filter_t filter = H5Pget_filter2(dcpl.id(), static_cast<unsigned>(i), &flags, &values,
+                                               nullptr, 0, nullptr, &config);
+    if (filter < 0) H5Eclear2(H5E_DEFAULT);
+    compressed = compressed || filter != H5Z_FILTER_FLETCHER32;
+  }
+  hsize_t limit = file_bytes;
+  if (compressed && __builtin_mul_overflow(file_bytes, kMaxCompressionRatio, &limit))
+    limit = std::numeric_limits<hsize_t>::max();
+  TANDEM_CHECK(!overflow && bytes <= limit, where, ": declares shape ", shape, " (",
+               overflow ? std::string("more than 2^64") : std::to_string(bytes),
+               " bytes), more than its file of ", file_bytes,
+               " bytes can hold; the file is damaged");
+}
+
+/// Dataset creation properties that give every dataset a checksum (see write_tensor).
+constexpr hsize_t kChunkBytes = hsize_t{16} << 20;
+
+Handle dataset_properties(const Shape& shape, size_t element_bytes) {
+  Handle dcpl(TANDEM_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "dataset creation properties"));
+  if (shape.rank() == 0) {
+    // A scalar cannot be chunked (so cannot take a filter); compact layout keeps its value in
+    // the object header, whose v2 format (files of HDF5 1.8 and newer) carries a checksum.
+    TANDEM_H5_CHECK(H5Pset_layout(dcpl.id(), H5D_COMPACT), "dataset creation properties");
+    return dcpl;
+  }
+  if (shape.numel() == 0) return dcpl;  // no data to protect; the shape is in the header
+  // One chunk for the whole dataset up to kChunkBytes (halving leading extents beyond it):
+  // the filter buffer HDF5 allocates per chunk stays bounded.
+  std::vector<hsize_t> chunk(shape.dims().begin(), shape.dims().end());
+  auto chunk_bytes = [&] {
+    hsize_t bytes = element_bytes;
+    for (hsize_t c : chunk) bytes *= c;
+    return bytes;
+  };
+  for (size_t axis = 0; axis < chunk.size(); ++axis)
+    while (chunk_bytes() > kChunkBytes && chunk[axis] > 1) chunk[axis] = (chunk[axis] + 1) / 2;
+  TANDEM_H5_CHECK(H5Pset_chunk(dcpl.id(), static_cast<int>(chunk.size()), chunk.data()),
+                  "dataset creation properties");
+  TANDEM_H5_CHECK(H5Pset_fletcher32(dcpl.id()), "dataset creation properties");
+  return dcpl;
 }
 
 }  // namespace
@@ -219,15 +343,18 @@ void Group::write_tensor(const std::string& name, const Tensor& tensor) const {
   const Tensor host = tensor.to(Device::cpu());
   Handle space = make_space(host.shape());
   Handle lcpl = intermediate_groups_lcpl();
+  Handle dcpl = dataset_properties(host.shape(), dtype_size(host.dtype()));
   Handle set(TANDEM_H5_CHECK(H5Dcreate2(handle_.id(), name.c_str(), file_type_of(host.dtype()),
-                                        space.id(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT),
+                                        space.id(), lcpl.id(), dcpl.id(), H5P_DEFAULT),
                              "creating dataset ", where(name)));
   if (host.numel() > 0) {
     TANDEM_H5_CHECK(H5Dwrite(set.id(), memory_type_of(host.dtype()), H5S_ALL, H5S_ALL, H5P_DEFAULT,
                              host.raw_data()),
                     "writing dataset ", where(name));
   }
-  set.close();
+  // Closing writes the buffered chunk: a full disk shows here.
+  const std::string why = close_dataset(set.release());
+  TANDEM_CHECK(why.empty(), "writing dataset ", where(name), ": ", why);
 }
 
 void Group::write_u64(const std::string& name, const std::vector<uint64_t>& values,
@@ -236,14 +363,17 @@ void Group::write_u64(const std::string& name, const std::vector<uint64_t>& valu
                values.size(), " values for shape ", shape);
   Handle space = make_space(shape);
   Handle lcpl = intermediate_groups_lcpl();
+  Handle dcpl = dataset_properties(shape, sizeof(uint64_t));
   Handle set(TANDEM_H5_CHECK(H5Dcreate2(handle_.id(), name.c_str(), H5T_STD_U64LE, space.id(),
-                                        lcpl.id(), H5P_DEFAULT, H5P_DEFAULT),
+                                        lcpl.id(), dcpl.id(), H5P_DEFAULT),
                              "creating dataset ", where(name)));
   if (!values.empty())
     TANDEM_H5_CHECK(
         H5Dwrite(set.id(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
         "writing dataset ", where(name));
-  set.close();
+  // Closing writes the buffered chunk: a full disk shows here.
+  const std::string why = close_dataset(set.release());
+  TANDEM_CHECK(why.empty(), "writing dataset ", where(name), ": ", why);
 }
 
 namespace {
@@ -296,7 +426,40 @@ Shape Group::dataset_shape(const std::string& name) const {
   Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
                              where(name)));
   Handle space(TANDEM_H5_CHECK(H5Dget_space(set.id()), "dataspace of ", where(name)));
-  return shape_of_space(space.id());
+  return shape_of_space(space.id(), where(name));
+}
+
+int64_t Group::read_scalar_int64(const std::string& name) const {
+  const Shape shape = dataset_shape(name);
+  TANDEM_CHECK(shape.numel() == 1, where(name), ": expected one value (a scalar), found shape ",
+               shape);
+  return read_tensor(name).to_vector<int64_t>()[0];
+}
+
+double Group::read_scalar_float64(const std::string& name) const {
+  const Shape shape = dataset_shape(name);
+  TANDEM_CHECK(shape.numel() == 1, where(name), ": expected one value (a scalar), found shape ",
+               shape);
+  return read_tensor(name).to_vector<double>()[0];
+}
+
+bool Group::has_checksum(const std::string& name) const {
+  TANDEM_CHECK(exists(name), where(name), ": dataset not found");
+  Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
+                             where(name)));
+  Handle dcpl(
+      TANDEM_H5_CHECK(H5Dget_create_plist(set.id()), "creation properties of ", where(name)));
+  unsigned flags = 0, config = 0;
+  size_t values = 0;
+  const herr_t found = H5Pget_filter_by_id2(dcpl.id(), H5Z_FILTER_FLETCHER32, &flags, &values,
+                                            nullptr, 0, nullptr, &config);
+  if (found < 0) H5Eclear2(H5E_DEFAULT);
+  return found >= 0;
+}
+
+void Group::remove(const std::string& name) const {
+  TANDEM_CHECK(exists(name), where(name), ": not found");
+  TANDEM_H5_CHECK(H5Ldelete(handle_.id(), name.c_str(), H5P_DEFAULT), "deleting ", where(name));
 }
 
 Tensor Group::read_tensor(const std::string& name) const {
@@ -311,7 +474,8 @@ Tensor Group::read_rows(const std::string& name, int64_t start, int64_t count) c
   Handle type(TANDEM_H5_CHECK(H5Dget_type(set.id()), "type of ", where(name)));
   const DType dtype = dtype_of_type(type.id(), where(name));
   Handle space(TANDEM_H5_CHECK(H5Dget_space(set.id()), "dataspace of ", where(name)));
-  const Shape full = shape_of_space(space.id());
+  const Shape full = shape_of_space(space.id(), where(name));
+  check_declared_size(set.id(), full, dtype_size(dtype), where(name));
   if (full.rank() == 0) {
     Tensor out = Tensor::empty(Shape{}, dtype);
     TANDEM_H5_CHECK(
@@ -340,9 +504,10 @@ Tensor Group::read_rows(const std::string& name, int64_t start, int64_t count) c
 
 std::vector<uint64_t> Group::read_u64(const std::string& name) const {
   const Shape shape = dataset_shape(name);
-  std::vector<uint64_t> values(static_cast<size_t>(shape.numel()));
   Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
                              where(name)));
+  check_declared_size(set.id(), shape, sizeof(uint64_t), where(name));
+  std::vector<uint64_t> values(static_cast<size_t>(shape.numel()));
   if (!values.empty())
     TANDEM_H5_CHECK(
         H5Dread(set.id(), H5T_NATIVE_UINT64, H5S_ALL, H5S_ALL, H5P_DEFAULT, values.data()),
@@ -458,6 +623,16 @@ std::vector<std::string> Group::read_attr_strings(const std::string& name) const
   const hssize_t n = H5Sget_simple_extent_npoints(space.id());
   std::vector<std::string> out;
   if (n <= 0) return out;
+  {
+    // Bound the allocation by the file's size: every string takes at least a byte in it.
+    Handle file(TANDEM_H5_CHECK(H5Iget_file_id(attr.id()), "file of ", where(name)));
+    hsize_t file_bytes = 0;
+    TANDEM_H5_CHECK(H5Fget_filesize(file.id(), &file_bytes), "size of the file of ", where(name));
+    const hsize_t per_string = H5Tis_variable_str(type.id()) > 0 ? 1 : H5Tget_size(type.id());
+    TANDEM_CHECK(static_cast<hsize_t>(n) <= file_bytes / std::max<hsize_t>(per_string, 1),
+                 where(name), ": declares ", n, " strings, more than its file of ", file_bytes,
+                 " bytes can hold; the file is damaged");
+  }
   if (H5Tis_variable_str(type.id()) > 0) {
     Handle memtype(TANDEM_H5_CHECK(H5Tcopy(H5T_C_S1), "string type"));
     TANDEM_H5_CHECK(H5Tset_size(memtype.id(), H5T_VARIABLE), "string type");
@@ -491,23 +666,79 @@ File File::create(const std::string& path) {
   // close() the file on disk is complete and may be fsynced and renamed.
   Handle fapl(TANDEM_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), "file access properties"));
   TANDEM_H5_CHECK(H5Pset_fclose_degree(fapl.id(), H5F_CLOSE_STRONG), "file access properties");
+  // The 1.8 object format or newer: v2 object headers and superblock carry checksums, so the
+  // metadata (shapes, attributes, compact scalars) is verified too. h5py and Keras read it.
+  TANDEM_H5_CHECK(H5Pset_libver_bounds(fapl.id(), H5F_LIBVER_V18, H5F_LIBVER_LATEST),
+                  "file access properties");
   hid_t id = TANDEM_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.id()),
                              "creating HDF5 file ", path);
   return File(Handle(id), path);
 }
 
-bool is_hdf5(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+namespace {
+
+std::string file_kind(mode_t mode) {
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  if (S_ISSOCK(mode)) return "a socket";
+  return "not a regular file";
+}
+
+/// Opens `path` read-only after checking, on the descriptor itself, that it is a regular file.
+/// O_NONBLOCK: opening a FIFO must not wait for a writer. Returns the descriptor (>= 0).
+int open_regular_file(const std::string& path) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) {
+    const int error = errno;
+    TANDEM_THROW(path, ": cannot open the file (missing or unreadable): ", std::strerror(error));
+  }
+  struct stat info {};
+  const int result = ::fstat(fd, &info);
+  const int error = errno;
+  if (result != 0 || !S_ISREG(info.st_mode)) ::close(fd);
+  TANDEM_CHECK(result == 0, path, ": cannot stat the file: ", std::strerror(error));
+  TANDEM_CHECK(S_ISREG(info.st_mode), path, " is ", file_kind(info.st_mode),
+               ", not a regular file; a checkpoint is a regular file");
+  return fd;
+}
+
+bool has_hdf5_signature(int fd) {
   char signature[8] = {};
-  in.read(signature, 8);
-  return in.gcount() == 8 && std::memcmp(signature, "\x89HDF\r\n\x1a\n", 8) == 0;
+  size_t got = 0;
+  while (got < sizeof(signature)) {
+    const ssize_t n =
+        ::pread(fd, signature + got, sizeof(signature) - got, static_cast<off_t>(got));
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += static_cast<size_t>(n);
+  }
+  return got == sizeof(signature) && std::memcmp(signature, "\x89HDF\r\n\x1a\n", 8) == 0;
+}
+
+}  // namespace
+
+void require_regular_file(const std::string& path) { ::close(open_regular_file(path)); }
+
+bool is_hdf5(const std::string& path) {
+  int fd = -1;
+  try {
+    fd = open_regular_file(path);
+  } catch (const Error&) {
+    return false;
+  }
+  const bool result = has_hdf5_signature(fd);
+  ::close(fd);
+  return result;
 }
 
 File File::open(const std::string& path) {
   silence_hdf5();
-  std::ifstream probe(path, std::ios::binary);
-  TANDEM_CHECK(probe.good(), path, ": cannot open the file (missing or unreadable)");
-  TANDEM_CHECK(is_hdf5(path), path, ": not an HDF5 file (bad signature)");
+  const int fd = open_regular_file(path);
+  const bool signature = has_hdf5_signature(fd);
+  ::close(fd);
+  TANDEM_CHECK(signature, path, ": not an HDF5 file (bad signature)");
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (id < 0) TANDEM_THROW(path, ": damaged or truncated HDF5 file: ", hdf5_message());
   return File(Handle(id), path);
@@ -515,7 +746,10 @@ File File::open(const std::string& path) {
 
 File File::open_for_update(const std::string& path) {
   silence_hdf5();
-  TANDEM_CHECK(is_hdf5(path), path, ": not an HDF5 file (bad signature, or missing)");
+  const int fd = open_regular_file(path);
+  const bool signature = has_hdf5_signature(fd);
+  ::close(fd);
+  TANDEM_CHECK(signature, path, ": not an HDF5 file (bad signature)");
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDWR, H5P_DEFAULT);
   if (id < 0) TANDEM_THROW(path, ": cannot open for writing: ", hdf5_message());
   return File(Handle(id), path);
@@ -525,10 +759,40 @@ void File::flush() const {
   TANDEM_H5_CHECK(H5Fflush(file_.id(), H5F_SCOPE_GLOBAL), "flushing ", path_);
 }
 
+namespace {
+
+/// Closes the file `id` and returns "" or HDF5's reason. HDF5 writes what it buffered when a
+/// file closes; when that fails (a full disk, a file size limit) the close fails half-way, the
+/// id stays registered, and HDF5's shutdown at exit crashes on it. So the buffers are flushed
+/// first, while the file is intact; if that fails, the pending writes are worth nothing (the
+/// caller deletes the incomplete file), so they are dropped (drop_pending_writes) and the close
+/// then releases every id of the file.
+std::string close_file_id(hid_t id) {
+  silence_hdf5();
+  std::string why;
+  if (H5Fflush(id, H5F_SCOPE_LOCAL) < 0) {
+    why = hdf5_message();
+    drop_pending_writes(id);
+  }
+  if (H5Fclose(id) < 0 && why.empty()) why = hdf5_message();
+  H5Eclear2(H5E_DEFAULT);
+  return why;
+}
+
+}  // namespace
+
+File::~File() {
+  // Destructors never throw: a failed close is dropped here (close() reports it).
+  root_ = Group();
+  if (file_.valid()) close_file_id(file_.release());
+}
+
 void File::close() {
   // Close the root group first: HDF5 keeps a file open while objects in it are open.
   root_ = Group();
-  file_.close();
+  if (!file_.valid()) return;
+  const std::string why = close_file_id(file_.release());
+  TANDEM_CHECK(why.empty(), "closing ", path_, ": ", why);
 }
 
 }  // namespace tandem::h5

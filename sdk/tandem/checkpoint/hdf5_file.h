@@ -24,6 +24,12 @@ class Handle {
   int64_t id() const { return id_; }
   bool valid() const { return id_ >= 0; }
   void close();
+  /// Gives up ownership: returns the id, which the caller must close.
+  int64_t release() {
+    const int64_t id = id_;
+    id_ = -1;
+    return id;
+  }
 
  private:
   int64_t id_ = -1;
@@ -50,14 +56,27 @@ class Group {
   /// True if `name` exists and is a dataset (false for a group or a missing link).
   bool is_dataset(const std::string& name) const;
 
-  /// Writes a contiguous, uncompressed little-endian dataset (float32, float64, int32, int64,
-  /// uint8; uint64 via write_u64). A rank-0 tensor makes a scalar dataset. Missing
-  /// intermediate groups in `name` ("m/dense/kernel:0") are created.
+  /// Writes an uncompressed little-endian dataset (float32, float64, int32, int64, uint8; uint64
+  /// via write_u64) that carries a checksum: rank >= 1 with data: chunked layout with HDF5's
+  /// Fletcher-32 filter; a scalar: compact layout, its value inside the object header, which
+  /// the file's v2 object headers checksum; zero elements: no data to protect. A rank-0 tensor
+  /// makes a scalar dataset. Missing intermediate groups in `name` ("m/dense/kernel:0") are
+  /// created.
   void write_tensor(const std::string& name, const Tensor& tensor) const;
   void write_u64(const std::string& name, const std::vector<uint64_t>& values,
                  const Shape& shape) const;
   /// Reads a whole dataset as a CPU tensor of its stored type (uint64 reads as int64 bits).
+  /// Every read is bounded by the file's size before anything is allocated: a dataset whose
+  /// declared shape needs more bytes than the file holds (a damaged header) raises naming it.
   Tensor read_tensor(const std::string& name) const;
+  /// Reads a dataset of exactly one element (a scalar, or shape [1]) as int64 / float64; any
+  /// other shape (an empty [0] included) raises naming the file, the dataset and its shape.
+  int64_t read_scalar_int64(const std::string& name) const;
+  double read_scalar_float64(const std::string& name) const;
+  /// True when the dataset `name` carries the Fletcher-32 checksum filter.
+  bool has_checksum(const std::string& name) const;
+  /// Deletes the link `name` (tools and tests that edit a file).
+  void remove(const std::string& name) const;
   std::vector<uint64_t> read_u64(const std::string& name) const;
   /// Rows [start, start + count) along axis 0 of a dataset (hyperslab read).
   Tensor read_rows(const std::string& name, int64_t start, int64_t count) const;
@@ -96,19 +115,28 @@ class Group {
 /// An open HDF5 file.
 class File {
  public:
-  /// Creates `path`; fails if it exists (exclusive create, for crash-safe temp files).
+  /// Creates `path`; fails if it exists (exclusive create, for crash-safe temp files). The file
+  /// uses the HDF5 1.8 object format or newer (v2 object headers, which carry checksums).
   static File create(const std::string& path);
-  /// Opens an existing file read-only; a missing, truncated or non-HDF5 file raises an error
-  /// naming the file.
+  /// Opens an existing file read-only; a missing, truncated or non-HDF5 file, or one that is not
+  /// a regular file (a FIFO, a device, a directory: checked before HDF5 opens it, so nothing
+  /// blocks), raises an error naming the file.
   static File open(const std::string& path);
   /// Opens an existing file for reading and writing (tools and tests that edit a file).
   static File open_for_update(const std::string& path);
+  ~File();
+  File(File&&) noexcept = default;
+  File& operator=(File&&) noexcept = default;
 
   const Group& root() const { return root_; }
   const std::string& path() const { return path_; }
   /// Flushes HDF5's buffers to the operating system.
   void flush() const;
   /// Closes the file (also done by the destructor); errors raise here, not in the destructor.
+  /// Every HDF5 id of the file is released on every path: when closing fails because the data
+  /// cannot be written (a full disk), the file's remaining writes are dropped (its descriptor is
+  /// pointed at /dev/null) so that HDF5 lets go of it; the file on disk is then incomplete,
+  /// which is why writers create temporaries and delete them on error.
   void close();
 
  private:
@@ -118,7 +146,12 @@ class File {
   std::string path_;
 };
 
-/// True when `path` starts with the HDF5 signature (cheap check before opening).
+/// True when `path` is a regular file that starts with the HDF5 signature (cheap check before
+/// opening; a FIFO or device is never opened for reading, so this does not block).
 bool is_hdf5(const std::string& path);
+
+/// Raises naming `path` unless it is a regular file (after following symbolic links): a
+/// missing file, a symbolic-link loop, a FIFO, a device or a directory.
+void require_regular_file(const std::string& path);
 
 }  // namespace tandem::h5

@@ -17,7 +17,7 @@ std::string describe_dataset(const h5::Group& group, const std::string& name) {
 }
 
 int64_t scalar_int64(const h5::Group& group, const std::string& name) {
-  return group.read_tensor(name).to_vector<int64_t>()[0];
+  return group.read_scalar_int64(name);
 }
 
 std::string attr_or(const h5::Group& group, const std::string& name, const std::string& fallback) {
@@ -119,8 +119,8 @@ void describe_training_state(const h5::Group& root, std::ostringstream& out) {
     const h5::Group metrics = group.open_group("metrics");
     for (const std::string& name : metrics.children()) {
       const h5::Group m = metrics.open_group(name);
-      const double total = m.read_tensor("total").to_vector<double>()[0];
-      const double count = m.read_tensor("count").to_vector<double>()[0];
+      const double total = m.read_scalar_float64("total");
+      const double count = m.read_scalar_float64("count");
       out << "  " << pad("metrics/" + name, 26) << "total " << total << ", count " << count;
       if (count > 0) out << " (mean " << std::setprecision(6) << total / count << ")";
       out << "\n";

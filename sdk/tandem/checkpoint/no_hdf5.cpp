@@ -37,6 +37,10 @@ void Group::write_u64(const std::string&, const std::vector<uint64_t>&, const Sh
   not_built();
 }
 Tensor Group::read_tensor(const std::string&) const { not_built(); }
+int64_t Group::read_scalar_int64(const std::string&) const { not_built(); }
+double Group::read_scalar_float64(const std::string&) const { not_built(); }
+bool Group::has_checksum(const std::string&) const { not_built(); }
+void Group::remove(const std::string&) const { not_built(); }
 std::vector<uint64_t> Group::read_u64(const std::string&) const { not_built(); }
 Tensor Group::read_rows(const std::string&, int64_t, int64_t) const { not_built(); }
 Shape Group::dataset_shape(const std::string&) const { not_built(); }
@@ -59,6 +63,7 @@ int64_t Group::read_attr_int64(const std::string&) const { not_built(); }
 std::vector<std::string> Group::read_attr_strings(const std::string&) const { not_built(); }
 
 File::File(Handle handle, std::string path) : file_(std::move(handle)), path_(std::move(path)) {}
+File::~File() = default;
 File File::create(const std::string&) { not_built(); }
 File File::open(const std::string&) { not_built(); }
 File File::open_for_update(const std::string&) { not_built(); }
@@ -66,6 +71,7 @@ void File::flush() const { not_built(); }
 void File::close() { file_.close(); }
 
 bool is_hdf5(const std::string&) { not_built(); }
+void require_regular_file(const std::string&) { not_built(); }
 
 }  // namespace tandem::h5
 

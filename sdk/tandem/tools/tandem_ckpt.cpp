@@ -1,10 +1,12 @@
 // tandem-ckpt: inspect Tandem checkpoints from the shell.
 //   tandem-ckpt inspect FILE   format, step, variables (shape, dtype), optimizer, training state
-//   tandem-ckpt latest DIR     the newest complete checkpoint of a CheckpointManager directory
+//   tandem-ckpt latest DIR     the newest checkpoint of a CheckpointManager directory that
+//                              restores (every newer one skipped is named on stderr, with why)
 #include <cstdio>
 #include <exception>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "tandem/checkpoint/checkpoint_manager.h"
 #include "tandem/checkpoint/inspect.h"
@@ -16,7 +18,7 @@ constexpr int kExitUsage = 2;  // wrong arguments
 
 int usage(std::ostream& out, int status) {
   out << "usage: tandem-ckpt inspect FILE   describe a checkpoint (ckpt-N.h5)\n"
-         "       tandem-ckpt latest DIR     print the newest complete checkpoint in DIR\n";
+         "       tandem-ckpt latest DIR     print the newest checkpoint in DIR that restores\n";
   return status;
 }
 
@@ -34,7 +36,9 @@ int main(int argc, char** argv) {
       return 0;
     }
     if (command == "latest") {
-      const std::optional<std::string> latest = tandem::latest_checkpoint(target);
+      std::vector<std::string> skipped;
+      const std::optional<std::string> latest = tandem::latest_checkpoint(target, &skipped);
+      for (const std::string& why : skipped) std::cerr << "tandem-ckpt: skipped " << why << "\n";
       if (!latest) {
         std::cerr << "tandem-ckpt: no complete checkpoint in " << target << "\n";
         return kExitError;
