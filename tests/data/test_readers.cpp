@@ -123,7 +123,8 @@ TEST_CASE("idx reports each kind of bad file, naming the file", "[cpu][data]") {
   }
   SECTION("truncated data") {
     std::vector<uint8_t> bytes = idx_bytes({6, 4, 3});
-    bytes.resize(bytes.size() - 5);
+    REQUIRE(bytes.size() == 88);  // a 16-byte header and 6 x 4 x 3 bytes
+    bytes.erase(bytes.end() - 5, bytes.end());
     write_bytes(dir.file("short"), bytes);
     CHECK_THROWS_WITH(idx(dir.file("short"), labels),
                       Catch::Contains(dir.file("short")) && Catch::Contains("is truncated") &&
