@@ -44,6 +44,17 @@ TEST_CASE("Shape arithmetic and axis checks", "[cpu][core]") {
                     Catch::Contains("axis 3 is out of range for shape [2, 3, 4]"));
 }
 
+TEST_CASE("Shape::numel raises instead of wrapping", "[cpu][core]") {
+  // 4 x 2^31 x 2^31 = 2^64 wraps to 0 in int64; a damaged file header declared exactly this.
+  const int64_t two31 = int64_t{1} << 31;
+  CHECK_THROWS_WITH((Shape{4, two31, two31}.numel()),
+                    Catch::Contains("shape [4, 2147483648, 2147483648]") &&
+                        Catch::Contains("more elements than int64 can count"));
+  CHECK_THROWS_WITH((Shape{two31, two31, 3}.numel()), Catch::Contains("int64 can count"));
+  CHECK(Shape{two31, two31}.numel() == (int64_t{1} << 62));
+  CHECK(Shape{two31, two31, 0}.numel() == 0);
+}
+
 TEST_CASE("TANDEM_CHECK puts the values and the location in the message", "[cpu][core]") {
   const int have = 7;
   try {

@@ -291,3 +291,107 @@ TEST_CASE("hdf5 reads examples across files in chunks, and validates", "[cpu][da
                     Catch::Contains("wide.h5") && Catch::Contains("[5] float32") &&
                         Catch::Contains("[2] float32"));
 }
+
+// ---- damaged IDX files ---------------------------------------------------------------------
+
+namespace {
+
+/// An IDX header of unsigned bytes declaring `dims`, with `data_bytes` bytes of data after it.
+std::vector<uint8_t> idx_header(const std::vector<uint32_t>& dims, size_t data_bytes) {
+  std::vector<uint8_t> out = {0, 0, 0x08, static_cast<uint8_t>(dims.size())};
+  for (uint32_t d : dims)
+    for (int shift = 24; shift >= 0; shift -= 8) out.push_back(static_cast<uint8_t>(d >> shift));
+  out.resize(out.size() + data_bytes, 7);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("idx: dimensions whose product overflows are refused, never read past the data",
+          "[cpu][data]") {
+  TempDir dir;
+  const std::string labels = dir.file("labels");
+  write_idx_pair(dir.file("unused"), labels, 4);
+  // [4, 2^31, 2^31] wraps to 0 in int64: the size check passed and the reader wrote past its
+  // buffer (AddressSanitizer: heap-buffer-overflow WRITE).
+  const std::string wrapped = dir.file("wrapped");
+  write_bytes(wrapped, idx_header({4, 0x80000000u, 0x80000000u}, 0));
+  CHECK_THROWS_WITH(idx(wrapped, labels),
+                    Catch::Contains(wrapped) && Catch::Contains("[4, 2147483648, 2147483648]") &&
+                        Catch::Contains("more than any file can hold"));
+  // Gzip-compressed, the same.
+  gzip(wrapped);
+  CHECK_THROWS_WITH(idx(wrapped + ".gz", labels),
+                    Catch::Contains("[4, 2147483648, 2147483648]") &&
+                        Catch::Contains("more than any file can hold"));
+  // A product that fits but exceeds the file: the truncation error with the true sizes.
+  const std::string big = dir.file("big");
+  write_bytes(big, idx_header({4, 65536, 65536}, 16));
+  CHECK_THROWS_WITH(idx(big, labels), Catch::Contains("is truncated") &&
+                                          Catch::Contains("[4, 65536, 65536]") &&
+                                          Catch::Contains("17179869200 bytes with the header") &&
+                                          Catch::Contains("holds 32 bytes"));
+  // Many dimensions whose product wraps through int64 in several steps.
+  const std::string many = dir.file("many");
+  write_bytes(many, idx_header({4, 0xFFFFFFFFu, 0xFFFFFFFFu, 0xFFFFFFFFu}, 0));
+  CHECK_THROWS_WITH(idx(many, labels), Catch::Contains("more than any file can hold"));
+}
+
+TEST_CASE("idx: a small .gz that inflates far past its header's size stops early",
+          "[cpu][data]") {
+  TempDir dir;
+  const std::string labels = dir.file("labels");
+  write_idx_pair(dir.file("unused"), labels, 4);
+  // 4 images of 4 x 3 declared, then 64 MiB of zeros (a few dozen KiB compressed).
+  const std::string bomb = dir.file("bomb");
+  write_bytes(bomb, idx_header({4, 4, 3}, size_t{64} << 20));
+  gzip(bomb);
+  CHECK(std::filesystem::file_size(bomb + ".gz") < (size_t{1} << 20));
+  CHECK_THROWS_WITH(idx(bomb + ".gz", labels), Catch::Contains("bytes after the array its header") &&
+                                                  Catch::Contains("64 bytes with the header"));
+}
+
+TEST_CASE("idx and fashion_mnist: labels outside the classes are refused when the files open",
+          "[cpu][data]") {
+  TempDir dir;
+  const std::string images = dir.file("images"), labels = dir.file("labels");
+  write_idx_pair(images, labels, 30);
+  CHECK(idx(images, labels, /*num_classes=*/10).cardinality() == 30);
+  // Flip label 17 to 67, 109 and 255 in turn: each names the file, the index and the value.
+  std::ifstream in(labels, std::ios::binary);
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  in.close();
+  for (int bad : {67, 109, 255}) {
+    INFO("label value " << bad);
+    bytes[8 + 17] = static_cast<uint8_t>(bad);
+    const std::string damaged = dir.file("labels_" + std::to_string(bad));
+    write_bytes(damaged, bytes);
+    CHECK_THROWS_WITH(idx(images, damaged, /*num_classes=*/10),
+                      Catch::Contains(damaged) && Catch::Contains("label 17 is " + std::to_string(bad)) &&
+                          Catch::Contains("outside the 10 classes [0, 10)"));
+    // Without a class count the file is read as it is.
+    CHECK(idx(images, damaged).cardinality() == 30);
+  }
+  // fashion_mnist knows its 10 classes: a copy of the real test split with one label flipped.
+  const std::string real = std::string(kFashionMnistDirectory);
+  if (!std::filesystem::exists(real + "/t10k-labels-idx1-ubyte.gz")) {
+    WARN("Fashion-MNIST is not installed (Debian dataset-fashion-mnist); part skipped");
+    return;
+  }
+  const std::string copy = dir.file("fmnist");
+  std::filesystem::create_directories(copy);
+  std::filesystem::copy_file(real + "/t10k-images-idx3-ubyte.gz",
+                             copy + "/t10k-images-idx3-ubyte.gz");
+  REQUIRE(std::system(("gzip -dc '" + real + "/t10k-labels-idx1-ubyte.gz' > '" + copy +
+                       "/t10k-labels-idx1-ubyte'")
+                          .c_str()) == 0);
+  CHECK(fashion_mnist(Split::kTest, copy).cardinality() == 10000);
+  {
+    std::fstream f(copy + "/t10k-labels-idx1-ubyte", std::ios::binary | std::ios::in | std::ios::out);
+    f.seekp(8 + 4321);
+    f.put(static_cast<char>(109));
+  }
+  CHECK_THROWS_WITH(fashion_mnist(Split::kTest, copy),
+                    Catch::Contains("data::fashion_mnist") && Catch::Contains("label 4321 is 109") &&
+                        Catch::Contains("t10k-labels-idx1-ubyte"));
+}

@@ -8,8 +8,12 @@
 namespace tandem {
 
 int64_t Shape::numel() const {
+  // Checked: a shape read from a damaged file can declare extents whose product wraps (to 0 for
+  // [4, 2^31, 2^31]), and a wrapped count would pass every size check that follows.
   int64_t n = 1;
-  for (int64_t d : dims_) n *= d;
+  for (int64_t d : dims_)
+    TANDEM_CHECK(!__builtin_mul_overflow(n, d, &n), "shape ", *this,
+                 " has more elements than int64 can count");
   return n;
 }
 

@@ -8,6 +8,7 @@
 #include <functional>
 #include <iterator>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -161,9 +162,13 @@ Dataset range(int64_t n);
 /// elements {float32 image scaled to [0, 1] of the image shape (e.g. [28, 28]), int64 label
 /// (rank 0)}. Both files are read into memory once and shared by every dataset that reads
 /// them. Bad magic numbers, ranks, truncated files and count mismatches raise naming the file.
-Dataset idx(const std::string& images_path, const std::string& labels_path);
+/// With `num_classes`, every label is checked to lie in [0, num_classes) when the files are
+/// opened: the first that does not raises, naming the file, its index and its value.
+Dataset idx(const std::string& images_path, const std::string& labels_path,
+            std::optional<int64_t> num_classes = std::nullopt);
 /// Fashion-MNIST (60000 train / 10000 test examples) from `directory`: elements
-/// {float32 [28, 28] image in [0, 1], int64 label in 0..9}.
+/// {float32 [28, 28] image in [0, 1], int64 label in 0..9}. A label outside 0..9 in the files
+/// raises when they are opened.
 Dataset fashion_mnist(Split split, const std::string& directory = kFashionMnistDirectory);
 /// Examples from HDF5 files: each name is a dataset of shape [N, ...] present in every file
 /// (same trailing shape and type); element i is {name0[i], name1[i], ...}; files are read

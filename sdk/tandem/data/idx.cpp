@@ -7,8 +7,10 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
 #include <sstream>
 
 #include "tandem/data/node.h"
@@ -19,25 +21,60 @@ namespace {
 
 namespace fs = std::filesystem;
 
+uint32_t big_endian_u32(const uint8_t* p) {
+  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+}
+
+/// The size in bytes of the IDX file whose first `size` bytes are `bytes` (header and data),
+/// once its header is complete: nullopt before that, or when the header is not an IDX header
+/// (parse_idx says why). Raises when the declared size cannot be counted, naming the
+/// dimensions: their product can exceed any real file (4 x 2^31 x 2^31 wraps to 0 in int64).
+std::optional<uint64_t> declared_idx_size(const uint8_t* bytes, size_t size,
+                                          const std::string& path, const char* who) {
+  if (size < 4 || bytes[0] != 0 || bytes[1] != 0 || bytes[3] == 0) return std::nullopt;
+  const size_t rank = bytes[3];
+  const uint64_t header = 4 + 4 * uint64_t{rank};
+  if (size < header) return std::nullopt;
+  uint64_t total = 1;
+  std::vector<int64_t> dims;
+  bool overflow = false;
+  for (size_t i = 0; i < rank; ++i) {
+    dims.push_back(big_endian_u32(bytes + 4 + 4 * i));
+    overflow = overflow || __builtin_mul_overflow(total, static_cast<uint64_t>(dims.back()), &total);
+  }
+  overflow = overflow || __builtin_add_overflow(total, header, &total) ||
+             total > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
+  TANDEM_CHECK(!overflow, who, ": '", path, "' is damaged: its header declares an array of ",
+               Shape(dims), " bytes, more than any file can hold");
+  return total;
+}
+
 /// The bytes of a file, gunzipped when it is gzip-compressed (zlib reads plain files as is).
+/// Reading stops once the data is well past the size the IDX header declares, so a small
+/// damaged or hostile .gz cannot make it decompress gigabytes.
 std::vector<uint8_t> read_file(const std::string& path, const char* who) {
   std::error_code ec;
   TANDEM_CHECK(fs::is_regular_file(path, ec), who, ": cannot open '", path,
                "': ", fs::exists(path, ec) ? "not a regular file" : "no such file");
-  gzFile file = gzopen(path.c_str(), "rb");
+  // Closed on every path, the errors raised below included.
+  std::unique_ptr<gzFile_s, int (*)(gzFile)> file(gzopen(path.c_str(), "rb"), gzclose);
   TANDEM_CHECK(file != nullptr, who, ": cannot open '", path, "': ", std::strerror(errno));
-  gzbuffer(file, 1 << 18);
+  gzbuffer(file.get(), 1 << 18);
   std::vector<uint8_t> bytes;
   size_t size = 0;
   constexpr size_t kChunk = 1 << 20;
+  std::optional<uint64_t> declared;
   for (;;) {
+    if (!declared) declared = declared_idx_size(bytes.data(), size, path, who);
+    TANDEM_CHECK(!declared || size <= *declared + kChunk, who, ": '", path, "' has more than ",
+                 size - declared.value_or(0), " bytes after the array its header describes (",
+                 declared.value_or(0), " bytes with the header): corrupt, or not an IDX file");
     bytes.resize(size + kChunk);
-    const int n = gzread(file, bytes.data() + size, static_cast<unsigned>(kChunk));
+    const int n = gzread(file.get(), bytes.data() + size, static_cast<unsigned>(kChunk));
     if (n <= 0) {
       int code = Z_OK;
-      const char* message = gzerror(file, &code);
+      const char* message = gzerror(file.get(), &code);
       const std::string reason = message ? message : "unknown error";
-      gzclose(file);
       TANDEM_CHECK(n == 0 && (code == Z_OK || code == Z_STREAM_END), who, ": cannot read '", path,
                    "': ", code == Z_ERRNO ? std::strerror(errno) : reason,
                    " (truncated or corrupt gzip data?)");
@@ -47,10 +84,6 @@ std::vector<uint8_t> read_file(const std::string& path, const char* who) {
   }
   bytes.resize(size);
   return bytes;
-}
-
-uint32_t big_endian_u32(const uint8_t* p) {
-  return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
 std::string dims_string(const std::vector<int64_t>& dims) { return Shape(dims).to_string(); }
@@ -83,12 +116,10 @@ IdxArray parse_idx(std::vector<uint8_t> bytes, const std::string& path, const ch
   TANDEM_CHECK(bytes.size() >= header, who, ": '", path, "' is truncated inside its header (",
                bytes.size(), " bytes, the header of a rank-", int{rank}, " array needs ", header,
                ")");
-  int64_t numel = 1;
-  for (int i = 0; i < rank; ++i) {
-    array.dims.push_back(big_endian_u32(bytes.data() + 4 + 4 * i));
-    numel *= array.dims.back();
-  }
-  const size_t expected = header + static_cast<size_t>(numel);
+  for (int i = 0; i < rank; ++i) array.dims.push_back(big_endian_u32(bytes.data() + 4 + 4 * i));
+  // Checked: the product of the declared dimensions must be countable (it raises otherwise).
+  const size_t expected =
+      static_cast<size_t>(*declared_idx_size(bytes.data(), bytes.size(), path, who));
   TANDEM_CHECK(bytes.size() >= expected, who, ": '", path, "' is truncated: its header ",
                "describes ", dims_string(array.dims), " unsigned bytes (", expected,
                " bytes with the header) but the file holds ", bytes.size(), " bytes");
@@ -115,6 +146,16 @@ class IdxSource final : public Source {
 
   int64_t size() const override { return size_; }
   bool cheap_random_access() const override { return true; }
+  /// Raises at the first label outside [0, num_classes), naming `labels_path` (the file they
+  /// came from), the label's index and its value.
+  void check_labels(int64_t num_classes, const std::string& labels_path, const char* who) const {
+    TANDEM_CHECK(num_classes >= 1, who, ": num_classes must be >= 1, got ", num_classes);
+    for (size_t i = 0; i < labels_.size(); ++i) {
+      TANDEM_CHECK(labels_[i] >= 0 && labels_[i] < num_classes, who, ": '", labels_path,
+                   "' is damaged or of another data set: label ", i, " is ", labels_[i],
+                   ", outside the ", num_classes, " classes [0, ", num_classes, ")");
+    }
+  }
   const Shape& image_shape() const { return image_shape_; }
   std::vector<TensorSpec> element_spec() const override {
     return {{image_shape_, DType::kFloat32}, {Shape{}, DType::kInt64}};
@@ -214,8 +255,10 @@ std::shared_ptr<const IdxSource> cached_idx(const std::string& images_path,
 }  // namespace
 }  // namespace detail
 
-Dataset idx(const std::string& images_path, const std::string& labels_path) {
+Dataset idx(const std::string& images_path, const std::string& labels_path,
+            std::optional<int64_t> num_classes) {
   auto source = detail::cached_idx(images_path, labels_path, "idx", "data::idx");
+  if (num_classes) source->check_labels(*num_classes, labels_path, "data::idx");
   return Dataset(detail::make_source_node(std::move(source), "idx"));
 }
 
@@ -238,6 +281,7 @@ Dataset fashion_mnist(Split split, const std::string& directory) {
   auto source = detail::cached_idx(images, labels, name, "data::fashion_mnist");
   TANDEM_CHECK(source->image_shape() == (Shape{28, 28}), "data::fashion_mnist: '", images,
                "' holds images of ", source->image_shape(), ", Fashion-MNIST's are [28, 28]");
+  source->check_labels(/*num_classes=*/10, labels, "data::fashion_mnist");
   return Dataset(detail::make_source_node(std::move(source), "fashion_mnist"));
 }
 
