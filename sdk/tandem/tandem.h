@@ -10,6 +10,7 @@
 #include "tandem/collectives/in_process.h"
 #include "tandem/collectives/reduce_op.h"
 #include "tandem/core/build_info.h"
+#include "tandem/core/check_numerics.h"
 #include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"

@@ -275,3 +275,21 @@ TEST_CASE("fashion_mnist_mlp: a bad flag value exits 2 naming the flag and the v
     CHECK(result.output.find("\"" + bad.value) != std::string::npos);
   }
 }
+
+TEST_CASE("fashion_mnist_mlp with TANDEM_CHECK_NUMERICS=1 stops at the first NaN loss",
+          "[cpu][samples]") {
+  if (!sample_built()) return;
+  TempDir dir;
+  // A learning rate of 1e30 overflows the weights in one update. Without the check the run
+  // trains on to NaN weights and exits 0; with it, it stops at once naming the replica.
+  const std::string arguments = " --learning-rate 1e30 --epochs 1 --max-steps 20 --fresh "
+                                "--checkpoint-dir " + (dir.path / "ckpt").string();
+  const Result unchecked = run("TANDEM_CHECK_NUMERICS=0 " + kMlp + arguments);
+  INFO(unchecked.output);
+  CHECK(unchecked.exit_code == 0);
+  const Result checked = run("TANDEM_CHECK_NUMERICS=1 " + kMlp + arguments);
+  INFO(checked.output);
+  CHECK(checked.exit_code != 0);
+  CHECK(checked.output.find("TANDEM_CHECK_NUMERICS: non-finite loss in compute_average_loss on "
+                            "replica 0 in strategy.run #2") != std::string::npos);
+}

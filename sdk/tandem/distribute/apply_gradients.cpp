@@ -8,6 +8,9 @@ namespace tandem::optim {
 void Optimizer::apply_gradients(ReplicaContext& ctx, const std::vector<Tensor>& gradients,
                                 const std::vector<Variable>& variables) {
   check_pairs(gradients, variables);
+  // Before the all-reduce, so the replica that produced a NaN or Inf is the one named.
+  check_numerics(gradients, variables,
+                 tandem::detail::str_cat("replica ", ctx.replica_id_in_sync_group()));
   if (accumulation_steps_ == 1) {
     // One batched all-reduce (SUM) of every defined gradient: each replica divided its loss by
     // the global batch, so the sum is the global gradient. Every replica then holds the same

@@ -2,6 +2,7 @@
 #include "tandem/distribute/average_loss.h"
 
 #include "tandem/autograd/variable.h"
+#include "tandem/core/check_numerics.h"
 #include "tandem/distribute/internal.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/ops/ops.h"
@@ -44,8 +45,21 @@ Tensor compute_average_loss(const Tensor& per_example_loss,
                                  "pass global_batch_size");
   const Tensor total = ops::sum(weighted);
   // Divisor 0 (an empty global batch): 0, still connected to the tape so gradients are zeros.
-  if (divisor == 0) return ops::mul(total, 0.0);
-  return total / static_cast<double>(divisor);
+  const Tensor loss = divisor == 0 ? ops::mul(total, 0.0) : total / static_cast<double>(divisor);
+  if (check_numerics_enabled()) {
+    const ops::NonFinite found = ops::count_non_finite(weighted);
+    const ops::NonFinite in_loss = ops::count_non_finite(loss);
+    TANDEM_CHECK(found.total() == 0 && in_loss.total() == 0,
+                 "TANDEM_CHECK_NUMERICS: non-finite loss in compute_average_loss",
+                 current_replica_context() ? detail::str_cat(" on replica ", current_replica_context()
+                                                                     ->replica_id_in_sync_group(),
+                                                             " in strategy.run #",
+                                                             detail::current_run_index())
+                                           : std::string(),
+                 " (the per-example losses", sample_weight.defined() ? " x sample_weight" : "",
+                 " hold ", found.nan, " NaN and ", found.inf, " Inf of ", weighted.numel(), ")");
+  }
+  return loss;
 }
 
 Tensor scale_regularization_loss(const Tensor& regularization_loss) {

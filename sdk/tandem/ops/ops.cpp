@@ -1178,6 +1178,19 @@ void scale_(Tensor& dst, double factor) {
   });
 }
 
+NonFinite count_non_finite(const Tensor& x) {
+  NonFinite found;
+  if (!x.defined() || x.numel() == 0 || !is_floating(x.dtype())) return found;
+  autograd::NoRecordGuard no_record;
+  if (std::isfinite(sum(mul(x, 0.0)).item<double>())) return found;
+  const Tensor host = cast(x, DType::kFloat64).to(Device::cpu());
+  for (double v : host.to_vector<double>()) {
+    if (std::isnan(v)) ++found.nan;
+    if (std::isinf(v)) ++found.inf;
+  }
+  return found;
+}
+
 }  // namespace tandem::ops
 
 // ---- Tensor members and operators declared in tensor.h --------------------------------------

@@ -114,4 +114,15 @@ void add_(Tensor& dst, const Tensor& src, double alpha = 1.0);
 /// dst *= factor.
 void scale_(Tensor& dst, double factor);
 
+// ---- numerics checks (not recorded) ---------------------------------------------------------
+/// NaN and infinite elements of a floating-point tensor (integer tensors have none).
+struct NonFinite {
+  int64_t nan = 0;
+  int64_t inf = 0;
+  int64_t total() const { return nan + inf; }
+};
+/// Counts them: one device pass (sum of x * 0, NaN exactly when an element is not finite) and,
+/// only when that finds one, a host copy to count NaN and Inf apart.
+NonFinite count_non_finite(const Tensor& x);
+
 }  // namespace tandem::ops

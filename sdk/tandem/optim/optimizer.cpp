@@ -3,6 +3,7 @@
 #include "tandem/optim/optimizer.h"
 
 #include "tandem/autograd/tape.h"
+#include "tandem/core/check_numerics.h"
 #include "tandem/core/error.h"
 #include "tandem/core/logging.h"
 #include "tandem/ops/ops.h"
@@ -133,9 +134,26 @@ void Optimizer::check_pairs(const std::vector<Tensor>& gradients,
   }
 }
 
+void Optimizer::check_numerics(const std::vector<Tensor>& gradients,
+                               const std::vector<Variable>& variables,
+                               const std::string& replica) const {
+  if (!check_numerics_enabled()) return;
+  for (size_t i = 0; i < gradients.size(); ++i) {
+    const ops::NonFinite found = ops::count_non_finite(gradients[i]);
+    if (found.total() == 0) continue;
+    std::string step = tandem::detail::str_cat("step ", iterations() + 1);
+    if (accumulation_steps_ > 1)
+      step += tandem::detail::str_cat(" (micro-step ", micro_step() + 1, " of ", accumulation_steps_, ")");
+    TANDEM_CHECK(false, "TANDEM_CHECK_NUMERICS: non-finite gradient for ", variables[i].name(),
+                 replica.empty() ? "" : " on ", replica, " at ", step, " (", found.nan, " NaN, ",
+                 found.inf, " Inf of ", gradients[i].numel(), " values)");
+  }
+}
+
 void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
                                 const std::vector<Variable>& variables) {
   check_pairs(gradients, variables);
+  check_numerics(gradients, variables, "");
   if (accumulation_steps_ == 1) {
     apply_update(gradients, variables);
     return;

@@ -131,6 +131,10 @@ class Optimizer {
   /// Raises unless gradients and variables pair up (count, shape, dtype) and at least one
   /// gradient is defined; warns once per variable without a gradient.
   void check_pairs(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
+  /// With TANDEM_CHECK_NUMERICS on, raises at the first gradient holding NaN or Inf, naming
+  /// its variable, `replica` ("replica 1", or "" outside a strategy) and the step it was for.
+  void check_numerics(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
+                      const std::string& replica) const;
   /// One update from gradients already combined (and checked): clip, update_step, iterations+1.
   void apply_update(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
   /// Adds the defined gradients to this replica's accumulators and counts the micro-step.
