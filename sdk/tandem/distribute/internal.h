@@ -2,6 +2,7 @@
 // the per-thread replica context, and the guard that enters cross-replica context.
 #pragma once
 
+#include <cstdint>
 #include <exception>
 #include <memory>
 #include <string>
@@ -23,6 +24,9 @@ void set_current_replica_context(ReplicaContext* context);
 
 /// The strategy whose scope is open on the calling thread, or nullptr.
 const Strategy* current_scope_strategy();
+
+/// Which strategy.run (1, 2, ...) the calling replica thread is running; 0 outside run.
+uint64_t current_run_index();
 
 /// The message of an exception_ptr ("an exception of unknown type" for non-std exceptions).
 std::string describe_exception(const std::exception_ptr& error);

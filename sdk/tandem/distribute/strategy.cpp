@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdlib>
 #include <cstring>
@@ -34,6 +35,7 @@ namespace {
 thread_local ReplicaContext* t_replica_context = nullptr;
 thread_local const Strategy* t_scope_strategy = nullptr;
 thread_local const void* t_worker_of = nullptr;  // the Strategy::Impl whose replica thread this is
+thread_local uint64_t t_run_index = 0;           // which strategy.run this replica thread runs
 }  // namespace
 
 ReplicaContext* current_replica_context() { return t_replica_context; }
@@ -41,6 +43,8 @@ ReplicaContext* current_replica_context() { return t_replica_context; }
 namespace detail {
 
 const Strategy* current_scope_strategy() { return t_scope_strategy; }
+
+uint64_t current_run_index() { return t_run_index; }
 
 void set_current_replica_context(ReplicaContext* context) { t_replica_context = context; }
 
@@ -263,8 +267,12 @@ struct Strategy::Impl {
   // each have a core, yield otherwise. The caller always yields while it waits for a run to
   // finish, so that it never takes a core from a replica's compute threads.
   detail::SpinPolicy worker_spin = detail::SpinPolicy::kYield;
-  detail::ReplicaTask task{nullptr, nullptr};
+  detail::ReplicaTask task{nullptr, nullptr, nullptr};
   std::vector<std::exception_ptr> errors;  // per replica, for the current run
+  std::vector<char> finished;              // per replica: returned from the current run
+  // Set (under `mutex`) when a run gave up on replicas that did not return: the strategy then
+  // refuses every later call, and its destructor leaves the stuck threads this state.
+  std::string broken;
   // GPU replicas: the caller's stream -> replica streams at the start of a run (what the caller
   // queued, e.g. input copies, is done before a replica uses it), and replica streams -> the
   // caller's stream at the end (results are complete before the caller uses them). Events
@@ -281,9 +289,60 @@ struct Strategy::Impl {
       stop = true;
     }
     work_cv.notify_all();
-    for (std::thread& t : threads)
+    const bool stuck = is_broken();
+    for (std::thread& t : threads) {
+      // A thread that never returned from a replica function cannot be joined: it keeps running
+      // (detached) with this state, which the destructor then leaves to it.
+      if (stuck && t.joinable()) t.detach();
       if (t.joinable()) t.join();
+    }
     threads.clear();
+  }
+
+  bool is_broken() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return !broken.empty();
+  }
+
+  /// Raises at once once a run has given up on a replica (see wait_for_replicas).
+  void check_usable() {
+    std::lock_guard<std::mutex> lock(mutex);
+    TANDEM_CHECK(broken.empty(), name, " is unusable: ", broken,
+                 ". Its replica threads may still be running user code; create a new strategy "
+                 "(or end the process)");
+  }
+
+  /// Waits for every replica to return from the current run. One that has not returned within
+  /// the collective timeout after the first one did (stuck in user code: a collective would
+  /// have raised by then) is given up on: the strategy becomes unusable, the peers are released
+  /// from their collectives, and run raises on the calling thread instead of waiting forever.
+  void wait_for_replicas() {
+    using Clock = std::chrono::steady_clock;
+    std::unique_lock<std::mutex> lock(mutex);
+    auto all_done = [&] { return pending.load(std::memory_order_acquire) == 0; };
+    auto any_done = [&] { return pending.load(std::memory_order_acquire) < num_replicas; };
+    done_cv.wait(lock, any_done);
+    const std::chrono::milliseconds timeout = collectives::collective_timeout();
+    if (done_cv.wait_until(lock, Clock::now() + timeout, all_done)) return;
+    std::vector<int> stuck, returned;
+    for (int r = 0; r < num_replicas; ++r)
+      (finished[static_cast<size_t>(r)] ? returned : stuck).push_back(r);
+    std::string first_error;
+    for (int r : returned) {
+      if (errors[static_cast<size_t>(r)] && first_error.empty())
+        first_error = detail::str_cat("; replica ", r, " raised: ",
+                                      detail::describe_exception(errors[static_cast<size_t>(r)]));
+    }
+    broken = detail::str_cat(
+        replica_list(stuck), " did not return from the replica function within ", static_cast<double>(timeout.count()) / 1000.0,
+        " s (TANDEM_COLLECTIVE_TIMEOUT) after ", replica_list(returned), " had",
+        first_error);
+    const std::string reason = broken;
+    lock.unlock();
+    group->abort(reason);  // peers still waiting in a collective raise now
+    throw TimeoutError(detail::str_cat(
+        name, ".run: ", reason, ". The strategy is unusable from now on: every later call "
+        "raises at once, and the stuck replica threads are left running"));
   }
 };
 
@@ -303,7 +362,7 @@ void replica_thread_main(Strategy::Impl* impl, int id) {
 
   uint64_t seen = 0;
   for (;;) {
-    detail::ReplicaTask task{nullptr, nullptr};
+    detail::ReplicaTask task{nullptr, nullptr, nullptr};
     // Training loops call run back to back: poll for the next generation a moment first.
     detail::spin_wait([&] { return impl->generation.load(std::memory_order_acquire) != seen; },
                       impl->worker_spin);
@@ -315,6 +374,7 @@ void replica_thread_main(Strategy::Impl* impl, int id) {
       seen = impl->generation;
       task = impl->task;
     }
+    t_run_index = seen;
     {
       // Scoped so that this thread's reference to the exception is gone before the decrement
       // below lets run() read, re-raise and free it.
@@ -338,9 +398,12 @@ void replica_thread_main(Strategy::Impl* impl, int id) {
       }
     }
     {
-      // After this decrement the caller may return: nothing of the task is touched below.
+      // After this decrement the caller may return: nothing of the task is touched below. The
+      // caller learns of every return, not only the last: it times the stragglers from the first.
       std::lock_guard<std::mutex> lock(impl->mutex);
-      if (impl->pending.fetch_sub(1, std::memory_order_acq_rel) == 1) impl->done_cv.notify_all();
+      impl->finished[static_cast<size_t>(id)] = 1;
+      impl->pending.fetch_sub(1, std::memory_order_acq_rel);
+      impl->done_cv.notify_all();
     }
   }
 }
@@ -448,6 +511,7 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   }
   impl.merge.arguments.assign(static_cast<size_t>(impl.num_replicas), nullptr);
   impl.errors.assign(static_cast<size_t>(impl.num_replicas), nullptr);
+  impl.finished.assign(static_cast<size_t>(impl.num_replicas), 0);
   impl.run_start.resize(static_cast<size_t>(impl.num_replicas));
   impl.run_end.resize(static_cast<size_t>(impl.num_replicas));
   for (int r = 0; r < impl.num_replicas; ++r) {
@@ -480,6 +544,15 @@ Strategy::~Strategy() {
   if (impl_->worker_group && worker_group() == impl_->worker_group)
     set_worker_group(impl_->previous_worker_group);
 #endif
+  if (impl_->is_broken()) {
+    // Replica threads that never returned still hold this state: it stays theirs for the life
+    // of the process (kept in a list, so it is not reported as a leak).
+    static std::mutex abandoned_mutex;
+    static auto* abandoned = new std::vector<std::unique_ptr<Impl>>();
+    TANDEM_LOG_WARNING(impl_->name, " ended with replica threads still running: ", impl_->broken);
+    std::lock_guard<std::mutex> lock(abandoned_mutex);
+    abandoned->push_back(std::move(impl_));
+  }
 }
 
 const std::string& Strategy::name() const { return impl_->name; }
@@ -514,6 +587,7 @@ void Strategy::execute(detail::ReplicaTask task) {
                ".run was called from inside a replica function (or a merge_call function); "
                "strategy.run cannot nest. Call the function directly instead");
   std::lock_guard<std::mutex> run_lock(impl.run_mutex);
+  impl.check_usable();
   std::fill(impl.errors.begin(), impl.errors.end(), nullptr);
   // No replica is inside a collective between runs, so the group can restart its call numbers
   // (#1 is the first collective of this run) and forget the previous run's abort.
@@ -523,6 +597,7 @@ void Strategy::execute(detail::ReplicaTask task) {
     const ReplicaBinding saved = current_replica_binding();
     set_current_replica_binding({0, 1, 0});
     t_replica_context = impl.contexts[0].get();
+    t_run_index = ++impl.generation;
     try {
       task.call(task.object, *impl.contexts[0]);
     } catch (...) {
@@ -539,16 +614,14 @@ void Strategy::execute(detail::ReplicaTask task) {
       std::lock_guard<std::mutex> lock(impl.mutex);
       impl.task = task;
       impl.pending = impl.num_replicas;
+      std::fill(impl.finished.begin(), impl.finished.end(), 0);
       ++impl.generation;
     }
     impl.work_cv.notify_all();
     // Every replica finishes (or is released from its collectives) before run returns, so
-    // the task and its captures on this stack stay valid while any thread uses them.
+    // the task and its captures on this stack stay valid while any thread uses them...
     auto all_done = [&] { return impl.pending.load(std::memory_order_acquire) == 0; };
-    if (!detail::spin_wait(all_done, detail::SpinPolicy::kYield)) {
-      std::unique_lock<std::mutex> lock(impl.mutex);
-      impl.done_cv.wait(lock, all_done);
-    }
+    if (!detail::spin_wait(all_done, detail::SpinPolicy::kYield)) impl.wait_for_replicas();
     if (impl.any_gpu)
       for (const StreamEvent& end : impl.run_end) end.wait();
   }
@@ -647,6 +720,7 @@ void check_cross_replica(const char* what) {
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
                         std::optional<int64_t> axis) const {
   check_cross_replica("reduce");
+  impl_->check_usable();
   TANDEM_CHECK(value.size() == static_cast<size_t>(impl_->num_replicas), name(),
                ".reduce: the PerReplica holds ", value.size(), " values but the strategy has ",
                impl_->num_replicas, " replicas");
@@ -762,6 +836,7 @@ Tensor Strategy::reduce_across_workers(ReduceOp op, const Tensor& value) const {
 
 Tensor Strategy::gather(const PerReplica<Tensor>& value, int64_t axis) const {
   check_cross_replica("gather");
+  impl_->check_usable();
 
   TANDEM_CHECK(value.size() == static_cast<size_t>(impl_->num_replicas), name(),
                ".gather: the PerReplica holds ", value.size(), " values but the strategy has ",

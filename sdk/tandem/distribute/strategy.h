@@ -31,6 +31,9 @@ namespace detail {
 struct ReplicaTask {
   const void* object;
   void (*call)(const void* object, ReplicaContext& ctx);
+  /// Owns `object`; each replica thread holds a copy while it runs the task, so a replica that
+  /// returns after run() gave up on it (see Strategy::run) still finds the task alive.
+  std::shared_ptr<const void> owner;
 };
 }  // namespace detail
 
@@ -87,6 +90,12 @@ class Strategy {
   /// are released from pending collectives, every replica finishes, and run raises on this
   /// thread a tandem::Error (TimeoutError for timeouts) whose message starts with
   /// "replica K: " followed by the original message. The strategy stays usable.
+  /// A replica that has not returned within the collective timeout (TANDEM_COLLECTIVE_TIMEOUT)
+  /// after the first one did is stuck in user code (a collective would have raised): run then
+  /// raises TimeoutError naming it, and the strategy becomes unusable (every later call raises
+  /// at once; its destructor leaves the stuck thread running). Should that replica's function
+  /// ever return, its result is discarded; it must not rely on anything of the caller's that
+  /// did not outlive run, fn itself included.
   template <typename Fn, typename... Args>
   auto run(Fn&& fn, const Args&... args);
 
@@ -220,27 +229,33 @@ auto Strategy::run(Fn&& fn, const Args&... args) {
   (check(args), ...);
   (void)check;  // no arguments: nothing to check
   using Result = std::invoke_result_t<Fn&, ReplicaContext&, detail::replica_piece_t<Args>...>;
+  // The task and the results live on the heap, shared with the replica threads: a replica that
+  // returns only after run() gave up on it (stuck past the collective timeout) writes into them,
+  // never into this returned frame. (fn and args are the caller's: see the header comment.)
+  auto submit = [this](auto closure) {
+    auto owner = std::make_shared<decltype(closure)>(std::move(closure));
+    execute({owner.get(),
+             [](const void* object, ReplicaContext& ctx) {
+               (*static_cast<const decltype(closure)*>(object))(ctx);
+             },
+             owner});
+  };
   if constexpr (std::is_void_v<Result>) {
-    auto task = [&](ReplicaContext& ctx) {
+    submit([&fn, &args...](ReplicaContext& ctx) {
       fn(ctx, detail::replica_piece(args, ctx.local_replica_id())...);
-    };
-    execute({&task, [](const void* object, ReplicaContext& ctx) {
-               (*static_cast<const decltype(task)*>(object))(ctx);
-             }});
+    });
   } else {
     using Value = std::decay_t<Result>;
-    std::vector<std::optional<Value>> results(static_cast<size_t>(num_local_replicas()));
+    auto results =
+        std::make_shared<std::vector<std::optional<Value>>>(static_cast<size_t>(num_local_replicas()));
     // Each replica writes only its own element, so the threads never share one.
-    auto task = [&](ReplicaContext& ctx) {
+    submit([results, &fn, &args...](ReplicaContext& ctx) {
       const int id = ctx.local_replica_id();
-      results[static_cast<size_t>(id)].emplace(fn(ctx, detail::replica_piece(args, id)...));
-    };
-    execute({&task, [](const void* object, ReplicaContext& ctx) {
-               (*static_cast<const decltype(task)*>(object))(ctx);
-             }});
+      (*results)[static_cast<size_t>(id)].emplace(fn(ctx, detail::replica_piece(args, id)...));
+    });
     std::vector<Value> values;
-    values.reserve(results.size());
-    for (std::optional<Value>& r : results) values.push_back(std::move(*r));
+    values.reserve(results->size());
+    for (std::optional<Value>& r : *results) values.push_back(std::move(*r));
     return PerReplica<Value>(std::move(values));
   }
 }
