@@ -55,6 +55,26 @@ TEST_CASE("Shape::numel raises instead of wrapping", "[cpu][core]") {
   CHECK(Shape{two31, two31, 0}.numel() == 0);
 }
 
+TEST_CASE("Shape::strides and Shape::nbytes raise instead of wrapping", "[cpu][core]") {
+  const int64_t two40 = int64_t{1} << 40, two62 = int64_t{1} << 62;
+  // numel() is 0, but stride 0 would be 2^80 (wrapped: 0, signed overflow).
+  CHECK(Shape{0, two40, two40}.numel() == 0);
+  CHECK_THROWS_WITH((Shape{0, two40, two40}.strides()),
+                    Catch::Contains("shape [0, 1099511627776, 1099511627776]") &&
+                        Catch::Contains("strides that int64 cannot count"));
+  CHECK(Shape{0, 3, 4}.strides() == std::vector<int64_t>{12, 4, 1});
+  // 2^62 float32 elements fit in int64, their 2^64 bytes do not (wrapped: a 0-byte buffer).
+  CHECK(Shape{2, 3}.nbytes(4) == 24);
+  CHECK(Shape{}.nbytes(8) == 8);
+  CHECK(Shape{7, 0}.nbytes(4) == 0);
+  CHECK(Shape{two62}.nbytes(1) == static_cast<size_t>(two62));
+  CHECK_THROWS_WITH(Shape{two62}.nbytes(4),
+                    Catch::Contains("shape [4611686018427387904] of 4-byte elements") &&
+                        Catch::Contains("more bytes than int64 can count"));
+  CHECK_THROWS_WITH((Shape{4, two62}.nbytes(1)), Catch::Contains("more elements than int64"));
+  CHECK_THROWS_WITH((Shape{-1, 3}.nbytes(4)), Catch::Contains("shape [-1, 3] has a negative"));
+}
+
 TEST_CASE("TANDEM_CHECK puts the values and the location in the message", "[cpu][core]") {
   const int have = 7;
   try {

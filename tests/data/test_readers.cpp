@@ -316,9 +316,9 @@ TEST_CASE("idx: dimensions whose product overflows are refused, never read past 
   // buffer (AddressSanitizer: heap-buffer-overflow WRITE).
   const std::string wrapped = dir.file("wrapped");
   write_bytes(wrapped, idx_header({4, 0x80000000u, 0x80000000u}, 0));
-  CHECK_THROWS_WITH(idx(wrapped, labels),
-                    Catch::Contains(wrapped) && Catch::Contains("[4, 2147483648, 2147483648]") &&
-                        Catch::Contains("more than any file can hold"));
+  CHECK_THROWS_WITH(idx(wrapped, labels), Catch::Contains(wrapped) &&
+                                              Catch::Contains("[4, 2147483648, 2147483648]") &&
+                                              Catch::Contains("more than any file can hold"));
   // Gzip-compressed, the same.
   gzip(wrapped);
   CHECK_THROWS_WITH(idx(wrapped + ".gz", labels),
@@ -337,8 +337,7 @@ TEST_CASE("idx: dimensions whose product overflows are refused, never read past 
   CHECK_THROWS_WITH(idx(many, labels), Catch::Contains("more than any file can hold"));
 }
 
-TEST_CASE("idx: a small .gz that inflates far past its header's size stops early",
-          "[cpu][data]") {
+TEST_CASE("idx: a small .gz that inflates far past its header's size stops early", "[cpu][data]") {
   TempDir dir;
   const std::string labels = dir.file("labels");
   write_idx_pair(dir.file("unused"), labels, 4);
@@ -347,8 +346,9 @@ TEST_CASE("idx: a small .gz that inflates far past its header's size stops early
   write_bytes(bomb, idx_header({4, 4, 3}, size_t{64} << 20));
   gzip(bomb);
   CHECK(std::filesystem::file_size(bomb + ".gz") < (size_t{1} << 20));
-  CHECK_THROWS_WITH(idx(bomb + ".gz", labels), Catch::Contains("bytes after the array its header") &&
-                                                  Catch::Contains("64 bytes with the header"));
+  CHECK_THROWS_WITH(idx(bomb + ".gz", labels),
+                    Catch::Contains("bytes after the array its header") &&
+                        Catch::Contains("64 bytes with the header"));
 }
 
 TEST_CASE("idx and fashion_mnist: labels outside the classes are refused when the files open",
@@ -359,7 +359,8 @@ TEST_CASE("idx and fashion_mnist: labels outside the classes are refused when th
   CHECK(idx(images, labels, /*num_classes=*/10).cardinality() == 30);
   // Flip label 17 to 67, 109 and 255 in turn: each names the file, the index and the value.
   std::ifstream in(labels, std::ios::binary);
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
   in.close();
   for (int bad : {67, 109, 255}) {
     INFO("label value " << bad);
@@ -367,7 +368,8 @@ TEST_CASE("idx and fashion_mnist: labels outside the classes are refused when th
     const std::string damaged = dir.file("labels_" + std::to_string(bad));
     write_bytes(damaged, bytes);
     CHECK_THROWS_WITH(idx(images, damaged, /*num_classes=*/10),
-                      Catch::Contains(damaged) && Catch::Contains("label 17 is " + std::to_string(bad)) &&
+                      Catch::Contains(damaged) &&
+                          Catch::Contains("label 17 is " + std::to_string(bad)) &&
                           Catch::Contains("outside the 10 classes [0, 10)"));
     // Without a class count the file is read as it is.
     CHECK(idx(images, damaged).cardinality() == 30);
@@ -387,11 +389,131 @@ TEST_CASE("idx and fashion_mnist: labels outside the classes are refused when th
                           .c_str()) == 0);
   CHECK(fashion_mnist(Split::kTest, copy).cardinality() == 10000);
   {
-    std::fstream f(copy + "/t10k-labels-idx1-ubyte", std::ios::binary | std::ios::in | std::ios::out);
+    std::fstream f(copy + "/t10k-labels-idx1-ubyte",
+                   std::ios::binary | std::ios::in | std::ios::out);
     f.seekp(8 + 4321);
     f.put(static_cast<char>(109));
   }
   CHECK_THROWS_WITH(fashion_mnist(Split::kTest, copy),
-                    Catch::Contains("data::fashion_mnist") && Catch::Contains("label 4321 is 109") &&
+                    Catch::Contains("data::fashion_mnist") &&
+                        Catch::Contains("label 4321 is 109") &&
                         Catch::Contains("t10k-labels-idx1-ubyte"));
+}
+
+TEST_CASE("idx: a file that is not IDX of unsigned bytes is refused by its header, not inflated",
+          "[cpu][data]") {
+  TempDir dir;
+  const std::string labels = dir.file("labels");
+  write_idx_pair(dir.file("unused"), labels, 4);
+  // A well-formed IDX file of 10^6 int32 (4 MB of data): refused for its type, not mistaken for
+  // an unsigned-byte array with 3 MB of trailing bytes.
+  const std::string int32 = dir.file("int32");
+  std::vector<uint8_t> bytes = idx_header({1000000}, 4000000);
+  bytes[2] = 0x0C;
+  write_bytes(int32, bytes);
+  gzip(int32);
+  for (const std::string& path : {int32, int32 + ".gz"}) {
+    INFO(path);
+    CHECK_THROWS_WITH(idx(path, labels), Catch::Contains(path) &&
+                                             Catch::Contains("holds IDX type int32") &&
+                                             Catch::Contains("unsigned bytes (type 0x08)"));
+  }
+  // A .gz of 16 MiB that does not start as an IDX file, its compressed stream cut in half:
+  // reading stops at the first chunk, where the header already shows it is not IDX, and never
+  // reaches the damage (which would have been reported as a gzip error after inflating MiBs).
+  const std::string other = dir.file("other");
+  bytes.assign(size_t{16} << 20, 0);
+  bytes[0] = 0x50;
+  bytes[1] = 0x4B;
+  write_bytes(other, bytes);
+  gzip(other);
+  std::filesystem::resize_file(other + ".gz", std::filesystem::file_size(other + ".gz") / 2);
+  CHECK_THROWS_WITH(idx(other + ".gz", labels), Catch::Contains(other + ".gz") &&
+                                                    Catch::Contains("is not an IDX file") &&
+                                                    Catch::Contains("bad magic number 0x504B0000"));
+}
+
+TEST_CASE("hdf5: declared sizes the file does not hold are refused when it opens", "[cpu][data]") {
+  TempDir dir;
+  try {
+    hdf5({dir.file("none.h5")}, {"x"});
+  } catch (const NotBuiltError&) {
+    WARN("skipped: built without HDF5");
+    return;
+  } catch (const Error&) {
+  }
+  // Contiguous files whose dataspace is patched (its extent appears twice: dims and max dims;
+  // HDF5 1.10 opens them and reads past the stored bytes without complaint), chunked datasets
+  // declaring far more than their file holds, and one good compressed dataset.
+  const std::string script =
+      "import struct\nd = \"" + dir.file("") +
+      "\"\n"
+      "def patched(name, extent):\n"
+      "  with h5py.File(d + \"base.h5\", \"w\") as f:\n"
+      "    f[\"x\"] = np.arange(100000, dtype=np.float32)\n"
+      "  b = open(d + \"base.h5\", \"rb\").read()\n"
+      "  old = struct.pack(\"<Q\", 100000)\n"
+      "  assert b.count(old) == 2\n"
+      "  open(d + name, \"wb\").write(b.replace(old, struct.pack(\"<Q\", extent)))\n"
+      "patched(\"longer.h5\", 100500)\n"
+      "patched(\"wrapped.h5\", 2**62)\n"
+      "def create(name, **kw):\n"
+      "  with h5py.File(d + name, \"w\") as f:\n"
+      "    f.create_dataset(\"x\", **kw)\n"
+      "create(\"unwritten.h5\", shape=(5,), dtype=\"f4\")\n"
+      "create(\"wide_rows.h5\", shape=(2, 2**62), chunks=(1, 1024), dtype=\"f4\")\n"
+      "create(\"many_rows.h5\", shape=(2**40,), chunks=(1024,), dtype=\"f4\")\n"
+      "create(\"inflated.h5\", shape=(1000, 1000, 100), chunks=(10, 1000, 100), dtype=\"f4\",\n"
+      "       compression=\"gzip\")\n"
+      "create(\"empty_rows.h5\", shape=(2**62, 0), maxshape=(None, None), chunks=(1024, 1),\n"
+      "       dtype=\"f4\")\n"
+      "x = (np.arange(200000) % 7).reshape(20000, 10).astype(np.float32)\n"
+      "create(\"good_gz.h5\", data=x, chunks=(1000, 10), compression=\"gzip\")\n";
+  if (!python_h5py(script)) {
+    WARN("skipped: /usr/bin/python3 has no h5py (apt install python3-h5py)");
+    return;
+  }
+  const std::string longer = dir.file("longer.h5");
+  CHECK_THROWS_WITH(
+      hdf5({longer}, {"x"}),
+      Catch::Contains("dataset 'x' in '" + longer + "'") &&
+          Catch::Contains("declares shape [100500] of 4-byte elements (402000 bytes)") &&
+          Catch::Contains("but stores 400000 bytes"));
+  CHECK_THROWS_WITH(
+      hdf5({dir.file("wrapped.h5")}, {"x"}),
+      Catch::Contains("wrapped.h5") &&
+          Catch::Contains("declares shape [4611686018427387904] of 4-byte elements") &&
+          Catch::Contains("more bytes than int64 can count"));
+  CHECK_THROWS_WITH(
+      hdf5({dir.file("unwritten.h5")}, {"x"}),
+      Catch::Contains("unwritten.h5") &&
+          Catch::Contains("declares shape [5] of 4-byte elements (20 bytes) but stores 0"));
+  // A row of 2^62 float32: its bytes wrapped to 0 and every read copied nothing.
+  CHECK_THROWS_WITH(hdf5({dir.file("wide_rows.h5")}, {"x"}),
+                    Catch::Contains("wide_rows.h5") &&
+                        Catch::Contains("[2, 4611686018427387904] of 4-byte elements") &&
+                        Catch::Contains("more bytes than int64 can count"));
+  CHECK_THROWS_WITH(
+      hdf5({dir.file("many_rows.h5")}, {"x"}),
+      Catch::Contains("many_rows.h5") &&
+          Catch::Contains("[1099511627776] of 4-byte elements (4398046511104 bytes)") &&
+          Catch::Contains("more than its file of") && Catch::Contains("can hold;"));
+  CHECK_THROWS_WITH(hdf5({dir.file("inflated.h5")}, {"x"}),
+                    Catch::Contains("[1000, 1000, 100] of 4-byte elements (400000000 bytes)") &&
+                        Catch::Contains("can hold compressed"));
+  // Rows of no bytes pass the size checks, but two files of 2^62 of them cannot be counted.
+  CHECK(hdf5({dir.file("empty_rows.h5")}, {"x"}).cardinality() == (int64_t{1} << 62));
+  CHECK_THROWS_WITH(hdf5({dir.file("empty_rows.h5"), dir.file("empty_rows.h5")}, {"x"}),
+                    Catch::Contains("empty_rows.h5' holds 4611686018427387904 examples after "
+                                    "4611686018427387904") &&
+                        Catch::Contains("more than int64 can count"));
+  // A compressed dataset that holds its data reads as written.
+  Dataset good = hdf5({dir.file("good_gz.h5")}, {"x"}, /*chunk_rows=*/3000);
+  CHECK(good.cardinality() == 20000);
+  std::vector<Element> rows;
+  for (const Element& e : good.skip(19998)) rows.push_back(e);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0][0].to_vector<float>() ==
+        std::vector<float>{4, 5, 6, 0, 1, 2, 3, 4, 5, 6});  // (199980 + k) % 7
+  CHECK(rows[1][0].to_vector<float>()[0] == 0.0f);          // 199990 % 7
 }

@@ -30,6 +30,15 @@ TEST_CASE("factories fill shape, dtype and values", "[cpu][tensor]") {
   CHECK(Tensor::from_vector<bool>({true, false}).to_vector<int>() == std::vector<int>{1, 0});
 }
 
+TEST_CASE("Tensor::empty raises, naming the shape, when its bytes overflow", "[cpu][tensor]") {
+  const int64_t two61 = int64_t{1} << 61;
+  // 2^61 float32 elements are 2^63 bytes: more than int64 (and size_t arithmetic would wrap).
+  CHECK_THROWS_WITH(Tensor::empty(Shape{two61}, DType::kFloat32),
+                    Catch::Contains("shape [" + std::to_string(two61) + "]"));
+  CHECK_THROWS_WITH(Tensor::empty(Shape{2, -3}), Catch::Contains("negative dimension"));
+  CHECK(Tensor::empty(Shape{3, 0}).numel() == 0);
+}
+
 TEST_CASE("copies alias, clone and to() copy", "[cpu][tensor]") {
   Tensor a = Tensor::zeros({3});
   Tensor alias = a;

@@ -1,6 +1,7 @@
 // Shape arithmetic and printing.
 #include "tandem/core/shape.h"
 
+#include <limits>
 #include <sstream>
 
 #include "tandem/core/error.h"
@@ -17,6 +18,17 @@ int64_t Shape::numel() const {
   return n;
 }
 
+size_t Shape::nbytes(size_t element_size) const {
+  for (int64_t d : dims_)
+    TANDEM_CHECK(d >= 0, "shape ", *this, " has a negative dimension; it has no size in bytes");
+  int64_t bytes = 0;
+  TANDEM_CHECK(element_size <= static_cast<size_t>(std::numeric_limits<int64_t>::max()) &&
+                   !__builtin_mul_overflow(numel(), static_cast<int64_t>(element_size), &bytes),
+               "shape ", *this, " of ", element_size,
+               "-byte elements has more bytes than int64 can count");
+  return static_cast<size_t>(bytes);
+}
+
 size_t Shape::normalize_axis(int64_t axis) const {
   const int64_t r = rank();
   const int64_t a = axis < 0 ? axis + r : axis;
@@ -26,7 +38,9 @@ size_t Shape::normalize_axis(int64_t axis) const {
 
 std::vector<int64_t> Shape::strides() const {
   std::vector<int64_t> s(dims_.size(), 1);
-  for (int64_t i = rank() - 2; i >= 0; --i) s[i] = s[i + 1] * dims_[i + 1];
+  for (int64_t i = rank() - 2; i >= 0; --i)
+    TANDEM_CHECK(!__builtin_mul_overflow(s[i + 1], dims_[i + 1], &s[i]), "shape ", *this,
+                 " has strides that int64 cannot count");
   return s;
 }
 

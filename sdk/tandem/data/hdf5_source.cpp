@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <cstring>
 #include <filesystem>
+#include <limits>
 #include <sstream>
 
 #include "tandem/core/logging.h"
@@ -158,6 +159,69 @@ hid_t memory_type(DType dtype) {
   TANDEM_THROW("data::hdf5: no HDF5 memory type for ", dtype);
 }
 
+/// The largest size ratio of HDF5's compression filters (deflate: 1032:1), as for checkpoints.
+/// A compressed dataset may declare more bytes than its file holds, but never more than this
+/// many times as many.
+constexpr uint64_t kMaxCompressionRatio = 1032;
+
+/// Raises naming the dataset and its file when its declared shape (of `element_bytes`-byte
+/// elements in the file) needs bytes that the file does not hold. A contiguous dataset must
+/// store exactly that many: HDF5 reads past a shorter one without complaint, returning whatever
+/// lies beyond (zeros, other objects). A chunked one may not declare more than its file holds
+/// (1032 times more when compressed). Damaged extents would otherwise surface as absurd
+/// allocations, or as garbage or errors hours into a run.
+void check_stored_size(const Handle& file, const Handle& dataset, const std::string& path,
+                       const std::string& name, const Shape& shape, size_t element_bytes) {
+  // Elements first, then bytes, as Shape::numel and Shape::nbytes count: [2^62, 0] holds none.
+  uint64_t declared = 1;
+  bool overflow = false;
+  for (int64_t d : shape)
+    overflow = overflow || __builtin_mul_overflow(declared, static_cast<uint64_t>(d), &declared);
+  overflow = overflow || __builtin_mul_overflow(declared, uint64_t{element_bytes}, &declared);
+  TANDEM_CHECK(!overflow && declared <= static_cast<uint64_t>(std::numeric_limits<int64_t>::max()),
+               "data::hdf5: dataset '", name, "' in '", path, "' declares shape ", shape, " of ",
+               element_bytes, "-byte elements, more bytes than int64 can count; the file is ",
+               "damaged");
+  Handle dcpl(TANDEM_H5_CHECK(H5Dget_create_plist(dataset.get()), "data::hdf5: properties of '",
+                              name, "' in '", path, "'"),
+              H5Pclose);
+  const H5D_layout_t layout = TANDEM_H5_CHECK(H5Pget_layout(dcpl.get()), "data::hdf5: layout of '",
+                                              name, "' in '", path, "'");
+  const int external =
+      TANDEM_H5_CHECK(H5Pget_external_count(dcpl.get()), "data::hdf5: external files of '", name,
+                      "' in '", path, "'");
+  // Virtual datasets and external storage keep their data in other files.
+  if (layout == H5D_VIRTUAL || external > 0) return;
+  if (layout == H5D_CONTIGUOUS) {
+    const hsize_t stored = H5Dget_storage_size(dataset.get());  // 0 also when never written
+    TANDEM_CHECK(stored == declared, "data::hdf5: dataset '", name, "' in '", path,
+                 "' declares shape ", shape, " of ", element_bytes, "-byte elements (", declared,
+                 " bytes) but stores ", stored, " bytes; the file is damaged (or the dataset ",
+                 "was never written)");
+    return;
+  }
+  hsize_t file_bytes = 0;
+  TANDEM_H5_CHECK(H5Fget_filesize(file.get(), &file_bytes), "data::hdf5: size of '", path, "'");
+  const int filters = TANDEM_H5_CHECK(H5Pget_nfilters(dcpl.get()), "data::hdf5: filters of '", name,
+                                      "' in '", path, "'");
+  bool compressed = false;
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t values = 0;
+    const H5Z_filter_t filter = H5Pget_filter2(dcpl.get(), static_cast<unsigned>(i), &flags,
+                                               &values, nullptr, 0, nullptr, &config);
+    if (filter < 0) H5Eclear2(H5E_DEFAULT);
+    compressed = compressed || filter != H5Z_FILTER_FLETCHER32;
+  }
+  uint64_t limit = file_bytes;
+  if (compressed && __builtin_mul_overflow(limit, kMaxCompressionRatio, &limit))
+    limit = std::numeric_limits<uint64_t>::max();
+  TANDEM_CHECK(declared <= limit, "data::hdf5: dataset '", name, "' in '", path,
+               "' declares shape ", shape, " of ", element_bytes, "-byte elements (", declared,
+               " bytes), more than its file of ", file_bytes, " bytes can hold",
+               compressed ? " compressed" : "", "; the file is damaged");
+}
+
 /// Shape [rows, ...] and type of one named dataset in one file.
 struct DatasetInfo {
   std::vector<int64_t> dims;
@@ -180,8 +244,14 @@ DatasetInfo inspect(const Handle& file, const std::string& path, const std::stri
                               path, "'"),
               H5Tclose);
   DatasetInfo info;
-  for (hsize_t d : dims) info.dims.push_back(static_cast<int64_t>(d));
+  for (hsize_t d : dims) {
+    TANDEM_CHECK(d <= static_cast<hsize_t>(std::numeric_limits<int64_t>::max()),
+                 "data::hdf5: dataset '", name, "' in '", path, "' declares an extent of ", d,
+                 " elements; the file is damaged");
+    info.dims.push_back(static_cast<int64_t>(d));
+  }
   info.dtype = dtype_for(type.get(), path, name);
+  check_stored_size(file, dataset, path, name, Shape(info.dims), H5Tget_size(type.get()));
   return info;
 }
 
@@ -205,7 +275,7 @@ class Hdf5Source final : public Source, public std::enable_shared_from_this<Hdf5
         if (row_shapes_.size() < names_.size()) {
           row_shapes_.push_back(row_shape);
           dtypes_.push_back(info.dtype);
-          row_bytes_.push_back(static_cast<size_t>(row_shape.numel()) * dtype_size(info.dtype));
+          row_bytes_.push_back(row_shape.nbytes(dtype_size(info.dtype)));
         } else {
           TANDEM_CHECK(row_shape == row_shapes_[c] && info.dtype == dtypes_[c],
                        "data::hdf5: ", "dataset '", names_[c], "' in '", path, "' has examples of ",
@@ -213,7 +283,11 @@ class Hdf5Source final : public Source, public std::enable_shared_from_this<Hdf5
                        " ", dtypes_[c]);
         }
       }
-      offsets_.push_back(offsets_.back() + rows);
+      int64_t end = 0;
+      TANDEM_CHECK(!__builtin_add_overflow(offsets_.back(), rows, &end), "data::hdf5: '", path,
+                   "' holds ", rows, " examples after ", offsets_.back(), " in the files before ",
+                   "it, more than int64 can count");
+      offsets_.push_back(end);
     }
   }
 

@@ -3,6 +3,7 @@
 // the data::idx / data::fashion_mnist sources, which share loaded files process-wide.
 #include <zlib.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
@@ -25,13 +26,20 @@ uint32_t big_endian_u32(const uint8_t* p) {
   return (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
 }
 
+/// Whether the first 4 bytes of a file are the magic number of an IDX array of unsigned bytes
+/// (0x00 0x00 0x08 <rank >= 1>), the only IDX files Tandem reads.
+bool is_unsigned_byte_idx(const uint8_t* magic) {
+  return magic[0] == 0 && magic[1] == 0 && magic[2] == 0x08 && magic[3] != 0;
+}
+
 /// The size in bytes of the IDX file whose first `size` bytes are `bytes` (header and data),
-/// once its header is complete: nullopt before that, or when the header is not an IDX header
-/// (parse_idx says why). Raises when the declared size cannot be counted, naming the
-/// dimensions: their product can exceed any real file (4 x 2^31 x 2^31 wraps to 0 in int64).
+/// once its header is complete: nullopt before that, or when the header is not that of an IDX
+/// array of unsigned bytes (parse_idx says why). Raises when the declared size cannot be
+/// counted, naming the dimensions: their product can exceed any real file (4 x 2^31 x 2^31
+/// wraps to 0 in int64).
 std::optional<uint64_t> declared_idx_size(const uint8_t* bytes, size_t size,
                                           const std::string& path, const char* who) {
-  if (size < 4 || bytes[0] != 0 || bytes[1] != 0 || bytes[3] == 0) return std::nullopt;
+  if (size < 4 || !is_unsigned_byte_idx(bytes)) return std::nullopt;
   const size_t rank = bytes[3];
   const uint64_t header = 4 + 4 * uint64_t{rank};
   if (size < header) return std::nullopt;
@@ -40,7 +48,8 @@ std::optional<uint64_t> declared_idx_size(const uint8_t* bytes, size_t size,
   bool overflow = false;
   for (size_t i = 0; i < rank; ++i) {
     dims.push_back(big_endian_u32(bytes + 4 + 4 * i));
-    overflow = overflow || __builtin_mul_overflow(total, static_cast<uint64_t>(dims.back()), &total);
+    overflow =
+        overflow || __builtin_mul_overflow(total, static_cast<uint64_t>(dims.back()), &total);
   }
   overflow = overflow || __builtin_add_overflow(total, header, &total) ||
              total > static_cast<uint64_t>(std::numeric_limits<int64_t>::max());
@@ -50,8 +59,10 @@ std::optional<uint64_t> declared_idx_size(const uint8_t* bytes, size_t size,
 }
 
 /// The bytes of a file, gunzipped when it is gzip-compressed (zlib reads plain files as is).
-/// Reading stops once the data is well past the size the IDX header declares, so a small
-/// damaged or hostile .gz cannot make it decompress gigabytes.
+/// Memory grows only with the data actually read, whatever the header declares, and reading
+/// stops once the data is well past the size the header declares, or at the first chunk when
+/// the file does not start as an IDX file of unsigned bytes (parse_idx then says what is
+/// wrong): a small damaged or hostile .gz cannot make it decompress gigabytes.
 std::vector<uint8_t> read_file(const std::string& path, const char* who) {
   std::error_code ec;
   TANDEM_CHECK(fs::is_regular_file(path, ec), who, ": cannot open '", path,
@@ -62,15 +73,18 @@ std::vector<uint8_t> read_file(const std::string& path, const char* who) {
   gzbuffer(file.get(), 1 << 18);
   std::vector<uint8_t> bytes;
   size_t size = 0;
-  constexpr size_t kChunk = 1 << 20;
+  // Reads grow from 64 KiB to 1 MiB at a time: small files stay cheap, large ones take few calls.
+  constexpr size_t kMaxChunk = 1 << 20;
+  size_t chunk = 64 << 10;
   std::optional<uint64_t> declared;
   for (;;) {
+    if (size >= 4 && !is_unsigned_byte_idx(bytes.data())) break;
     if (!declared) declared = declared_idx_size(bytes.data(), size, path, who);
-    TANDEM_CHECK(!declared || size <= *declared + kChunk, who, ": '", path, "' has more than ",
+    TANDEM_CHECK(!declared || size <= *declared + kMaxChunk, who, ": '", path, "' has more than ",
                  size - declared.value_or(0), " bytes after the array its header describes (",
                  declared.value_or(0), " bytes with the header): corrupt, or not an IDX file");
-    bytes.resize(size + kChunk);
-    const int n = gzread(file.get(), bytes.data() + size, static_cast<unsigned>(kChunk));
+    bytes.resize(size + chunk);
+    const int n = gzread(file.get(), bytes.data() + size, static_cast<unsigned>(chunk));
     if (n <= 0) {
       int code = Z_OK;
       const char* message = gzerror(file.get(), &code);
@@ -81,6 +95,7 @@ std::vector<uint8_t> read_file(const std::string& path, const char* who) {
       break;
     }
     size += static_cast<size_t>(n);
+    chunk = std::min(chunk * 2, kMaxChunk);
   }
   bytes.resize(size);
   return bytes;

@@ -16,7 +16,7 @@ class TensorSlicesSource final : public Source {
       : tensors_(std::move(tensors)), name_(std::move(name)), size_(tensors_[0].dim(0)) {
     for (const Tensor& t : tensors_) {
       row_shapes_.push_back(drop_first_dim(t.shape()));
-      row_bytes_.push_back(static_cast<size_t>(row_shapes_.back().numel()) * dtype_size(t.dtype()));
+      row_bytes_.push_back(row_shapes_.back().nbytes(dtype_size(t.dtype())));
     }
   }
 

@@ -42,7 +42,7 @@ bool Tensor::shares_storage_with(const Tensor& other) const {
 Tensor Tensor::empty(const Shape& shape, DType dtype, Device device) {
   for (int64_t d : shape) TANDEM_CHECK(d >= 0, "Tensor::empty: negative dimension in ", shape);
   auto impl = std::make_shared<TensorImpl>();
-  const size_t nbytes = static_cast<size_t>(shape.numel()) * dtype_size(dtype);
+  const size_t nbytes = shape.nbytes(dtype_size(dtype));  // raises when it overflows
   impl->storage = std::make_shared<Storage>(nbytes, allocator_for(device));
   impl->shape = shape;
   impl->dtype = dtype;
