@@ -20,7 +20,8 @@ int replicas_in_sync(const char* function, const char* remedy) {
   TANDEM_CHECK(strategy == nullptr, function, " was called in cross-replica context (the scope of ",
                strategy->name(), " with ", strategy->num_replicas_in_sync(),
                " replicas is open, outside strategy.run); call it inside strategy.run, where it "
-               "divides by the job's num_replicas_in_sync, or ", remedy);
+               "divides by the job's num_replicas_in_sync, or ",
+               remedy);
   return 1;
 }
 
@@ -38,26 +39,25 @@ Tensor compute_average_loss(const Tensor& per_example_loss,
   const Tensor weighted =
       sample_weight.defined() ? ops::mul(per_example_loss, sample_weight) : per_example_loss;
   const int64_t divisor =
-      global_batch_size
-          ? *global_batch_size
-          : per_example_loss.dim(0) *
-                replicas_in_sync("compute_average_loss without a global_batch_size",
-                                 "pass global_batch_size");
+      global_batch_size ? *global_batch_size
+                        : per_example_loss.dim(0) *
+                              replicas_in_sync("compute_average_loss without a global_batch_size",
+                                               "pass global_batch_size");
   const Tensor total = ops::sum(weighted);
   // Divisor 0 (an empty global batch): 0, still connected to the tape so gradients are zeros.
   const Tensor loss = divisor == 0 ? ops::mul(total, 0.0) : total / static_cast<double>(divisor);
   if (check_numerics_enabled()) {
     const ops::NonFinite found = ops::count_non_finite(weighted);
     const ops::NonFinite in_loss = ops::count_non_finite(loss);
-    TANDEM_CHECK(found.total() == 0 && in_loss.total() == 0,
-                 "TANDEM_CHECK_NUMERICS: non-finite loss in compute_average_loss",
-                 current_replica_context() ? detail::str_cat(" on replica ", current_replica_context()
-                                                                     ->replica_id_in_sync_group(),
-                                                             " in strategy.run #",
-                                                             detail::current_run_index())
-                                           : std::string(),
-                 " (the per-example losses", sample_weight.defined() ? " x sample_weight" : "",
-                 " hold ", found.nan, " NaN and ", found.inf, " Inf of ", weighted.numel(), ")");
+    TANDEM_CHECK(
+        found.total() == 0 && in_loss.total() == 0,
+        "TANDEM_CHECK_NUMERICS: non-finite loss in compute_average_loss",
+        current_replica_context()
+            ? detail::str_cat(" on replica ", current_replica_context()->replica_id_in_sync_group(),
+                              " in strategy.run #", detail::current_run_index())
+            : std::string(),
+        " (the per-example losses", sample_weight.defined() ? " x sample_weight" : "", " hold ",
+        found.nan, " NaN and ", found.inf, " Inf of ", weighted.numel(), ")");
   }
   return loss;
 }
@@ -65,8 +65,9 @@ Tensor compute_average_loss(const Tensor& per_example_loss,
 Tensor scale_regularization_loss(const Tensor& regularization_loss) {
   TANDEM_CHECK(regularization_loss.defined(),
                "scale_regularization_loss: the regularization loss is undefined");
-  const int replicas = replicas_in_sync(
-      "scale_regularization_loss", "divide the regularization loss by num_replicas_in_sync yourself");
+  const int replicas =
+      replicas_in_sync("scale_regularization_loss",
+                       "divide the regularization loss by num_replicas_in_sync yourself");
   return ops::sum(regularization_loss) / static_cast<double>(replicas);
 }
 

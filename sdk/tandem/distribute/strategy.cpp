@@ -108,6 +108,21 @@ bool is_aborted(const std::exception_ptr& error) {
   }
 }
 
+bool is_timeout(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+/// How long run still waits for a replica once a peer's collective timed out waiting for it
+/// (at most the collective timeout): time for the replicas released from that collective to
+/// unwind.
+constexpr std::chrono::milliseconds kStuckGrace{500};
+
 void validate_devices(const std::string& strategy, const std::vector<Device>& devices) {
   TANDEM_CHECK(!devices.empty(), strategy, ": needs at least one device");
   bool any_cpu = false, any_cuda = false;
@@ -283,20 +298,30 @@ struct Strategy::Impl {
   std::vector<std::thread> threads;
   std::mutex run_mutex;  // one run at a time (runs from several user threads queue here)
 
-  void stop_threads() {
+  /// Ends the replica threads; returns how many it had to detach (stuck in a replica function).
+  int stop_threads() {
+    int detached = 0;
+    std::vector<char> returned;
     {
       std::lock_guard<std::mutex> lock(mutex);
       stop = true;
+      // After a run gave up on replicas, only those that have returned since can be joined.
+      returned = broken.empty() ? std::vector<char>(threads.size(), 1) : finished;
     }
     work_cv.notify_all();
-    const bool stuck = is_broken();
-    for (std::thread& t : threads) {
-      // A thread that never returned from a replica function cannot be joined: it keeps running
+    for (size_t r = 0; r < threads.size(); ++r) {
+      if (!threads[r].joinable()) continue;
+      // A thread still inside a replica function may never return: it keeps running
       // (detached) with this state, which the destructor then leaves to it.
-      if (stuck && t.joinable()) t.detach();
-      if (t.joinable()) t.join();
+      if (returned[r]) {
+        threads[r].join();
+      } else {
+        threads[r].detach();
+        ++detached;
+      }
     }
     threads.clear();
+    return detached;
   }
 
   bool is_broken() {
@@ -304,18 +329,23 @@ struct Strategy::Impl {
     return !broken.empty();
   }
 
-  /// Raises at once once a run has given up on a replica (see wait_for_replicas).
-  void check_usable() {
+  /// Raises at once once a run has given up on a replica (see wait_for_replicas). `what` names
+  /// the call ("run", "reduce", ...).
+  void check_usable(const char* what) {
     std::lock_guard<std::mutex> lock(mutex);
-    TANDEM_CHECK(broken.empty(), name, " is unusable: ", broken,
+    TANDEM_CHECK(broken.empty(), name, ".", what, ": the strategy is unusable: an earlier run ",
+                 "gave up on its replicas: ", broken,
                  ". Its replica threads may still be running user code; create a new strategy "
                  "(or end the process)");
   }
 
-  /// Waits for every replica to return from the current run. One that has not returned within
-  /// the collective timeout after the first one did (stuck in user code: a collective would
-  /// have raised by then) is given up on: the strategy becomes unusable, the peers are released
-  /// from their collectives, and run raises on the calling thread instead of waiting forever.
+  /// Waits for every replica to return from the current run. A replica that has not returned
+  /// within the collective timeout after the first one did is stuck in user code (a collective
+  /// would have raised by then); so is one still running kStuckGrace after a peer's collective
+  /// timed out (the peer waited a whole timeout for it already, and the replicas waiting with
+  /// it are released at once). run gives up on it: the strategy becomes unusable, the peers are
+  /// released from their collectives, and run raises on the calling thread instead of waiting
+  /// for a thread that may never come back.
   void wait_for_replicas() {
     using Clock = std::chrono::steady_clock;
     std::unique_lock<std::mutex> lock(mutex);
@@ -323,26 +353,56 @@ struct Strategy::Impl {
     auto any_done = [&] { return pending.load(std::memory_order_acquire) < num_replicas; };
     done_cv.wait(lock, any_done);
     const std::chrono::milliseconds timeout = collectives::collective_timeout();
-    if (done_cv.wait_until(lock, Clock::now() + timeout, all_done)) return;
+    const std::chrono::milliseconds grace = std::min(timeout, kStuckGrace);
+    Clock::time_point deadline = Clock::now() + timeout;
+    int timed_out = -1;  // a replica whose collective timed out (its error is a TimeoutError)
+    // Each replica notifies done_cv when it returns, so the deadline is revised at each return.
+    while (!all_done()) {
+      for (int r = 0; r < num_replicas && timed_out < 0; ++r) {
+        const std::exception_ptr& error = errors[static_cast<size_t>(r)];
+        if (finished[static_cast<size_t>(r)] && error && is_timeout(error)) {
+          timed_out = r;
+          deadline = std::min(deadline, Clock::now() + grace);
+        }
+      }
+      if (done_cv.wait_until(lock, deadline) == std::cv_status::timeout) break;
+    }
+    if (all_done()) return;
+
     std::vector<int> stuck, returned;
     for (int r = 0; r < num_replicas; ++r)
       (finished[static_cast<size_t>(r)] ? returned : stuck).push_back(r);
-    std::string first_error;
+    // What the replicas that returned raised: the first one's own error (not the AbortedError
+    // of a replica released because of another's failure).
+    int cause = -1;
     for (int r : returned) {
-      if (errors[static_cast<size_t>(r)] && first_error.empty())
-        first_error = detail::str_cat("; replica ", r, " raised: ",
-                                      detail::describe_exception(errors[static_cast<size_t>(r)]));
+      const std::exception_ptr& error = errors[static_cast<size_t>(r)];
+      if (error &&
+          (cause < 0 || (is_aborted(errors[static_cast<size_t>(cause)]) && !is_aborted(error))))
+        cause = r;
     }
-    broken = detail::str_cat(
-        replica_list(stuck), " did not return from the replica function within ", static_cast<double>(timeout.count()) / 1000.0,
-        " s (TANDEM_COLLECTIVE_TIMEOUT) after ", replica_list(returned), " had",
-        first_error);
-    const std::string reason = broken;
+    const double seconds = static_cast<double>(timeout.count()) / 1000.0;
+    std::string reason =
+        timed_out >= 0
+            ? detail::str_cat(replica_list(stuck),
+                              " did not return from the replica function: replica ", timed_out,
+                              "'s collective timed out after ", seconds,
+                              " s (TANDEM_COLLECTIVE_TIMEOUT) waiting for it, and it was still "
+                              "running ",
+                              static_cast<double>(grace.count()) / 1000.0, " s later")
+            : detail::str_cat(replica_list(stuck), " did not return from the replica function ",
+                              "within ", seconds, " s (TANDEM_COLLECTIVE_TIMEOUT) after ",
+                              replica_list(returned), " finished");
+    if (cause >= 0)
+      reason += detail::str_cat("; replica ", cause, " raised: ",
+                                detail::describe_exception(errors[static_cast<size_t>(cause)]));
+    broken = reason;
     lock.unlock();
-    group->abort(reason);  // peers still waiting in a collective raise now
+    group->abort(reason);  // a stuck replica that later enters a collective raises at once
     throw TimeoutError(detail::str_cat(
-        name, ".run: ", reason, ". The strategy is unusable from now on: every later call "
-        "raises at once, and the stuck replica threads are left running"));
+        name, ".run: ", reason,
+        ". The strategy is unusable from now on: every later call raises at once, and the "
+        "stuck replica threads are left running"));
   }
 };
 
@@ -539,17 +599,20 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
 }
 
 Strategy::~Strategy() {
-  impl_->stop_threads();
+  // Never blocks on a replica stuck in user code: stop_threads detaches it instead of joining.
+  const int detached = impl_->stop_threads();
 #if TANDEM_WITH_MPI
   if (impl_->worker_group && worker_group() == impl_->worker_group)
     set_worker_group(impl_->previous_worker_group);
 #endif
-  if (impl_->is_broken()) {
+  if (detached > 0) {
     // Replica threads that never returned still hold this state: it stays theirs for the life
-    // of the process (kept in a list, so it is not reported as a leak).
+    // of the process (kept in a list, so it is not reported as a leak), and the process can
+    // exit while they run.
     static std::mutex abandoned_mutex;
     static auto* abandoned = new std::vector<std::unique_ptr<Impl>>();
-    TANDEM_LOG_WARNING(impl_->name, " ended with replica threads still running: ", impl_->broken);
+    TANDEM_LOG_WARNING(impl_->name, " ended with ", detached, " replica thread",
+                       detached == 1 ? "" : "s", " still running (detached): ", impl_->broken);
     std::lock_guard<std::mutex> lock(abandoned_mutex);
     abandoned->push_back(std::move(impl_));
   }
@@ -587,7 +650,7 @@ void Strategy::execute(detail::ReplicaTask task) {
                ".run was called from inside a replica function (or a merge_call function); "
                "strategy.run cannot nest. Call the function directly instead");
   std::lock_guard<std::mutex> run_lock(impl.run_mutex);
-  impl.check_usable();
+  impl.check_usable("run");
   std::fill(impl.errors.begin(), impl.errors.end(), nullptr);
   // No replica is inside a collective between runs, so the group can restart its call numbers
   // (#1 is the first collective of this run) and forget the previous run's abort.
@@ -720,7 +783,7 @@ void check_cross_replica(const char* what) {
 Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
                         std::optional<int64_t> axis) const {
   check_cross_replica("reduce");
-  impl_->check_usable();
+  impl_->check_usable("reduce");
   TANDEM_CHECK(value.size() == static_cast<size_t>(impl_->num_replicas), name(),
                ".reduce: the PerReplica holds ", value.size(), " values but the strategy has ",
                impl_->num_replicas, " replicas");
@@ -769,6 +832,7 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
 
 Tensor Strategy::reduce(ReduceOp op, const Tensor& value, std::optional<int64_t> axis) const {
   check_cross_replica("reduce");
+  impl_->check_usable("reduce");
   const int n = impl_->num_replicas;
   TANDEM_CHECK(op != ReduceOp::kSum || n == 1, name(),
                ".reduce(sum, value): the value is a plain Tensor, not a PerReplica, and the "
@@ -811,6 +875,7 @@ void Strategy::install_end_of_data_agreement(data::DistributedDataset& dataset) 
 
 std::vector<char> Strategy::broadcast_from_chief(std::vector<char> bytes) const {
   check_cross_replica("broadcast_from_chief");
+  impl_->check_usable("broadcast_from_chief");
   if (impl_->num_workers == 1) return bytes;
 #if TANDEM_WITH_MPI
   std::vector<Tensor> size = {Tensor::scalar(static_cast<double>(bytes.size()), DType::kInt64)};
@@ -827,6 +892,7 @@ std::vector<char> Strategy::broadcast_from_chief(std::vector<char> bytes) const 
 
 Tensor Strategy::reduce_across_workers(ReduceOp op, const Tensor& value) const {
   check_cross_replica("reduce_across_workers");
+  impl_->check_usable("reduce_across_workers");
   TANDEM_CHECK(value.defined(), name(), ".reduce_across_workers: the value is undefined");
   if (impl_->num_workers == 1) return value;
   Tensor total = value.to(Device::cpu()).clone();
@@ -836,7 +902,7 @@ Tensor Strategy::reduce_across_workers(ReduceOp op, const Tensor& value) const {
 
 Tensor Strategy::gather(const PerReplica<Tensor>& value, int64_t axis) const {
   check_cross_replica("gather");
-  impl_->check_usable();
+  impl_->check_usable("gather");
 
   TANDEM_CHECK(value.size() == static_cast<size_t>(impl_->num_replicas), name(),
                ".gather: the PerReplica holds ", value.size(), " values but the strategy has ",

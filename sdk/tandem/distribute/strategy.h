@@ -91,11 +91,13 @@ class Strategy {
   /// thread a tandem::Error (TimeoutError for timeouts) whose message starts with
   /// "replica K: " followed by the original message. The strategy stays usable.
   /// A replica that has not returned within the collective timeout (TANDEM_COLLECTIVE_TIMEOUT)
-  /// after the first one did is stuck in user code (a collective would have raised): run then
-  /// raises TimeoutError naming it, and the strategy becomes unusable (every later call raises
-  /// at once; its destructor leaves the stuck thread running). Should that replica's function
-  /// ever return, its result is discarded; it must not rely on anything of the caller's that
-  /// did not outlive run, fn itself included.
+  /// after the first one did is stuck in user code (a collective would have raised), and so is
+  /// one still running half a second (at most one timeout) after a peer's collective timed out
+  /// waiting for it: run then raises TimeoutError naming it and the timeout, and the strategy
+  /// becomes unusable (run, reduce, gather and the cross-worker calls raise at once, saying
+  /// why; its destructor detaches the stuck thread and leaves it the strategy's state, so the
+  /// process can exit). Should that replica's function ever return, its result is discarded;
+  /// it must not rely on anything of the caller's that did not outlive run, fn itself included.
   template <typename Fn, typename... Args>
   auto run(Fn&& fn, const Args&... args);
 
@@ -246,8 +248,8 @@ auto Strategy::run(Fn&& fn, const Args&... args) {
     });
   } else {
     using Value = std::decay_t<Result>;
-    auto results =
-        std::make_shared<std::vector<std::optional<Value>>>(static_cast<size_t>(num_local_replicas()));
+    auto results = std::make_shared<std::vector<std::optional<Value>>>(
+        static_cast<size_t>(num_local_replicas()));
     // Each replica writes only its own element, so the threads never share one.
     submit([results, &fn, &args...](ReplicaContext& ctx) {
       const int id = ctx.local_replica_id();

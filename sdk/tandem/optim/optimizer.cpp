@@ -141,10 +141,12 @@ void Optimizer::check_numerics(const std::vector<Tensor>& gradients,
   for (size_t i = 0; i < gradients.size(); ++i) {
     const ops::NonFinite found = ops::count_non_finite(gradients[i]);
     if (found.total() == 0) continue;
+    // The step is the update these gradients are for (iterations counts updates done).
     std::string step = tandem::detail::str_cat("step ", iterations() + 1);
     if (accumulation_steps_ > 1)
-      step += tandem::detail::str_cat(" (micro-step ", micro_step() + 1, " of ", accumulation_steps_, ")");
-    TANDEM_CHECK(false, "TANDEM_CHECK_NUMERICS: non-finite gradient for ", variables[i].name(),
+      step += tandem::detail::str_cat(" (micro-step ", micro_step() + 1, " of ",
+                                      accumulation_steps_, ")");
+    TANDEM_THROW("TANDEM_CHECK_NUMERICS: non-finite gradient for ", variables[i].name(),
                  replica.empty() ? "" : " on ", replica, " at ", step, " (", found.nan, " NaN, ",
                  found.inf, " Inf of ", gradients[i].numel(), " values)");
   }
