@@ -24,6 +24,19 @@ mkdir -p "$work/clean/CMakeFiles/t.dir" "$work/dirty/CMakeFiles/t.dir"
 printf 'x.o: /usr/include/zlib.h \\\n /usr/include/stdio.h\n' > "$work/clean/CMakeFiles/t.dir/x.o.d"
 "$check" --quiet "$work/clean" || { echo "FAIL: a build reading zlib.h and stdio.h was refused"; exit 1; }
 
+# A launcher script outside any package that starts the optional CUDA toolkit's nvcc (some
+# images put one on PATH) is the toolkit's; one that starts anything else is unowned.
+mkdir -p "$work/launch/CMakeFiles" "$work/bin"
+printf '#!/bin/sh\nexec /usr/local/cuda-13.0/bin/nvcc "$@"\n' > "$work/bin/nvcc"
+printf '#!/bin/sh\nexec /opt/elsewhere/bin/tool "$@"\n' > "$work/bin/tool"
+chmod +x "$work/bin/nvcc" "$work/bin/tool"
+printf 'TANDEM_NVCC:FILEPATH=%s\n' "$work/bin/nvcc" > "$work/launch/CMakeCache.txt"
+"$check" --quiet "$work/launch" || { echo "FAIL: a launcher of /usr/local/cuda's nvcc was refused"; exit 1; }
+printf 'TANDEM_NVCC:FILEPATH=%s\n' "$work/bin/tool" > "$work/launch/CMakeCache.txt"
+if "$check" --quiet "$work/launch" >/dev/null; then
+  echo "FAIL: a launcher of a tool outside the CUDA toolkit was accepted"; exit 1
+fi
+
 printf 'x.o: /usr/include/zlib.h \\\n %s\n' "$header" > "$work/dirty/CMakeFiles/t.dir/x.o.d"
 status=0
 out="$("$check" --quiet "$work/dirty" 2>&1)" || status=$?
