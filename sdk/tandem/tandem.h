@@ -23,7 +23,7 @@
 #include "tandem/data/iterator_state.h"
 #include "tandem/distribute/average_loss.h"
 #include "tandem/distribute/cluster_resolver.h"
-#include "tandem/distribute/per_replica.h"
+#include "tandem/core/per_replica.h"
 #include "tandem/distribute/replica_context.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/losses/losses.h"

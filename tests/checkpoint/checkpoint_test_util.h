@@ -25,7 +25,7 @@
 #include <utility>
 #include <vector>
 
-#include "tandem/checkpoint/file_io.h"
+#include "tandem/checkpoint/internal/file_io.h"
 #include "tandem/checkpoint/hdf5_file.h"
 #include "tandem/tandem.h"
 

@@ -21,7 +21,7 @@
 #include "tandem/tandem.h"
 #include "tandem/tensor/device_runtime.h"
 #if TANDEM_WITH_NCCL
-#include "tandem/collectives/nccl_communicator.h"
+#include "tandem/collectives/internal/nccl_communicator.h"
 #endif
 
 namespace {

@@ -15,8 +15,8 @@
 #include <set>
 #include <unordered_map>
 
-#include "tandem/checkpoint/file_io.h"
-#include "tandem/checkpoint/gather.h"
+#include "tandem/checkpoint/internal/file_io.h"
+#include "tandem/checkpoint/internal/gather.h"
 #include "tandem/checkpoint/hdf5_file.h"
 #include "tandem/checkpoint/inspect.h"
 #include "tandem/core/build_info.h"

@@ -13,8 +13,8 @@
 #include <sstream>
 
 #include "tandem/autograd/variable.h"
-#include "tandem/checkpoint/file_io.h"
-#include "tandem/checkpoint/gather.h"
+#include "tandem/checkpoint/internal/file_io.h"
+#include "tandem/checkpoint/internal/gather.h"
 #include "tandem/checkpoint/hdf5_file.h"
 #include "tandem/checkpoint/inspect.h"
 #include "tandem/collectives/communicator.h"

@@ -1,6 +1,6 @@
 // POSIX file steps of the checkpoint write protocol: fsync, rename, atomic text-file replacement
 // and the save-point test hook.
-#include "tandem/checkpoint/file_io.h"
+#include "tandem/checkpoint/internal/file_io.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>

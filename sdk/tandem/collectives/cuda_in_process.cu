@@ -5,10 +5,10 @@
 #include <cmath>
 #include <type_traits>
 
-#include "tandem/collectives/cuda_in_process.h"
-#include "tandem/core/cuda_check.h"
+#include "tandem/collectives/internal/cuda_in_process.h"
+#include "tandem/core/internal/cuda_check.h"
 #include "tandem/core/error.h"
-#include "tandem/tensor/cuda_context.h"
+#include "tandem/tensor/internal/cuda_context.h"
 
 namespace tandem::collectives::cuda_in_process {
 

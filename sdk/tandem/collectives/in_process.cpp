@@ -15,12 +15,12 @@
 #include <emmintrin.h>
 #endif
 
-#include "tandem/collectives/spin_wait.h"
+#include "tandem/collectives/internal/spin_wait.h"
 #include "tandem/core/threading.h"
 #include "tandem/tensor/device_runtime.h"
 
 #if TANDEM_WITH_CUDA
-#include "tandem/collectives/cuda_in_process.h"
+#include "tandem/collectives/internal/cuda_in_process.h"
 #endif
 
 namespace tandem::collectives {

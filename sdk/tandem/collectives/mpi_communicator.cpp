@@ -2,7 +2,7 @@
 // messages are polled against the collective timeout, so a worker that never arrives (it died,
 // or it is stuck) makes the others raise naming it instead of hanging; then the blocking MPI
 // call runs.
-#include "tandem/collectives/mpi_communicator.h"
+#include "tandem/collectives/internal/mpi_communicator.h"
 
 // The C API only (Open MPI's C++ bindings do not build warning-free).
 #define OMPI_SKIP_MPICXX 1

@@ -2,7 +2,7 @@
 // non-blocking mode, a host rendezvous with an argument check before each collective, and a
 // watchdog thread that polls ncclCommGetAsyncError and the completion of queued collectives,
 // aborting every communicator on an error or after the collective timeout.
-#include "tandem/collectives/nccl_communicator.h"
+#include "tandem/collectives/internal/nccl_communicator.h"
 
 #include <cuda_runtime.h>
 #include <nccl.h>
@@ -16,9 +16,9 @@
 #include <sstream>
 #include <thread>
 
-#include "tandem/core/cuda_check.h"
+#include "tandem/core/internal/cuda_check.h"
 #include "tandem/core/logging.h"
-#include "tandem/tensor/cuda_context.h"
+#include "tandem/tensor/internal/cuda_context.h"
 
 namespace tandem::collectives {
 

@@ -6,7 +6,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "tandem/data/node.h"
+#include "tandem/data/internal/node.h"
 
 namespace tandem::data {
 namespace detail {

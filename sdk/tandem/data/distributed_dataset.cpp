@@ -5,8 +5,8 @@
 #include <algorithm>
 #include <optional>
 
-#include "tandem/data/node.h"
-#include "tandem/tensor/device_memory.h"
+#include "tandem/data/internal/node.h"
+#include "tandem/tensor/internal/device_memory.h"
 
 namespace tandem::data {
 

@@ -13,7 +13,7 @@
 #include "tandem/core/device.h"
 #include "tandem/data/batch.h"
 #include "tandem/data/dataset.h"
-#include "tandem/distribute/per_replica.h"
+#include "tandem/core/per_replica.h"
 
 namespace tandem::data {
 

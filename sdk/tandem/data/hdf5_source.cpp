@@ -10,7 +10,7 @@
 #include <sstream>
 
 #include "tandem/core/logging.h"
-#include "tandem/data/node.h"
+#include "tandem/data/internal/node.h"
 
 namespace tandem::data::detail {
 namespace {

@@ -14,7 +14,7 @@
 #include <optional>
 #include <sstream>
 
-#include "tandem/data/node.h"
+#include "tandem/data/internal/node.h"
 
 namespace tandem::data {
 namespace detail {

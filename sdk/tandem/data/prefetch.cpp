@@ -8,7 +8,7 @@
 #include <optional>
 #include <thread>
 
-#include "tandem/data/node.h"
+#include "tandem/data/internal/node.h"
 
 namespace tandem::data::detail {
 namespace {

@@ -6,7 +6,7 @@
 #include <limits>
 #include <sstream>
 
-#include "tandem/data/node.h"
+#include "tandem/data/internal/node.h"
 #include "tandem/tensor/random.h"
 
 namespace tandem::data::detail {

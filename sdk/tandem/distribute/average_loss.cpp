@@ -3,7 +3,7 @@
 
 #include "tandem/autograd/variable.h"
 #include "tandem/core/check_numerics.h"
-#include "tandem/distribute/internal.h"
+#include "tandem/distribute/internal/state.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/ops/ops.h"
 

@@ -1,5 +1,5 @@
 // Host loops for cross-replica reductions: fixed order, so results are reproducible.
-#include "tandem/distribute/host_reduce.h"
+#include "tandem/distribute/internal/host_reduce.h"
 
 #include <cmath>
 #include <cstring>

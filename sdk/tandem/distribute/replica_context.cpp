@@ -3,8 +3,8 @@
 #include "tandem/distribute/replica_context.h"
 
 #include "tandem/collectives/in_process.h"
-#include "tandem/distribute/host_reduce.h"
-#include "tandem/distribute/internal.h"
+#include "tandem/distribute/internal/host_reduce.h"
+#include "tandem/distribute/internal/state.h"
 
 namespace tandem {
 

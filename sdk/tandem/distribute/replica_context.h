@@ -13,7 +13,7 @@
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/reduce_op.h"
 #include "tandem/core/device.h"
-#include "tandem/distribute/per_replica.h"
+#include "tandem/core/per_replica.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem {

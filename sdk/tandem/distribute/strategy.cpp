@@ -13,20 +13,20 @@
 #include <sstream>
 
 #include "tandem/collectives/in_process.h"
-#include "tandem/collectives/spin_wait.h"
+#include "tandem/collectives/internal/spin_wait.h"
 #if TANDEM_WITH_NCCL
-#include "tandem/collectives/nccl_communicator.h"
+#include "tandem/collectives/internal/nccl_communicator.h"
 #endif
 #if TANDEM_WITH_MPI
-#include "tandem/collectives/mpi_communicator.h"
+#include "tandem/collectives/internal/mpi_communicator.h"
 #endif
 #include "tandem/core/build_info.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/threading.h"
 #include "tandem/core/workers.h"
 #include "tandem/distribute/cluster_resolver.h"
-#include "tandem/distribute/host_reduce.h"
-#include "tandem/distribute/internal.h"
+#include "tandem/distribute/internal/host_reduce.h"
+#include "tandem/distribute/internal/state.h"
 #include "tandem/tensor/device_runtime.h"
 
 namespace tandem {

@@ -20,7 +20,7 @@
 #include "tandem/collectives/reduce_op.h"
 #include "tandem/core/device.h"
 #include "tandem/data/distributed_dataset.h"
-#include "tandem/distribute/per_replica.h"
+#include "tandem/core/per_replica.h"
 #include "tandem/distribute/replica_context.h"
 #include "tandem/tensor/tensor.h"
 

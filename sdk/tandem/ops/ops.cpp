@@ -20,7 +20,7 @@
 
 #if TANDEM_WITH_CUDA
 #include "tandem/ops/cuda/cuda_kernels.h"
-#include "tandem/tensor/cuda_context.h"
+#include "tandem/tensor/internal/cuda_context.h"
 #endif
 
 namespace tandem::ops {

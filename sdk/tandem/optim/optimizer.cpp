@@ -8,7 +8,7 @@
 #include "tandem/core/logging.h"
 #include "tandem/ops/ops.h"
 #include "tandem/optim/clip.h"
-#include "tandem/optim/json_number.h"
+#include "tandem/optim/internal/json_number.h"
 
 namespace tandem::optim {
 

@@ -6,7 +6,7 @@
 #include <numbers>
 
 #include "tandem/core/error.h"
-#include "tandem/optim/json_number.h"
+#include "tandem/optim/internal/json_number.h"
 
 namespace tandem::optim {
 

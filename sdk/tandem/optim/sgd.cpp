@@ -3,7 +3,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/ops/ops.h"
-#include "tandem/optim/json_number.h"
+#include "tandem/optim/internal/json_number.h"
 
 namespace tandem::optim {
 

@@ -6,7 +6,7 @@
 #include <cstdlib>
 
 #include "tandem/core/error.h"
-#include "tandem/tensor/host_caching_allocator.h"
+#include "tandem/tensor/internal/host_caching_allocator.h"
 
 namespace tandem {
 

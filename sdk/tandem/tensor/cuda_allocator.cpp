@@ -2,7 +2,7 @@
 // not call cudaMalloc and a block is only reused on the stream that last owned it; an optional
 // per-GPU limit (TANDEM_GPU_MEMORY_LIMIT_MB); and the pinned host allocator used for staging
 // input copies. Compiled only when TANDEM_ENABLE_CUDA is ON (see CMakeLists.txt).
-#include "tandem/tensor/cuda_allocator.h"
+#include "tandem/tensor/internal/cuda_allocator.h"
 
 #include <cuda_runtime.h>
 
@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "tandem/core/error.h"
-#include "tandem/tensor/cuda_context.h"
-#include "tandem/tensor/host_caching_allocator.h"
+#include "tandem/tensor/internal/cuda_context.h"
+#include "tandem/tensor/internal/host_caching_allocator.h"
 
 namespace tandem {
 

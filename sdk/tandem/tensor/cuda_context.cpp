@@ -1,11 +1,11 @@
 // Per-thread CUDA state behind cuda_context.h: one record per (thread, device) holding the
 // thread's own stream, an optional installed stream and the cuBLAS handle.
-#include "tandem/tensor/cuda_context.h"
+#include "tandem/tensor/internal/cuda_context.h"
 
 #include <algorithm>
 #include <vector>
 
-#include "tandem/core/cuda_check.h"
+#include "tandem/core/internal/cuda_check.h"
 #include "tandem/core/logging.h"
 #include "tandem/tensor/device_runtime.h"
 

@@ -10,9 +10,9 @@
 #include <unordered_map>
 #include <vector>
 
-#include "tandem/core/cuda_check.h"
-#include "tandem/tensor/cuda_allocator.h"
-#include "tandem/tensor/cuda_context.h"
+#include "tandem/core/internal/cuda_check.h"
+#include "tandem/tensor/internal/cuda_allocator.h"
+#include "tandem/tensor/internal/cuda_context.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::cuda {

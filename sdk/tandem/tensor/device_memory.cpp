@@ -1,6 +1,6 @@
 // Dispatch point for memory: picks the allocator of a device and copies bytes between devices.
 // Only this file and the CUDA allocator branch on TANDEM_WITH_CUDA in the tensor layer.
-#include "tandem/tensor/device_memory.h"
+#include "tandem/tensor/internal/device_memory.h"
 
 #include <cstring>
 
@@ -11,8 +11,8 @@
 #if TANDEM_WITH_CUDA
 #include <cuda_runtime.h>
 
-#include "tandem/tensor/cuda_allocator.h"
-#include "tandem/tensor/cuda_context.h"
+#include "tandem/tensor/internal/cuda_allocator.h"
+#include "tandem/tensor/internal/cuda_context.h"
 #endif
 
 namespace tandem {

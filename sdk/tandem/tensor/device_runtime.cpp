@@ -9,9 +9,9 @@
 #include "tandem/core/error.h"
 
 #if TANDEM_WITH_CUDA
-#include "tandem/core/cuda_check.h"
+#include "tandem/core/internal/cuda_check.h"
 #include "tandem/core/logging.h"
-#include "tandem/tensor/cuda_context.h"
+#include "tandem/tensor/internal/cuda_context.h"
 #endif
 
 namespace tandem {

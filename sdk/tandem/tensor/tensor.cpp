@@ -6,7 +6,7 @@
 #include <iomanip>
 #include <sstream>
 
-#include "tandem/tensor/device_memory.h"
+#include "tandem/tensor/internal/device_memory.h"
 #include "tandem/tensor/philox.h"
 
 namespace tandem {

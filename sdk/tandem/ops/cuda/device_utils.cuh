@@ -6,9 +6,9 @@
 
 #include <cstdint>
 
-#include "tandem/core/cuda_check.h"
+#include "tandem/core/internal/cuda_check.h"
 #include "tandem/tensor/allocator.h"
-#include "tandem/tensor/cuda_context.h"
+#include "tandem/tensor/internal/cuda_context.h"
 
 namespace tandem::ops::cuda {
 

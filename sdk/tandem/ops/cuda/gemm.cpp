@@ -7,9 +7,9 @@
 #include <limits>
 #include <type_traits>
 
-#include "tandem/core/cuda_check.h"
+#include "tandem/core/internal/cuda_check.h"
 #include "tandem/ops/cuda/cuda_kernels.h"
-#include "tandem/tensor/cuda_context.h"
+#include "tandem/tensor/internal/cuda_context.h"
 
 namespace tandem::ops::cuda {
 
