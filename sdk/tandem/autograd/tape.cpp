@@ -1,8 +1,8 @@
-// The tape's record and the backward walk. Tapes form a per-thread stack; an op is recorded
-// on each active tape that tracks one of its inputs (watched, or produced by a recorded op).
+// The tape's record and the backward walk. A tape registers its record as an ops::Recorder
+// (ops/recording.h); ops record on it when it tracks one of their inputs (watched, or produced by
+// a recorded op).
 #include "tandem/autograd/tape.h"
 
-#include <algorithm>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -11,7 +11,8 @@
 
 namespace tandem {
 
-struct GradientTape::Record {
+/// The tape's record: the tensors it tracks and the nodes ops recorded on it.
+struct GradientTape::Record final : ops::Recorder {
   struct Node {
     std::string_view op;
     std::vector<Tensor> inputs;
@@ -26,52 +27,20 @@ struct GradientTape::Record {
   void watch(const Tensor& t) {
     if (tracked.insert(t.id()).second) watched.push_back(t);
   }
-  bool tracks(const Tensor& t) const { return t.defined() && tracked.count(t.id()) != 0; }
+  bool tracks(const Tensor& t) const override { return t.defined() && tracked.count(t.id()) != 0; }
+  void add_node(std::string_view op, const std::vector<Tensor>& inputs,
+                const std::vector<Tensor>& outputs, const autograd::BackwardFn& backward) override {
+    for (const Tensor& out : outputs) tracked.insert(out.id());
+    nodes.push_back({op, inputs, outputs, backward});
+  }
+  void on_variable_read(const Tensor& value) override {
+    if (watch_accessed_variables) watch(value);
+  }
 };
 
 namespace autograd {
 
-namespace {
-thread_local std::vector<GradientTape::Record*> t_tapes;
-thread_local bool t_paused = false;
-}  // namespace
-
-NoRecordGuard::NoRecordGuard() : previous_(t_paused) { t_paused = true; }
-NoRecordGuard::~NoRecordGuard() { t_paused = previous_; }
-
-bool needs_recording(std::initializer_list<const Tensor*> inputs) {
-  if (t_tapes.empty() || t_paused) return false;
-  for (const GradientTape::Record* tape : t_tapes)
-    for (const Tensor* t : inputs)
-      if (tape->tracks(*t)) return true;
-  return false;
-}
-
-bool needs_recording(const std::vector<Tensor>& inputs) {
-  if (t_tapes.empty() || t_paused) return false;
-  for (const GradientTape::Record* tape : t_tapes)
-    for (const Tensor& t : inputs)
-      if (tape->tracks(t)) return true;
-  return false;
-}
-
-void record(std::string_view op, std::vector<Tensor> inputs, std::vector<Tensor> outputs,
-            BackwardFn backward) {
-  if (t_tapes.empty() || t_paused) return;
-  for (GradientTape::Record* tape : t_tapes) {
-    const bool relevant =
-        std::any_of(inputs.begin(), inputs.end(), [&](const Tensor& t) { return tape->tracks(t); });
-    if (!relevant) continue;
-    for (const Tensor& out : outputs) tape->tracked.insert(out.id());
-    tape->nodes.push_back({op, inputs, outputs, backward});
-  }
-}
-
-void watch_on_active_tapes(const Tensor& value) {
-  if (t_tapes.empty() || t_paused) return;
-  for (GradientTape::Record* tape : t_tapes)
-    if (tape->watch_accessed_variables) tape->watch(value);
-}
+void watch_on_active_tapes(const Tensor& value) { ops::watch_on_active_recorders(value); }
 
 }  // namespace autograd
 
@@ -80,13 +49,10 @@ GradientTape::GradientTape() : GradientTape(Options{}) {}
 GradientTape::GradientTape(Options options)
     : record_(std::make_unique<Record>()), options_(options) {
   record_->watch_accessed_variables = options.watch_accessed_variables;
-  autograd::t_tapes.push_back(record_.get());
+  ops::register_recorder(record_.get());
 }
 
-GradientTape::~GradientTape() {
-  auto& tapes = autograd::t_tapes;
-  tapes.erase(std::remove(tapes.begin(), tapes.end(), record_.get()), tapes.end());
-}
+GradientTape::~GradientTape() { ops::unregister_recorder(record_.get()); }
 
 void GradientTape::watch(const Tensor& tensor) {
   TANDEM_CHECK(tensor.defined(), "GradientTape::watch: the tensor is undefined");
@@ -138,9 +104,8 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target,
     }
     if (!any) continue;
     std::vector<Tensor> grad_inputs = node->backward(grad_outputs);
-    TANDEM_CHECK(grad_inputs.size() == node->inputs.size(), "backward of ", node->op,
-                 " returned ", grad_inputs.size(), " gradients for ", node->inputs.size(),
-                 " inputs");
+    TANDEM_CHECK(grad_inputs.size() == node->inputs.size(), "backward of ", node->op, " returned ",
+                 grad_inputs.size(), " gradients for ", node->inputs.size(), " inputs");
     for (size_t i = 0; i < grad_inputs.size(); ++i) accumulate(node->inputs[i], grad_inputs[i]);
   }
 

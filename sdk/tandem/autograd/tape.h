@@ -3,44 +3,24 @@
 // Each replica thread has its own tapes; a tape never sees another thread's ops.
 #pragma once
 
-#include <functional>
-#include <initializer_list>
 #include <memory>
-#include <string_view>
 #include <vector>
 
 #include "tandem/autograd/variable.h"
+#include "tandem/ops/recording.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem {
 
 namespace autograd {
 
-/// Computes the gradients of an op's inputs from the gradients of its outputs. An entry of
-/// grad_outputs is undefined when nothing downstream depends on that output; the function
-/// returns one tensor per input, undefined for inputs that get no gradient.
-using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
-
-/// True when a tape on this thread is recording and tracks one of `inputs` (cheap when not).
-bool needs_recording(std::initializer_list<const Tensor*> inputs);
-bool needs_recording(const std::vector<Tensor>& inputs);
-/// Records an op on every tape of this thread that tracks one of its inputs.
-void record(std::string_view op, std::vector<Tensor> inputs, std::vector<Tensor> outputs,
-            BackwardFn backward);
+// The recording primitives belong to ops (ops/recording.h); these are their autograd names.
+using ops::BackwardFn;
+using ops::needs_recording;
+using ops::NoRecordGuard;
+using ops::record;
 /// Lets every active tape that watches accessed variables watch `value`.
 void watch_on_active_tapes(const Tensor& value);
-
-/// While alive, nothing is recorded on this thread (used while computing gradients).
-class NoRecordGuard {
- public:
-  NoRecordGuard();
-  ~NoRecordGuard();
-  NoRecordGuard(const NoRecordGuard&) = delete;
-  NoRecordGuard& operator=(const NoRecordGuard&) = delete;
-
- private:
-  bool previous_;
-};
 
 }  // namespace autograd
 

@@ -1,6 +1,6 @@
 // Every tensor op, forward and backward. Each op checks its arguments (naming the shapes),
-// runs on the device of its inputs (dispatched in ops.cpp) and records itself on active
-// gradient tapes when one of its inputs is tracked.
+// runs on the device of its inputs (dispatched in ops/internal/dispatch.h) and records itself on
+// active gradient tapes (ops/recording.h) when one of its inputs is tracked.
 #pragma once
 
 #include <array>

@@ -1,4 +1,4 @@
-// CPU kernels behind matmul, conv2d, max_pool2d and dropout (called from ops.cpp only).
+// CPU kernels behind matmul, conv2d, max_pool2d and dropout (called from nn_ops.cpp only).
 // Row-major throughout; leading dimensions are in elements.
 #pragma once
 

@@ -1,6 +1,7 @@
 // The CUDA kernels behind every op, as host functions on raw device pointers: each mirrors the
 // CPU kernel of the same name in ops/cpu/*.h, with the stream to run on as the last argument.
-// Called from ops.cpp only (CUDA builds), under a DeviceGuard for the tensors' device.
+// Called from the ops layer only (CUDA builds, through ops/internal/dispatch.h), under a
+// DeviceGuard for the tensors' device.
 #pragma once
 
 #include <cuda_runtime_api.h>

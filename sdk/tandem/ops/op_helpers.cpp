@@ -1,0 +1,104 @@
+// The building blocks of ops/internal/op_helpers.h that are not templates: argument checks,
+// broadcasting back from reductions, scalars, axis views, sums and label checks.
+#include "tandem/ops/internal/op_helpers.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "tandem/ops/cpu/reduce.h"
+#include "tandem/ops/cpu/shape_ops.h"
+
+namespace tandem::ops::internal {
+
+Shape broadcast_shape(std::string_view op, const Shape& a, const Shape& b) {
+  const int64_t rank = std::max(a.rank(), b.rank());
+  std::vector<int64_t> dims(static_cast<size_t>(rank));
+  for (int64_t k = 0; k < rank; ++k) {
+    const int64_t ka = k - (rank - a.rank()), kb = k - (rank - b.rank());
+    const int64_t da = ka >= 0 ? a[ka] : 1, db = kb >= 0 ? b[kb] : 1;
+    TANDEM_CHECK(da == db || da == 1 || db == 1, op, ": shapes ", a, " and ", b,
+                 " cannot be broadcast together (dimension ", da, " vs ", db, ")");
+    dims[static_cast<size_t>(k)] = da == 1 ? db : da;
+  }
+  return Shape(std::move(dims));
+}
+
+void check_floating(std::string_view op, const Tensor& x) {
+  TANDEM_CHECK(is_floating(x.dtype()), op, ": dtype ", x.dtype(),
+               " is not supported (needs float32 or float64; shape ", x.shape(), ")");
+}
+
+void check_same_dtype(std::string_view op, const Tensor& a, const Tensor& b) {
+  TANDEM_CHECK(a.dtype() == b.dtype(), op, ": dtypes ", a.dtype(), " and ", b.dtype(),
+               " differ (shapes ", a.shape(), " and ", b.shape(), "); cast one first");
+}
+
+Tensor broadcast_to(const Tensor& x, const Shape& shape) {
+  if (x.shape() == shape) return x;
+  return run_binary<DTypes::kFloating>("broadcast_to", kernels::First{}, x, x, shape);
+}
+
+Tensor scalar_like(const Tensor& x, double value) {
+  Tensor s = Tensor::empty(Shape{}, x.dtype(), x.device());
+  // On a GPU a kernel writes it: Tensor::fill_'s host copy would wait for the device.
+  dispatch(
+      "scalar", x.device(), [&] { s.fill_(value); },
+      TANDEM_ON_CUDA(cuda::fill(s.dtype(), 1, value, s.raw_data(), stream)));
+  return s;
+}
+
+AxisView axis_view(std::string_view op, const Shape& shape, int64_t axis) {
+  const int64_t rank = shape.rank();
+  TANDEM_CHECK(axis >= -rank && axis < rank, op, ": axis ", axis, " is out of range for shape ",
+               shape);
+  AxisView v{static_cast<size_t>(axis < 0 ? axis + rank : axis), 1, 0, 1};
+  v.n = shape.dims()[v.axis];
+  for (size_t i = 0; i < v.axis; ++i) v.outer *= shape.dims()[i];
+  for (size_t i = v.axis + 1; i < shape.dims().size(); ++i) v.inner *= shape.dims()[i];
+  return v;
+}
+
+Shape reduced_shape(const Shape& shape, size_t axis, bool keepdims) {
+  std::vector<int64_t> dims = shape.dims();
+  if (keepdims)
+    dims[axis] = 1;
+  else
+    dims.erase(dims.begin() + static_cast<std::ptrdiff_t>(axis));
+  return Shape(std::move(dims));
+}
+
+Tensor run_sum(std::string_view op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
+               const Shape& shape) {
+  Tensor y = Tensor::empty(shape, x.dtype(), x.device());
+  dispatch_numeric(x.dtype(), op, [&]<typename T>() {
+    dispatch(
+        op, x.device(),
+        [&] {
+          if (n == 0)
+            y.fill_(0.0);
+          else if (y.numel() > 0)
+            cpu::sum(x.data<T>(), outer, n, inner, y.data<T>());
+        },
+        // An empty axis sums to zeros on the GPU too.
+        TANDEM_ON_CUDA(if (y.numel() > 0)
+                           cuda::sum(ptr<T>(x), outer, n, inner, ptr<T>(y), stream)));
+  });
+  return y;
+}
+
+void check_labels(std::string_view op, const Tensor& labels, int64_t depth) {
+  dispatch_labels(labels.dtype(), [&]<typename L>() {
+    int64_t bad = -1;
+    dispatch(
+        op, labels.device(),
+        [&] { bad = cpu::first_invalid_label(labels.data<L>(), labels.numel(), depth); },
+        TANDEM_ON_CUDA(
+            bad = cuda::first_invalid_label(ptr<L>(labels), labels.numel(), depth, stream)));
+    const int64_t value =
+        bad < 0 ? 0
+                : labels.view_as(Shape{1}, static_cast<size_t>(bad) * sizeof(L)).item<int64_t>();
+    TANDEM_CHECK(bad < 0, op, ": label ", value, " at index ", bad, " is outside [0, ", depth, ")");
+  });
+}
+
+}  // namespace tandem::ops::internal
