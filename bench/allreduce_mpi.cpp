@@ -17,6 +17,7 @@
 #include <string>
 #include <vector>
 
+#include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/tandem.h"
 #include "timing.h"
 
@@ -59,7 +60,7 @@ int main(int argc, char** argv) {
   // The strategy initialises MPI (MPI_THREAD_SERIALIZED); this program then calls MPI itself
   // only from its main thread while no replica runs.
   td::MultiWorkerMirroredStrategy strategy(std::vector<td::Device>{td::Device::cpu(0)});
-  td::collectives::Communicator& comm = strategy.communicator(0);
+  td::collectives::Communicator& comm = td::detail::StrategyAccess::communicator(strategy, 0);
   const bool chief = strategy.is_chief();
   if (chief)
     std::printf(

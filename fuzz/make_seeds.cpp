@@ -11,7 +11,7 @@
 #include <iostream>
 
 #include "fuzz_support.h"
-#include "tandem/checkpoint/hdf5_file.h"
+#include "tandem/io/internal/hdf5_file.h"
 
 namespace fs = std::filesystem;
 namespace fz = tandem::fuzzing;

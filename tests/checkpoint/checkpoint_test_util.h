@@ -26,7 +26,7 @@
 #include <vector>
 
 #include "tandem/checkpoint/internal/file_io.h"
-#include "tandem/checkpoint/hdf5_file.h"
+#include "tandem/io/internal/hdf5_file.h"
 #include "tandem/tandem.h"
 
 extern char** environ;

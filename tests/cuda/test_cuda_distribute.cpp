@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "support/compare.h"
+#include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/tandem.h"
 #include "tandem/tensor/device_runtime.h"
 #if TANDEM_WITH_NCCL
@@ -409,7 +410,7 @@ TEST_CASE("MirroredStrategy over every GPU (NCCL) trains like one replica", "[cu
   auto cpu = MirroredStrategy::cpu(1);
   const Trained reference = train(cpu);
   MirroredStrategy gpus({Device::cuda(0), Device::cuda(1)});
-  REQUIRE(gpus.communicator(0).name() == "nccl");
+  REQUIRE(tandem::detail::StrategyAccess::communicator(gpus, 0).name() == "nccl");
   const Trained trained = train(gpus);
   CHECK(trained.replicas_identical);
   for (size_t v = 0; v < reference.weights.size(); ++v)
@@ -426,7 +427,7 @@ TEST_CASE("MultiWorkerMirroredStrategy on a GPU: one NCCL communicator, trains l
   const Trained reference = train(cpu);
   MultiWorkerMirroredStrategy worker({Device::cuda(0)});
   REQUIRE(worker.num_workers() == 1);
-  REQUIRE(worker.communicator(0).name() == "nccl");
+  REQUIRE(tandem::detail::StrategyAccess::communicator(worker, 0).name() == "nccl");
   const Trained trained = train(worker);
   for (size_t v = 0; v < reference.weights.size(); ++v)
     CHECK(relative_difference(reference.weights[v], trained.weights[v]) <= 1e-5);

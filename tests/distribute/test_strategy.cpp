@@ -8,6 +8,7 @@
 #include <set>
 #include <thread>
 
+#include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
@@ -281,7 +282,7 @@ TEST_CASE("variables created in scope are mirrored, outside it they are refused"
 TEST_CASE("ctx.all_reduce of a list is one batched call and returns new tensors",
           "[cpu][distribute]") {
   auto strategy = td::MirroredStrategy::cpu(2);
-  const uint64_t before = strategy.communicator(0).stats().all_reduce;
+  const uint64_t before = td::detail::StrategyAccess::communicator(strategy, 0).stats().all_reduce;
   td::PerReplica<std::vector<td::Tensor>> out = strategy.run([&](td::ReplicaContext& ctx) {
     const float r = static_cast<float>(ctx.replica_id_in_sync_group() + 1);
     std::vector<td::Tensor> in{vec({r, 2 * r}), td::Tensor(), vec({10 * r})};
@@ -291,7 +292,7 @@ TEST_CASE("ctx.all_reduce of a list is one batched call and returns new tensors"
   });
   REQUIRE_FALSE(out[0][1].defined());
   REQUIRE(out[1][3].to_vector<float>() == std::vector<float>{2, 4});
-  REQUIRE(strategy.communicator(0).stats().all_reduce == before + 1);
+  REQUIRE(td::detail::StrategyAccess::communicator(strategy, 0).stats().all_reduce == before + 1);
   REQUIRE(out[1][0].to_vector<float>() == std::vector<float>{1.5f, 3.0f});
   REQUIRE(out[0][2].item<float>() == 15.0f);
 }
@@ -485,14 +486,14 @@ TEST_CASE("apply_gradients(ctx) sums gradients, clips after the sum, updates eve
     sgd = std::make_unique<td::optim::SGD>(
         td::optim::SGD::Options{.learning_rate = 1.0, .global_clipnorm = 5.0});
   }
-  const uint64_t before = strategy.communicator(1).stats().all_reduce;
+  const uint64_t before = td::detail::StrategyAccess::communicator(strategy, 1).stats().all_reduce;
   // Replica gradients (3, 0) and (0, 4) sum to (3, 4), norm 5: unclipped. Clipping each
   // replica's own gradient first would not change them either, but their sum must be used.
   strategy.run([&](td::ReplicaContext& ctx) {
     const td::Tensor g = ctx.replica_id_in_sync_group() == 0 ? vec({3, 0}) : vec({0, 4});
     sgd->apply_gradients(ctx, {g}, {w});
   });
-  REQUIRE(strategy.communicator(1).stats().all_reduce == before + 1);
+  REQUIRE(td::detail::StrategyAccess::communicator(strategy, 1).stats().all_reduce == before + 1);
   for (int r = 0; r < 2; ++r) REQUIRE(w.copy(r).to_vector<float>() == std::vector<float>{-3, -4});
   // (6, 8) on each replica sums to (12, 16), norm 20, clipped to norm 5: (3, 4). Clipping
   // before the sum would give (3, 4) + (3, 4) = (6, 8).

@@ -16,12 +16,15 @@
 #include <vector>
 
 #include "support/compare.h"
-#include "tandem/checkpoint/hdf5_file.h"
+#include "tandem/distribute/internal/strategy_access.h"
+#include "tandem/io/internal/hdf5_file.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
 
 namespace {
+
+using Access = td::detail::StrategyAccess;  // the strategy's internals, for the tests
 
 int local_replicas() {
   const char* value = std::getenv("TANDEM_TEST_LOCAL_REPLICAS");
@@ -51,8 +54,8 @@ TEST_CASE("multi-worker: the cluster spec and the strategy agree with mpirun", "
   CHECK(s.num_local_replicas() == local_replicas());
   CHECK(s.num_replicas_in_sync() == cluster.size * local_replicas());
   CHECK(s.is_chief() == (cluster.rank == 0));
-  CHECK(s.communicator(0).size() == s.num_replicas_in_sync());
-  CHECK(s.communicator(0).rank() == cluster.rank * local_replicas());
+  CHECK(Access::communicator(s, 0).size() == s.num_replicas_in_sync());
+  CHECK(Access::communicator(s, 0).rank() == cluster.rank * local_replicas());
 }
 
 TEST_CASE("multi-worker: collectives over every replica of every worker", "[mpi]") {
@@ -275,7 +278,7 @@ TEST_CASE("multi-worker: auto-shard policies across workers", "[mpi]") {
       for (const td::data::Batch& piece : s.local_results(b))
         for (float id : piece[0].to_vector<float>()) seen[static_cast<size_t>(id)] += 1.0f;
     const std::vector<float> total =
-        s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::from_vector(seen))
+        Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::from_vector(seen))
             .to_vector<float>();
     CHECK(total == std::vector<float>(static_cast<size_t>(n), static_cast<float>(copies)));
     if (policy == td::data::AutoShardPolicy::kData) {
@@ -407,7 +410,7 @@ std::string shared_temp_dir(td::Strategy& s) {
     for (size_t i = 0; i < dir.size() && i < chars.size(); ++i) chars[i] = dir[i];
   }
   const std::vector<int32_t> all =
-      s.reduce_across_workers(td::ReduceOp::kMax, td::Tensor::from_vector(chars))
+      Access::reduce_across_workers(s, td::ReduceOp::kMax, td::Tensor::from_vector(chars))
           .to_vector<int32_t>();
   std::string dir;
   for (int32_t c : all)
@@ -423,11 +426,11 @@ TEST_CASE("multi-worker: a collective that differs between workers raises on eve
   // The chief reduces 3 values, the others 2: without the check the MPI calls would pair up
   // wrongly; with it every worker raises, naming the others, and the job goes on.
   const td::Tensor mine = td::Tensor::ones({s.is_chief() ? 3 : 2});
-  CHECK_THROWS_WITH(s.reduce_across_workers(td::ReduceOp::kSum, mine),
+  CHECK_THROWS_WITH(Access::reduce_across_workers(s, td::ReduceOp::kSum, mine),
                     Catch::Contains("made a different collective call than worker " +
                                     std::to_string(s.worker_index())));
-  CHECK(s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0)).item<double>() ==
-        s.num_workers());
+  CHECK(Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0))
+            .item<double>() == s.num_workers());
 }
 
 TEST_CASE("multi-worker: every worker follows the chief's save decisions and its outcome",
@@ -453,7 +456,7 @@ TEST_CASE("multi-worker: every worker follows the chief's save decisions and its
   CHECK(manager.save(7).has_value());
   if (s.is_chief()) CHECK(std::filesystem::exists(dir + "/ckpt-7.h5"));
   // The chief's write fails (its directory is gone): every worker raises.
-  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));
+  Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0));
   if (s.is_chief()) std::filesystem::remove_all(dir);
   if (s.is_chief()) {
     CHECK_THROWS(manager.save(20));
@@ -462,8 +465,8 @@ TEST_CASE("multi-worker: every worker follows the chief's save decisions and its
                                             Catch::Contains("ckpt-20.h5"));
   }
   // The job goes on together after the failure.
-  CHECK(s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0)).item<double>() ==
-        s.num_workers());
+  CHECK(Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0))
+            .item<double>() == s.num_workers());
   std::filesystem::remove_all(own_dir);
 }
 
@@ -483,7 +486,7 @@ TEST_CASE("multi-worker: kFile and kAuto deal the files round-robin to the worke
     td::h5::File file = td::h5::File::create(files.back());
     file.root().write_tensor("y", td::Tensor::from_vector(rows));
   }
-  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));  // the files exist
+  Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0));  // the files exist
   for (const td::data::AutoShardPolicy policy :
        {td::data::AutoShardPolicy::kFile, td::data::AutoShardPolicy::kAuto}) {
     INFO("policy " << static_cast<int>(policy));
@@ -500,7 +503,7 @@ TEST_CASE("multi-worker: kFile and kAuto deal the files round-robin to the worke
         }
     CHECK(only_my_files);  // file f goes to worker f mod W
     const std::vector<float> total =
-        s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::from_vector(seen))
+        Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::from_vector(seen))
             .to_vector<float>();
     std::vector<float> once(seen.size(), 0.0f);  // every row of every file, once
     for (int f = 0; f < num_files; ++f)
@@ -513,7 +516,8 @@ TEST_CASE("multi-worker: kFile and kAuto deal the files round-robin to the worke
                                          {.auto_shard_policy = td::data::AutoShardPolicy::kFile}),
                     Catch::Contains(std::to_string(workers - 1) + " file(s) cannot be dealt to " +
                                     std::to_string(workers) + " workers"));
-  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));  // all done reading
+  // All done reading.
+  Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0));
   if (s.is_chief()) std::filesystem::remove_all(dir);
 }
 
@@ -534,7 +538,7 @@ TEST_CASE(
     REQUIRE(saved == dir + "/ckpt-6.h5");
   }
   // Every worker reached the save; the chief's file is complete before anyone reads it.
-  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));
+  Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0));
   size_t files = 0;
   for (const auto& entry : std::filesystem::directory_iterator(dir))
     if (entry.path().extension() == ".h5") ++files;
@@ -560,7 +564,8 @@ TEST_CASE(
     INFO("tensor " << i);
     CHECK(got[i] == expected[i]);  // bitwise
   }
-  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));  // all done reading
+  // All done reading.
+  Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0));
   if (s.is_chief()) std::filesystem::remove_all(dir);
 }
 
@@ -595,10 +600,10 @@ TEST_CASE("multi-worker: max across workers keeps a NaN from any worker", "[mpi]
   td::Strategy& s = strategy();
   // The last worker's NaN must win on every worker (a non-finite flag is never lost).
   const double mine = s.worker_index() == s.num_workers() - 1 ? std::nan("") : 1.0;
-  CHECK(std::isnan(
-      s.reduce_across_workers(td::ReduceOp::kMax, td::Tensor::scalar(mine)).item<double>()));
-  CHECK(s.reduce_across_workers(td::ReduceOp::kMax,
-                                td::Tensor::scalar(static_cast<double>(s.worker_index())))
+  CHECK(std::isnan(Access::reduce_across_workers(s, td::ReduceOp::kMax, td::Tensor::scalar(mine))
+                       .item<double>()));
+  CHECK(Access::reduce_across_workers(s, td::ReduceOp::kMax,
+                                      td::Tensor::scalar(static_cast<double>(s.worker_index())))
             .item<double>() == s.num_workers() - 1);
 }
 
@@ -620,7 +625,8 @@ TEST_CASE(
     td::CheckpointManager manager(first.checkpoint(), dir, {.max_to_keep = 2, .strategy = &s});
     REQUIRE(manager.save() == dir + "/ckpt-1.h5");  // global_step counts updates: 1
     const td::metrics::MetricState saved_state = first.loss_metric.combined_state();
-    s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));  // the file is complete
+    // The file is complete.
+    Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0));
     if (s.is_chief()) {
       td::h5::File file = td::h5::File::open(dir + "/ckpt-1.h5");
       const td::h5::Group& root = file.root();
@@ -638,7 +644,7 @@ TEST_CASE(
       CHECK(state.read_tensor("grad_accum/micro_step").to_vector<int64_t>()[0] == 2);
     }
   }
-  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));
+  Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0));
 
   ResumableRun resumed(s, 4);
   td::CheckpointManager manager(resumed.checkpoint(), dir, {.max_to_keep = 2, .strategy = &s});
@@ -656,7 +662,8 @@ TEST_CASE(
   // The weights differ by rounding (above), so the later losses do too.
   CHECK(resumed.loss_metric.result() == Approx(expected_loss).epsilon(1e-6));
   CHECK(resumed.loss_metric.combined_state().count == 12.0 * 32);
-  s.reduce_across_workers(td::ReduceOp::kSum, td::Tensor::scalar(1.0));  // all done reading
+  // All done reading.
+  Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0));
   if (s.is_chief()) std::filesystem::remove_all(dir);
 }
 

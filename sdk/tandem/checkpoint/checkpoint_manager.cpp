@@ -13,13 +13,13 @@
 #include <sstream>
 
 #include "tandem/autograd/variable.h"
+#include "tandem/checkpoint/inspect.h"
 #include "tandem/checkpoint/internal/file_io.h"
 #include "tandem/checkpoint/internal/gather.h"
-#include "tandem/checkpoint/hdf5_file.h"
-#include "tandem/checkpoint/inspect.h"
 #include "tandem/collectives/communicator.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/workers.h"
+#include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/tensor/device_runtime.h"
 
@@ -449,7 +449,7 @@ std::optional<std::string> CheckpointManager::restore_or_initialize() {
   std::vector<char> message;
   if (strategy->is_chief() && !failure) message = restore_message(restored);
   if (strategy->is_chief() && failure) message = {'!'};
-  message = strategy->broadcast_from_chief(std::move(message));
+  message = detail::StrategyAccess::broadcast_from_chief(*strategy, std::move(message));
   if (strategy->is_chief()) {
     if (failure) std::rethrow_exception(failure);
     return restored;

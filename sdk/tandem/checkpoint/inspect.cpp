@@ -6,7 +6,7 @@
 #include <sstream>
 
 #include "tandem/checkpoint/checkpoint.h"
-#include "tandem/checkpoint/hdf5_file.h"
+#include "tandem/io/internal/hdf5_file.h"
 
 namespace tandem {
 

@@ -2,12 +2,10 @@
 // reduction over every rank's buffer, written to every rank's output.
 #include <cuda_runtime.h>
 
-#include <cmath>
-#include <type_traits>
-
 #include "tandem/collectives/internal/cuda_in_process.h"
-#include "tandem/core/internal/cuda_check.h"
+#include "tandem/collectives/internal/reduce_max.h"
 #include "tandem/core/error.h"
+#include "tandem/core/internal/cuda_check.h"
 #include "tandem/tensor/internal/cuda_context.h"
 
 namespace tandem::collectives::cuda_in_process {
@@ -22,15 +20,6 @@ struct Pointers {
 };
 
 template <typename T>
-__device__ __forceinline__ T max_propagating_nan(T acc, T in) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return (in > acc || in != in) ? in : acc;
-  } else {
-    return in > acc ? in : acc;
-  }
-}
-
-template <typename T>
 __global__ void reduce_kernel(Pointers p, int num_src, int num_dst, int64_t count, ReduceOp op) {
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
@@ -39,7 +28,8 @@ __global__ void reduce_kernel(Pointers p, int num_src, int num_dst, int64_t coun
     for (int k = 1; k < num_src; ++k) {
       const T in = static_cast<const T*>(p.src[k])[i];
       // Plain add (no fused multiply-add possible here): the same rounding as the CPU loop.
-      acc = op == ReduceOp::kMax ? max_propagating_nan(acc, in) : static_cast<T>(acc + in);
+      acc = op == ReduceOp::kMax ? tandem::detail::max_propagating_nan(acc, in)
+                                 : static_cast<T>(acc + in);
     }
     if (op == ReduceOp::kMean) acc = static_cast<T>(acc / static_cast<T>(num_src));
     for (int k = 0; k < num_dst; ++k) static_cast<T*>(p.dst[k])[i] = acc;

@@ -13,6 +13,10 @@ namespace tandem::collectives {
 
 class InProcessGroup;
 
+namespace in_process {
+struct State;  // what the ranks share (internal/in_process_state.h)
+}  // namespace in_process
+
 /// Rank r's endpoint of an InProcessGroup; only the thread playing rank r may call it.
 ///
 /// Every collective completes before it returns (the Work is already complete). all_reduce is
@@ -83,14 +87,12 @@ class InProcessGroup {
   /// Call number of the last collective `rank` entered since the last reset.
   uint64_t calls_entered(int rank) const;
 
-  struct State;  // implementation detail (in_process.cpp)
-
  private:
   explicit InProcessGroup(int size);
   friend class InProcessCommunicator;
 
   int size_;
-  std::unique_ptr<State> state_;
+  std::unique_ptr<in_process::State> state_;
   std::vector<std::unique_ptr<InProcessCommunicator>> communicators_;
 };
 

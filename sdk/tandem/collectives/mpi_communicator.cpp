@@ -19,6 +19,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tandem/collectives/internal/reduce_max.h"
 #include "tandem/core/logging.h"
 
 namespace tandem::collectives {
@@ -310,8 +311,7 @@ void MpiWorld::combine_in_worker_order(void* buffer, size_t bytes, DType dtype, 
       const T* in = reinterpret_cast<const T*>(piece(worker));
       if (op == ReduceOp::kMax) {
         // NaN wins, as in the in-process step: a non-finite flag is never lost.
-        for (size_t i = 0; i < n; ++i)
-          if (in[i] > out[i] || in[i] != in[i]) out[i] = in[i];
+        for (size_t i = 0; i < n; ++i) out[i] = detail::max_propagating_nan(out[i], in[i]);
       } else {
         for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(out[i] + in[i]);
       }

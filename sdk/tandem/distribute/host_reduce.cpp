@@ -1,10 +1,11 @@
 // Host loops for cross-replica reductions: fixed order, so results are reproducible.
 #include "tandem/distribute/internal/host_reduce.h"
 
-#include <cmath>
+#include <algorithm>
 #include <cstring>
-#include <limits>
 #include <sstream>
+
+#include "tandem/collectives/internal/reduce_max.h"
 
 namespace tandem::detail {
 
@@ -15,15 +16,6 @@ std::string shapes_of(const std::vector<Tensor>& values) {
   for (size_t i = 0; i < values.size(); ++i)
     out << (i ? ", " : "") << "replica " << i << ": " << values[i].dtype() << values[i].shape();
   return out.str();
-}
-
-template <typename T>
-T max_nan(T a, T b) {
-  if constexpr (std::is_floating_point_v<T>) {
-    return (b > a || b != b) ? b : a;
-  } else {
-    return b > a ? b : a;
-  }
 }
 
 }  // namespace
@@ -44,7 +36,7 @@ Tensor combine_elementwise(const std::vector<Tensor>& values, ReduceOp op, const
       const Tensor host = values[k].to(Device::cpu());
       const T* in = host.data<T>();
       if (op == ReduceOp::kMax) {
-        for (int64_t i = 0; i < n; ++i) acc[i] = max_nan(acc[i], in[i]);
+        for (int64_t i = 0; i < n; ++i) acc[i] = max_propagating_nan(acc[i], in[i]);
       } else {
         for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + in[i]);
       }
@@ -82,7 +74,7 @@ Tensor reduce_over_axis(const Tensor& x, int64_t axis, ReduceOp op, const char* 
       for (int64_t l = 1; l < length; ++l) {
         const T* src = block + l * inner;
         if (op == ReduceOp::kMax) {
-          for (int64_t i = 0; i < inner; ++i) row[i] = max_nan(row[i], src[i]);
+          for (int64_t i = 0; i < inner; ++i) row[i] = max_propagating_nan(row[i], src[i]);
         } else {
           for (int64_t i = 0; i < inner; ++i) row[i] = static_cast<T>(row[i] + src[i]);
         }

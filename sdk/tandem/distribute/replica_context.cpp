@@ -1,5 +1,6 @@
-// ReplicaContext's collectives (new tensors out, inputs untouched) and merge_call's two
-// rendezvous around the merge function that replica 0 runs in cross-replica context.
+// ReplicaContext's collectives (new tensors out, inputs untouched), merge_call's two rendezvous
+// around the merge function that replica 0 runs in cross-replica context, and the thread-locals
+// that say which replica (and which run) the calling thread is.
 #include "tandem/distribute/replica_context.h"
 
 #include "tandem/collectives/in_process.h"
@@ -7,6 +8,33 @@
 #include "tandem/distribute/internal/state.h"
 
 namespace tandem {
+
+namespace {
+thread_local ReplicaContext* t_replica_context = nullptr;
+thread_local uint64_t t_run_index = 0;  // which strategy.run this replica thread runs
+}  // namespace
+
+ReplicaContext* current_replica_context() { return t_replica_context; }
+
+namespace detail {
+
+void set_current_replica_context(ReplicaContext* context) { t_replica_context = context; }
+
+uint64_t current_run_index() { return t_run_index; }
+
+void set_current_run_index(uint64_t run_index) { t_run_index = run_index; }
+
+std::string describe_exception(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const std::exception& e) {
+    return e.what();
+  } catch (...) {
+    return "an exception of unknown type";
+  }
+}
+
+}  // namespace detail
 
 int ReplicaContext::local_replica_id() const { return sync_->rank(); }
 
@@ -34,6 +62,10 @@ std::vector<Tensor> ReplicaContext::all_reduce(ReduceOp op, const std::vector<Te
   for (size_t i = 0; i < values.size(); ++i)
     if (values[i].defined()) result[i] = std::move(outputs[next++]);
   return result;
+}
+
+std::vector<Tensor> ReplicaContext::sum_across_replicas(const std::vector<Tensor>& gradients) {
+  return all_reduce(ReduceOp::kSum, gradients);
 }
 
 Tensor ReplicaContext::all_gather(const Tensor& value, int64_t axis) {

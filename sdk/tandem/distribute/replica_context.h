@@ -14,6 +14,7 @@
 #include "tandem/collectives/reduce_op.h"
 #include "tandem/core/device.h"
 #include "tandem/core/per_replica.h"
+#include "tandem/optim/gradient_sync.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem {
@@ -32,7 +33,7 @@ struct MergeFn {
   std::shared_ptr<void> (*call)(const void* object, Strategy& strategy,
                                 const void* const* arguments, int num_replicas);
 };
-/// What the replicas of one strategy share for merge_call (defined in strategy.cpp).
+/// What the replicas of one strategy share for merge_call (internal/state.h).
 struct MergeState;
 }  // namespace detail
 
@@ -40,14 +41,15 @@ struct MergeState;
 /// Every replica must make the same collective calls (all_reduce, all_gather, broadcast,
 /// merge_call) in the same order; a mismatch or a replica that never arrives raises on every
 /// waiting replica (after at most TANDEM_COLLECTIVE_TIMEOUT seconds), never hangs.
-/// Collectives here are not recorded on gradient tapes.
-class ReplicaContext {
+/// Collectives here are not recorded on gradient tapes. As an optim::GradientSync it is what
+/// optimizer.apply_gradients(ctx, ...) sums the gradients through.
+class ReplicaContext final : public optim::GradientSync {
  public:
   ReplicaContext(const ReplicaContext&) = delete;
   ReplicaContext& operator=(const ReplicaContext&) = delete;
 
   /// This replica's index in [0, num_replicas_in_sync()).
-  int replica_id_in_sync_group() const { return replica_id_; }
+  int replica_id_in_sync_group() const override { return replica_id_; }
   int num_replicas_in_sync() const { return num_replicas_; }
   /// This replica's index among its process's replicas (the index into PerReplica values);
   /// equal to replica_id_in_sync_group() with one worker.
@@ -95,6 +97,8 @@ class ReplicaContext {
         merge_(merge) {}
 
   std::shared_ptr<void> merge_call_erased(const void* my_arguments, detail::MergeFn fn);
+  /// optim::GradientSync: all_reduce(kSum, gradients).
+  std::vector<Tensor> sum_across_replicas(const std::vector<Tensor>& gradients) override;
 
   Strategy* strategy_;
   int replica_id_;

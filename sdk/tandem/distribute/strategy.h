@@ -19,14 +19,16 @@
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/reduce_op.h"
 #include "tandem/core/device.h"
-#include "tandem/data/distributed_dataset.h"
 #include "tandem/core/per_replica.h"
+#include "tandem/data/distributed_dataset.h"
 #include "tandem/distribute/replica_context.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem {
 
 namespace detail {
+struct StrategyAccess;  // the library's way to the internals below (internal/strategy_access.h)
+
 /// A replica task with its type erased (no allocation): call(object, ctx).
 struct ReplicaTask {
   const void* object;
@@ -128,15 +130,6 @@ class Strategy {
       std::function<data::Dataset(const data::InputContext&)> fn,
       data::DistributeOptions options = {}) const;
 
-  /// Replica `replica`'s collectives endpoint (call counters in tests; idle outside run).
-  collectives::Communicator& communicator(int replica) const;
-
-  /// A variable of this strategy: one copy per replica (on its device), all equal to `initial`.
-  /// What make_variable calls inside scope() and inside run.
-  Variable create_variable(std::string name, const Tensor& initial, bool trainable) const;
-
-  struct Impl;  // implementation detail (strategy.cpp)
-
  protected:
   /// How replicas execute: each on its own persistent thread, or (one replica) on the calling
   /// thread.
@@ -149,14 +142,17 @@ class Strategy {
   void mark_default();
 
  private:
+  friend class StrategyScope;
+  friend struct detail::StrategyAccess;
+  struct Impl;  // internal/strategy_impl.h
+
   /// Runs task on every replica and waits; raises the first replica's error as documented in run.
   void execute(detail::ReplicaTask task);
-  /// Reduces a CPU tensor in place across workers (no-op with one worker).
-  void across_workers(Tensor& value, ReduceOp op) const;
-  /// With several workers, makes `dataset` agree with the other workers on the end of data.
-  void install_end_of_data_agreement(data::DistributedDataset& dataset) const;
+  void check_per_replica_size(size_t size) const;
 
- public:
+  // Reached by the library through detail::StrategyAccess (internal/strategy_access.h).
+  /// Replica `replica`'s collectives endpoint (call counters in tests; idle outside run).
+  collectives::Communicator& communicator(int replica) const;
   /// Cross-replica: `value` (this worker's own, e.g. a metric's combined totals) reduced over
   /// every worker; returned as it is with one worker. Every worker must call it.
   Tensor reduce_across_workers(ReduceOp op, const Tensor& value) const;
@@ -164,10 +160,11 @@ class Strategy {
   /// returned as they are with one worker. Every worker must call it.
   std::vector<char> broadcast_from_chief(std::vector<char> bytes) const;
 
- private:
-  void check_per_replica_size(size_t size) const;
+  /// Reduces a CPU tensor in place across workers (no-op with one worker).
+  void across_workers(Tensor& value, ReduceOp op) const;
+  /// With several workers, makes `dataset` agree with the other workers on the end of data.
+  void install_end_of_data_agreement(data::DistributedDataset& dataset) const;
 
-  friend class StrategyScope;
   std::unique_ptr<Impl> impl_;
 };
 

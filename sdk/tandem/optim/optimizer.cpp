@@ -1,5 +1,6 @@
 // Optimizer: argument checks, clipping, learning rate, slot creation and the update counter
-// around each optimizer's update_step.
+// around each optimizer's update_step; the replica-context apply_gradients sums the gradients
+// across the replicas (through GradientSync) before the same update.
 #include "tandem/optim/optimizer.h"
 
 #include "tandem/autograd/tape.h"
@@ -163,6 +164,30 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
   std::vector<Tensor> accumulated;
   if (accumulate(gradients, variables, accumulated))
     finish_accumulation(std::move(accumulated), variables);
+}
+
+void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gradients,
+                                const std::vector<Variable>& variables) {
+  check_pairs(gradients, variables);
+  // Before the all-reduce, so the replica that produced a NaN or Inf is the one named. Off (the
+  // default), this is one flag read: not even the replica's name is built.
+  if (check_numerics_enabled())
+    check_numerics(gradients, variables,
+                   tandem::detail::str_cat("replica ", ctx.replica_id_in_sync_group()));
+  if (accumulation_steps_ == 1) {
+    // One batched all-reduce (SUM) of every defined gradient: each replica divided its loss by
+    // the global batch, so the sum is the global gradient. Every replica then holds the same
+    // gradients, clips them identically (clipping happens inside the update, after this
+    // reduction) and applies the same update to its own copies of the variables and slots.
+    apply_update(ctx.sum_across_replicas(gradients), variables);
+    return;
+  }
+  // Micro-steps 1..N-1 only add into this replica's accumulators: no collective. Micro-step N
+  // all-reduces the accumulators in one batched call; every replica then divides by N and
+  // applies the same update.
+  std::vector<Tensor> accumulated;
+  if (!accumulate(gradients, variables, accumulated)) return;
+  finish_accumulation(ctx.sum_across_replicas(accumulated), variables);
 }
 
 void Optimizer::apply_update(const std::vector<Tensor>& gradients,

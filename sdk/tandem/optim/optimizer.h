@@ -14,12 +14,9 @@
 #include <vector>
 
 #include "tandem/autograd/variable.h"
+#include "tandem/optim/gradient_sync.h"
 #include "tandem/optim/schedules.h"
 #include "tandem/tensor/tensor.h"
-
-namespace tandem {
-class ReplicaContext;  // tandem/distribute/replica_context.h
-}  // namespace tandem
 
 namespace tandem::optim {
 
@@ -27,8 +24,9 @@ namespace tandem::optim {
 ///   check the pairs -> clip by global norm (if set) -> learning rate at iterations() ->
 ///   update_step(gradient, variable, slots) per variable -> iterations += 1.
 /// That is everything that happens after gradients are combined, so the replica-context form
-/// (apply_gradients(ctx, ...), with distribution) all-reduces and then calls the same code; the
-/// counter is itself a variable, so each replica steps its own copy identically.
+/// (apply_gradients(ctx, ...), with distribution) sums the gradients across the replicas through
+/// `ctx` (a GradientSync: a ReplicaContext) and then calls the same code; the counter is itself
+/// a variable, so each replica steps its own copy identically.
 ///
 /// Gradient accumulation (gradient_accumulation_steps = N > 1, Keras 3's option of that name):
 /// each call of apply_gradients is a micro-step. On micro-steps 1..N-1 each replica adds its
@@ -60,11 +58,11 @@ class Optimizer {
   /// accumulation: accumulates, and updates on every N-th call).
   void apply_gradients(const std::vector<Tensor>& gradients,
                        const std::vector<Variable>& variables);
-  /// The replica-context form (inside strategy.run; defined in distribute/apply_gradients.cpp):
-  /// all-reduces (SUM) the gradients across replicas in one batched call, then runs the update
-  /// above (clipping after the reduction) on this replica's copies, identically everywhere.
-  /// With gradient accumulation, only micro-step N all-reduces (the accumulators).
-  void apply_gradients(ReplicaContext& ctx, const std::vector<Tensor>& gradients,
+  /// The replica-context form (inside strategy.run, `ctx` being the ReplicaContext): all-reduces
+  /// (SUM) the gradients across replicas in one batched call, then runs the update above
+  /// (clipping after the reduction) on this replica's copies, identically everywhere. With
+  /// gradient accumulation, only micro-step N all-reduces (the accumulators).
+  void apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gradients,
                        const std::vector<Variable>& variables);
 
   /// Updates applied so far (Keras' optimizer.iterations).

@@ -11,6 +11,7 @@
 
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/in_process.h"
+#include "tandem/collectives/internal/worker_collectives.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::collectives {
@@ -20,28 +21,29 @@ namespace tandem::collectives {
 /// workers that did not arrive); then the blocking MPI call runs. MPI is initialised on first use
 /// (MPI_THREAD_SERIALIZED: one thread at a time calls MPI, which the strategies guarantee) and
 /// finalised at exit; errors are returned, not fatal, and raised as tandem::Error naming the call.
-class MpiWorld {
+class MpiWorld final : public WorkerCollectives {
  public:
   /// The process-wide instance (initialises MPI the first time).
   static std::shared_ptr<MpiWorld> instance();
-  ~MpiWorld();
+  ~MpiWorld() override;
   MpiWorld(const MpiWorld&) = delete;
   MpiWorld& operator=(const MpiWorld&) = delete;
 
-  int rank() const { return rank_; }
-  int size() const { return size_; }
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
 
   /// In place, across processes, CPU tensors: one MPI_Allreduce per dtype (tensors of a dtype
   /// are packed into one buffer unless there is only one), waited for with a timeout. kMean
   /// divides the sum by size().
-  void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label);
+  void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) override;
   /// Process `root`'s tensors into every process's tensors (same shapes everywhere).
-  void broadcast(std::vector<Tensor>& tensors, int root, const char* label);
+  void broadcast(std::vector<Tensor>& tensors, int root, const char* label) override;
   /// Every process's bytes, in rank order (pieces may differ in length).
-  std::vector<std::vector<char>> all_gather(const std::vector<char>& mine, const char* label);
+  std::vector<std::vector<char>> all_gather(const std::vector<char>& mine,
+                                            const char* label) override;
   /// Every process's CPU tensors, in rank order (shapes may differ between processes).
   std::vector<std::vector<Tensor>> all_gather_tensors(const std::vector<Tensor>& mine,
-                                                      const char* label);
+                                                      const char* label) override;
   void barrier(const char* label);
 
   /// True after a collective failed or timed out: MPI is then not finalised at exit (a pending

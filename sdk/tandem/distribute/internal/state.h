@@ -1,5 +1,6 @@
 // Internal to the distribute layer: the merge_call state the replicas of one strategy share,
-// the per-thread replica context, and the guard that enters cross-replica context.
+// the per-thread replica context and run index (replica_context.cpp), the strategy whose scope
+// is open (strategy.cpp), and the guard that enters cross-replica context.
 #pragma once
 
 #include <cstdint>
@@ -27,6 +28,8 @@ const Strategy* current_scope_strategy();
 
 /// Which strategy.run (1, 2, ...) the calling replica thread is running; 0 outside run.
 uint64_t current_run_index();
+/// Sets it (the replica threads, at the start of each run).
+void set_current_run_index(uint64_t run_index);
 
 /// The message of an exception_ptr ("an exception of unknown type" for non-std exceptions).
 std::string describe_exception(const std::exception_ptr& error);

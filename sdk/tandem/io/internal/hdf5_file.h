@@ -1,5 +1,7 @@
-// An RAII wrapper over the HDF5 C API for checkpoints and HDF5 datasets. Internal header: it
-// does not include hdf5.h (only hdf5_file.cpp does); handles are plain int64 ids.
+// The RAII wrapper over the HDF5 C API that checkpoints and the HDF5 dataset source share.
+// Internal header: it does not include hdf5.h (only the wrapper's sources, io/hdf5_*.cpp, do,
+// through io/internal/hdf5_check.h); handles are plain int64 ids. Without HDF5 the calls that
+// open or create a file raise NotBuiltError (io/no_hdf5.cpp).
 #pragma once
 
 #include <cstdint>
@@ -35,6 +37,59 @@ class Handle {
   int64_t id_ = -1;
 };
 
+/// The largest size ratio of HDF5's compression filters (deflate: 1032:1). A compressed dataset
+/// may declare more bytes than its file holds, but never more than this many times as many.
+constexpr uint64_t kMaxCompressionRatio = 1032;
+
+/// The element type a dataset declares in its file (what a reader maps to a DType).
+struct ElementType {
+  enum class Kind { kInteger, kFloat, kOther };
+  Kind kind = Kind::kOther;
+  size_t bytes = 0;        ///< the size of one element in the file
+  bool is_signed = false;  ///< integers only
+  int hdf5_class = -1;     ///< HDF5's type class number, for messages
+};
+
+/// How a dataset keeps its data in the file.
+enum class Layout { kCompact, kContiguous, kChunked, kVirtual, kOther };
+
+/// A dataset opened to be read in parts (the HDF5 dataset source): what it declares (extents,
+/// element type, storage) and rows read by hyperslab straight into the caller's memory. Its
+/// messages read "<context><what> <label>" ("data::hdf5: dataspace of 'x' in 'part0.h5'"), so
+/// that a reader's errors keep its own words. Open one with Group::open_dataset.
+class Dataset {
+ public:
+  Dataset() = default;
+
+  /// The extents its dataspace declares (none for a scalar), unchecked: a damaged header can
+  /// declare anything.
+  std::vector<uint64_t> extents() const;
+  /// The stored element type; raises when HDF5 reports a size of 0.
+  ElementType element_type() const;
+  Layout layout() const;
+  /// How many external files hold its data (0: the data is in this file).
+  int external_files() const;
+  /// The bytes allocated for its data in the file (0 also when it was never written).
+  uint64_t stored_bytes() const;
+  /// True when a filter other than Fletcher-32 (a compression filter) applies to its chunks.
+  bool compressed() const;
+  /// The size of its file in bytes.
+  uint64_t file_bytes() const;
+  /// Reads rows [start, start + count) along axis 0, each of `row_shape`, into `out` as `dtype`
+  /// (HDF5 converts from the stored type): one hyperslab selection, one read. `out` holds
+  /// count * row_shape.numel() elements of `dtype`.
+  void read_rows(int64_t start, int64_t count, const Shape& row_shape, DType dtype,
+                 void* out) const;
+
+ private:
+  friend class Group;
+  Dataset(Handle handle, std::string context, std::string label)
+      : handle_(std::move(handle)), context_(std::move(context)), label_(std::move(label)) {}
+  Handle handle_;
+  std::string context_;
+  std::string label_;
+};
+
 /// A group (the root of a file is a group too). Every call names the file and object on error.
 class Group {
  public:
@@ -55,6 +110,9 @@ class Group {
   std::vector<std::string> children() const;
   /// True if `name` exists and is a dataset (false for a group or a missing link).
   bool is_dataset(const std::string& name) const;
+  /// Opens the dataset `name` to read it in parts; `context` starts and `label` ends every
+  /// message about it (see Dataset). The caller checks that it exists.
+  Dataset open_dataset(const std::string& name, std::string context, std::string label) const;
 
   /// Writes an uncompressed little-endian dataset (float32, float64, int32, int64, uint8; uint64
   /// via write_u64) that carries a checksum: rank >= 1 with data: chunked layout with HDF5's
@@ -124,6 +182,10 @@ class File {
   static File open(const std::string& path);
   /// Opens an existing file for reading and writing (tools and tests that edit a file).
   static File open_for_update(const std::string& path);
+  /// Opens `path` read-only as HDF5 finds it, without open()'s checks (the caller makes those
+  /// it needs, in its own words; a user block before the signature is fine): a failure raises
+  /// `context` with HDF5's reason.
+  static File open_as_found(const std::string& path, const std::string& context);
   ~File();
   File(File&&) noexcept = default;
   File& operator=(File&&) noexcept = default;

@@ -1,6 +1,6 @@
 // The HDF5 wrapper of a build without HDF5 (a dispatch point: it reads TANDEM_WITH_HDF5). Opening
 // or creating a file raises NotBuiltError saying how to get HDF5; no other call can be reached.
-#include "tandem/checkpoint/hdf5_file.h"
+#include "tandem/io/internal/hdf5_file.h"
 
 #if !TANDEM_WITH_HDF5
 
@@ -32,6 +32,7 @@ Group Group::require_group(const std::string&) const { not_built(); }
 bool Group::exists(const std::string&) const { not_built(); }
 std::vector<std::string> Group::children() const { not_built(); }
 bool Group::is_dataset(const std::string&) const { not_built(); }
+Dataset Group::open_dataset(const std::string&, std::string, std::string) const { not_built(); }
 void Group::write_tensor(const std::string&, const Tensor&) const { not_built(); }
 void Group::write_u64(const std::string&, const std::vector<uint64_t>&, const Shape&) const {
   not_built();
@@ -62,11 +63,21 @@ std::string Group::read_attr_string(const std::string&) const { not_built(); }
 int64_t Group::read_attr_int64(const std::string&) const { not_built(); }
 std::vector<std::string> Group::read_attr_strings(const std::string&) const { not_built(); }
 
+std::vector<uint64_t> Dataset::extents() const { not_built(); }
+ElementType Dataset::element_type() const { not_built(); }
+Layout Dataset::layout() const { not_built(); }
+int Dataset::external_files() const { not_built(); }
+uint64_t Dataset::stored_bytes() const { not_built(); }
+bool Dataset::compressed() const { not_built(); }
+uint64_t Dataset::file_bytes() const { not_built(); }
+void Dataset::read_rows(int64_t, int64_t, const Shape&, DType, void*) const { not_built(); }
+
 File::File(Handle handle, std::string path) : file_(std::move(handle)), path_(std::move(path)) {}
 File::~File() = default;
 File File::create(const std::string&) { not_built(); }
 File File::open(const std::string&) { not_built(); }
 File File::open_for_update(const std::string&) { not_built(); }
+File File::open_as_found(const std::string&, const std::string&) { not_built(); }
 void File::flush() const { not_built(); }
 void File::close() { file_.close(); }
 

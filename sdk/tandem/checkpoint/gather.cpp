@@ -1,0 +1,158 @@
+// The per-replica state of a checkpoint (metric partials, gradient accumulators, dropout
+// streams): this process's part, and every worker's combined by an all-gather for the chief
+// of a multi-worker job to write (internal/gather.h).
+#include "tandem/checkpoint/internal/gather.h"
+
+#include <cstring>
+
+#include "tandem/checkpoint/internal/layout.h"
+#include "tandem/nn/module.h"
+#include "tandem/nn/replica_state.h"
+#include "tandem/ops/ops.h"
+#include "tandem/optim/optimizer.h"
+
+namespace tandem {
+
+using detail::generators_of;
+using detail::tracked;
+using detail::tracked_one;
+
+namespace {
+
+/// This process's part of the per-replica state: metric partials summed over its replicas,
+/// accumulators summed over its replicas (mid-accumulation only), one dropout-stream row per
+/// replica.
+detail::GatheredState local_state(const std::vector<Checkpoint::Entry>& entries, int num_replicas) {
+  detail::GatheredState out;
+  out.num_replicas = num_replicas;
+  if (const nn::Module* model = tracked_one<nn::Module>(entries)) {
+    if (const nn::ReplicaGenerators* generators = generators_of(*model)) {
+      // One row per replica {seed, stream, offset, 0}; a replica that never drew has its
+      // fresh stream (seed, 1 + global replica id, 0), exactly what it would be created with.
+      const std::vector<std::array<uint64_t, 4>> states = generators->states();
+      for (int r = 0; r < num_replicas; ++r)
+        out.rng_rows.push_back(
+            r < static_cast<int>(states.size())
+                ? states[static_cast<size_t>(r)]
+                : std::array<uint64_t, 4>{generators->seed(),
+                                          static_cast<uint64_t>(process_replica_offset()) + r + 1,
+                                          0, 0});
+    }
+  }
+  for (const auto& [name, metric] : tracked<metrics::Metric>(entries))
+    out.metrics[name] = metric->local_state();
+  const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
+  if (optimizer && optimizer->micro_step() > 0) {
+    for (const auto& [name, accumulator] : optimizer->accumulator_variables()) {
+      Tensor sum = accumulator.copy(0).to(Device::cpu());
+      for (int r = 1; r < accumulator.num_copies(); ++r)
+        sum = ops::add(sum, accumulator.copy(r).to(Device::cpu()));
+      out.accumulators.emplace_back(name, sum);
+    }
+  }
+  return out;
+}
+
+// A GatheredState as bytes, for the all-gather across workers: counts, then metrics (total,
+// count), dropout rows, and accumulators (float32 values) in tracked order, which every worker
+// shares (they run the same program).
+void put(std::vector<char>& out, const void* data, size_t bytes) {
+  const size_t at = out.size();
+  out.resize(at + bytes);
+  if (bytes > 0) std::memcpy(out.data() + at, data, bytes);
+}
+
+std::vector<char> to_bytes(const detail::GatheredState& state,
+                           const std::vector<Checkpoint::Entry>& entries) {
+  std::vector<char> out;
+  const int64_t header[4] = {state.num_replicas, static_cast<int64_t>(state.metrics.size()),
+                             static_cast<int64_t>(state.rng_rows.size()),
+                             static_cast<int64_t>(state.accumulators.size())};
+  put(out, header, sizeof(header));
+  for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
+    const metrics::MetricState m = state.metrics.at(name);
+    const double values[2] = {m.total, m.count};
+    put(out, values, sizeof(values));
+  }
+  for (const std::array<uint64_t, 4>& row : state.rng_rows) put(out, row.data(), sizeof(row));
+  for (const auto& [name, sum] : state.accumulators) {
+    TANDEM_CHECK(sum.dtype() == DType::kFloat32, "checkpoint: the accumulator of \"", name,
+                 "\" is ", sum.dtype(), "; float32 expected");
+    const int64_t numel = sum.numel();
+    put(out, &numel, sizeof(numel));
+    put(out, sum.raw_data(), sum.nbytes());
+  }
+  return out;
+}
+
+/// Adds worker `worker`'s bytes into `total` (metrics and accumulators summed, rows appended).
+void add_bytes(detail::GatheredState& total, const std::vector<char>& bytes, int worker,
+               const std::vector<Checkpoint::Entry>& entries) {
+  size_t at = 0;
+  auto take = [&](void* dst, size_t n) {
+    TANDEM_CHECK(at + n <= bytes.size(), "checkpoint: worker ", worker, " sent a truncated state (",
+                 bytes.size(), " bytes)");
+    if (n > 0) std::memcpy(dst, bytes.data() + at, n);
+    at += n;
+  };
+  int64_t header[4] = {};
+  take(header, sizeof(header));
+  TANDEM_CHECK(header[1] == static_cast<int64_t>(total.metrics.size()) &&
+                   header[3] == static_cast<int64_t>(total.accumulators.size()),
+               "checkpoint: worker ", worker, " tracks ", header[1], " metrics and ", header[3],
+               " accumulators, the chief ", total.metrics.size(), " and ",
+               total.accumulators.size(), "; every worker must save the same objects");
+  for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
+    double values[2] = {};
+    take(values, sizeof(values));
+    // A metric of the job adds every worker's partials; one made before the strategy is this
+    // process's own, and the chief's value is the one stored.
+    if (metric->num_workers() > 1 || worker == 0) {
+      total.metrics[name].total += values[0];
+      total.metrics[name].count += values[1];
+    }
+  }
+  for (int64_t r = 0; r < header[2]; ++r) {
+    std::array<uint64_t, 4> row{};
+    take(row.data(), sizeof(row));
+    total.rng_rows.push_back(row);
+  }
+  for (auto& [name, sum] : total.accumulators) {
+    int64_t numel = 0;
+    take(&numel, sizeof(numel));
+    TANDEM_CHECK(numel == sum.numel(), "checkpoint: worker ", worker, "'s accumulator of \"", name,
+                 "\" has ", numel, " values, the chief's ", sum.numel());
+    Tensor theirs = Tensor::empty(sum.shape(), DType::kFloat32);
+    take(theirs.raw_data(), theirs.nbytes());
+    sum = ops::add(sum, theirs);
+  }
+  TANDEM_CHECK(at == bytes.size(), "checkpoint: worker ", worker, " sent ", bytes.size() - at,
+               " bytes more than the chief's objects account for; every worker must save the "
+               "same objects");
+  total.num_replicas += header[0];
+}
+
+}  // namespace
+
+namespace detail {
+
+GatheredState gather_state(const Checkpoint& checkpoint, WorkerGroup* workers) {
+  GatheredState mine = local_state(checkpoint.entries(), checkpoint.num_replicas());
+  if (workers == nullptr || workers->num_workers() == 1) return mine;
+  const std::vector<std::vector<char>> all = workers->all_gather(
+      to_bytes(mine, checkpoint.entries()), "checkpoint save (every worker saves together)");
+  // Every worker's part, in worker (so global replica) order.
+  GatheredState total;
+  total.num_workers = workers->num_workers();
+  total.num_replicas = 0;
+  for (const auto& [name, state] : mine.metrics) total.metrics[name] = {};
+  for (const auto& [name, sum] : mine.accumulators)
+    total.accumulators.emplace_back(name, Tensor::zeros_like(sum));
+  for (int w = 0; w < workers->num_workers(); ++w)
+    add_bytes(total, all[static_cast<size_t>(w)], w, checkpoint.entries());
+  return total;
+}
+
+}  // namespace detail
+
+}  // namespace tandem

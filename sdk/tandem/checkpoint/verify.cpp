@@ -1,0 +1,92 @@
+// verify_checkpoint (inspect.h): checks, without the model that wrote it, that a checkpoint
+// would restore: every dataset read back (so every checksum verified) and every value possible.
+#include <cmath>
+
+#include "tandem/checkpoint/inspect.h"
+#include "tandem/checkpoint/internal/layout.h"
+
+namespace tandem {
+
+using detail::check_counter;
+using detail::check_own_signature;
+using detail::check_values;
+using detail::kFormatName;
+using detail::kIterationName;
+using detail::kModelWeights;
+using detail::kOptimizerWeights;
+using detail::kStandardCounters;
+using detail::kTrainingState;
+using detail::location;
+using detail::read_iterator_state;
+using detail::require_group;
+
+namespace {
+
+/// Reads every dataset below `group` (so HDF5 verifies each checksum) and checks the values
+/// that cannot be valid, as a restore does (`slots`: optimizer slots, "v/..." >= 0).
+void verify_datasets(const h5::Group& group, bool slots, const std::string& prefix = "") {
+  for (const std::string& child : group.children()) {
+    // `name`: the path below the group verify_datasets started from ("v/dense/kernel:0").
+    const std::string name = prefix.empty() ? child : prefix + "/" + child;
+    if (group.is_dataset(child)) {
+      const Tensor value = group.read_tensor(child);
+      check_values(location(group, child), value,
+                   /*non_negative=*/slots && name.starts_with("v/"),
+                   "the second moment v is an average of squares");
+    } else {
+      verify_datasets(group.open_group(child), slots, name);
+    }
+  }
+}
+
+}  // namespace
+
+std::string verify_checkpoint(const std::string& path) {
+  try {
+    h5::File file = h5::File::open(path);
+    const h5::Group& root = file.root();
+    TANDEM_CHECK(
+        root.has_attr("tandem_format") && root.read_attr_string("tandem_format") == kFormatName,
+        path, ": not a Tandem checkpoint (no tandem_format=\"", kFormatName,
+        "\" attribute at the root)");
+    const int64_t version = root.read_attr_int64("tandem_format_version");
+    TANDEM_CHECK(version >= 1 && version <= kCheckpointFormatVersion, path,
+                 ": checkpoint format version ", version, "; this build reads versions 1 to ",
+                 kCheckpointFormatVersion);
+    for (const char* group : {kModelWeights, kTrainingState}) require_group(root, group, path);
+    check_own_signature(root, path);
+    verify_datasets(root.open_group(kModelWeights), /*slots=*/false);
+    if (root.exists(kOptimizerWeights)) {
+      const h5::Group optimizer = root.open_group(kOptimizerWeights);
+      check_counter(location(optimizer, kIterationName),
+                    optimizer.read_scalar_int64(kIterationName));
+      verify_datasets(optimizer, /*slots=*/true);
+    }
+    const h5::Group state = root.open_group(kTrainingState);
+    for (const char* name : kStandardCounters)
+      if (state.exists(name)) check_counter(location(state, name), state.read_scalar_int64(name));
+    if (state.exists("metrics")) {
+      const h5::Group metrics = state.open_group("metrics");
+      for (const std::string& name : metrics.children()) {
+        const h5::Group m = metrics.open_group(name);
+        const double total = m.read_scalar_float64("total");
+        const double count = m.read_scalar_float64("count");
+        TANDEM_CHECK(std::isfinite(total), location(m, "total"), " is ", total,
+                     ", not finite; the checkpoint is damaged");
+        TANDEM_CHECK(std::isfinite(count) && count >= 0, location(m, "count"), " is ", count,
+                     ", not a finite count >= 0; the checkpoint is damaged");
+      }
+    }
+    if (state.exists("data")) {
+      const h5::Group data = state.open_group("data");
+      for (const std::string& name : data.children()) read_iterator_state(data.open_group(name));
+    }
+    if (state.exists("grad_accum")) verify_datasets(state.open_group("grad_accum"), false);
+    if (state.exists("rng/replica_state")) state.read_u64("rng/replica_state");
+    return "";
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+}
+
+}  // namespace tandem

@@ -1,0 +1,221 @@
+// Writing a checkpoint: the root attributes, /model_weights (Keras' legacy h5 layout),
+// /optimizer_weights and /training_state, into a temporary file that is synced and renamed into
+// place, so that a crash leaves the previous checkpoint or the new one, never a mix.
+#include <ctime>
+#include <filesystem>
+#include <map>
+
+#include "tandem/checkpoint/internal/file_io.h"
+#include "tandem/checkpoint/internal/gather.h"
+#include "tandem/checkpoint/internal/layout.h"
+#include "tandem/core/build_info.h"
+#include "tandem/data/dataset.h"
+#include "tandem/data/distributed_dataset.h"
+#include "tandem/metrics/metrics.h"
+#include "tandem/nn/module.h"
+#include "tandem/optim/optimizer.h"
+
+namespace tandem {
+
+using detail::is_standard_counter;
+using detail::kChecksums;
+using detail::keras_name;
+using detail::kFormatName;
+using detail::kIterationName;
+using detail::kKerasVersion;
+using detail::kModelWeights;
+using detail::kOptimizerWeights;
+using detail::kRngAlgorithm;
+using detail::kStandardCounters;
+using detail::kTrainingState;
+using detail::layers_of;
+using detail::LayerWeights;
+using detail::tracked;
+using detail::tracked_one;
+
+namespace {
+
+Tensor int64_scalar(int64_t value) {
+  return Tensor::from_vector(std::vector<int64_t>{value}, Shape(std::vector<int64_t>{}));
+}
+
+Tensor float64_scalar(double value) {
+  return Tensor::from_vector(std::vector<double>{value}, Shape(std::vector<int64_t>{}));
+}
+
+std::string utc_now() {
+  const std::time_t now = std::time(nullptr);
+  std::tm parts{};
+  gmtime_r(&now, &parts);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &parts);
+  return text;
+}
+
+void write_model(const h5::Group& root, const nn::Module* model) {
+  const h5::Group group = root.create_group(kModelWeights);
+  std::vector<std::string> layer_names;
+  const std::vector<LayerWeights> layers = model ? layers_of(*model) : std::vector<LayerWeights>{};
+  for (const LayerWeights& layer : layers) layer_names.push_back(layer.name);
+  // Keras' legacy h5 layout: load_weights finds no layer_names at the root, descends into
+  // /model_weights, and matches the layers that have weights by order.
+  group.write_attr("layer_names", layer_names);
+  group.write_attr("backend", std::string("tensorflow"));
+  group.write_attr("keras_version", std::string(kKerasVersion));
+  for (const LayerWeights& layer : layers) {
+    const h5::Group layer_group = group.create_group(layer.name);
+    std::vector<std::string> weight_names;
+    for (const Variable& v : layer.weights) {
+      weight_names.push_back(keras_name(v.name()));
+      // Replica 0's copy: after every synchronised update all copies hold the same bits.
+      layer_group.write_tensor(keras_name(v.name()), v.copy(0));
+    }
+    layer_group.write_attr("weight_names", weight_names);
+  }
+}
+
+void write_optimizer(const h5::Group& root, const optim::Optimizer& optimizer) {
+  const h5::Group group = root.create_group(kOptimizerWeights);
+  std::vector<std::string> weight_names = {kIterationName};
+  group.write_tensor(kIterationName, int64_scalar(optimizer.iterations()));
+  for (const auto& [name, slot] : optimizer.slot_variables()) {
+    weight_names.push_back(keras_name(name));
+    group.write_tensor(keras_name(name), slot.copy(0));
+  }
+  group.write_attr("optimizer", optimizer.name());
+  group.write_attr("config_json", optimizer.config_json());
+  group.write_attr("weight_names", weight_names);
+}
+
+void write_iterator_state(const h5::Group& group, const data::IteratorState& state) {
+  std::vector<std::string> names;
+  for (const auto& [name, values] : state.entries()) {
+    names.push_back(name);
+    group.write_tensor(name,
+                       Tensor::from_vector(values, Shape({static_cast<int64_t>(values.size())})));
+  }
+  // HDF5 lists links by name; the entry order of the state is kept here.
+  group.write_attr("entry_names", names);
+}
+
+void write_training_state(const h5::Group& root, const std::vector<Checkpoint::Entry>& entries,
+                          int64_t global_step, const detail::GatheredState& gathered) {
+  const h5::Group group = root.create_group(kTrainingState);
+  const data::DistributedDataset* first_data = tracked_one<data::DistributedDataset>(entries);
+  std::map<std::string, int64_t> standard = {
+      {"global_step", global_step},
+      {"epoch", first_data ? static_cast<int64_t>(first_data->epoch()) : 0},
+      {"step_in_epoch", 0},
+      {"samples_seen", 0}};
+  for (const auto& [name, counter] : tracked<int64_t>(entries)) {
+    if (is_standard_counter(name))
+      standard[name] = *counter;
+    else
+      group.write_tensor("counters/" + name, int64_scalar(*counter));
+  }
+  for (const char* name : kStandardCounters) group.write_tensor(name, int64_scalar(standard[name]));
+
+  for (const auto& [name, dataset] : tracked<data::DistributedDataset>(entries)) {
+    const h5::Group d = group.require_group("data/" + name);
+    d.write_attr("kind", std::string("distributed_dataset"));
+    d.write_attr("num_replicas", dataset->num_replicas());
+    d.write_attr("epoch", static_cast<int64_t>(dataset->epoch()));
+    write_iterator_state(d, dataset->save());
+  }
+  for (const auto& [name, iterator] : tracked<data::Iterator>(entries)) {
+    const h5::Group d = group.require_group("data/" + name);
+    d.write_attr("kind", std::string("iterator"));
+    d.write_attr("epoch", static_cast<int64_t>(iterator->epoch()));
+    write_iterator_state(d, iterator->save());
+  }
+
+  if (!gathered.rng_rows.empty()) {
+    std::vector<uint64_t> rows;
+    for (const std::array<uint64_t, 4>& row : gathered.rng_rows)
+      rows.insert(rows.end(), row.begin(), row.end());
+    group.write_u64("rng/replica_state", rows,
+                    Shape({static_cast<int64_t>(gathered.rng_rows.size()), 4}));
+    group.write_attr_of("rng/replica_state", "algorithm", kRngAlgorithm);
+  }
+
+  for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
+    // The per-replica (and per-worker) partial sums were gathered: the stored state is their SUM.
+    const metrics::MetricState state = gathered.metrics.at(name);
+    const h5::Group m = group.require_group("metrics/" + name);
+    m.write_tensor("total", float64_scalar(state.total));
+    m.write_tensor("count", float64_scalar(state.count));
+    m.write_attr("metric_name", metric->name());
+  }
+
+  // Gradient accumulation: micro_step (0 at an update boundary) and, in the middle of an
+  // accumulation, each variable's accumulator as the SUM over replicas of the replica-local
+  // copies (only that sum is ever all-reduced, so a restore may put it on one replica).
+  const h5::Group accumulation = group.require_group("grad_accum");
+  const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
+  const int64_t micro_step = optimizer ? optimizer->micro_step() : 0;
+  accumulation.write_tensor("micro_step", int64_scalar(micro_step));
+  accumulation.write_attr(
+      "gradient_accumulation_steps",
+      static_cast<int64_t>(optimizer ? optimizer->gradient_accumulation_steps() : 1));
+  if (micro_step > 0)
+    for (const auto& [name, sum] : gathered.accumulators)
+      accumulation.write_tensor(keras_name(name), sum);
+}
+
+}  // namespace
+
+namespace detail {
+
+void write_gathered(const Checkpoint& checkpoint, const std::string& path,
+                    const GatheredState& gathered) {
+  const std::vector<Checkpoint::Entry>& entries_ = checkpoint.entries();
+  const nn::Module* model = tracked_one<nn::Module>(entries_);
+  const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_);
+  const std::string temp = detail::temp_path_for(path);
+  try {
+    h5::File file = h5::File::create(temp);  // exclusive create: never reuses a stranger's file
+    detail::checkpoint_save_point("temp_created");
+    const h5::Group& root = file.root();
+    root.write_attr("tandem_format", std::string(kFormatName));
+    root.write_attr("tandem_format_version", kCheckpointFormatVersion);
+    root.write_attr("tandem_version", build_info().version);
+    root.write_attr("created_utc", utc_now());
+    root.write_attr("num_workers", static_cast<int64_t>(gathered.num_workers));
+    root.write_attr("num_replicas", gathered.num_replicas);
+    std::string backend = "cpu";
+    if (model) {
+      const std::vector<Variable> weights = model->weights();
+      if (!weights.empty() && weights.front().copy(0).device().is_cuda()) backend = "cuda";
+    }
+    root.write_attr("backend", backend);
+    root.write_attr("model_signature", checkpoint.model_signature());
+    // Every dataset with data carries Fletcher-32, scalars sit in checksummed object headers
+    // (hdf5_file.h); readers note files without this attribute (written before checksums).
+    root.write_attr("tandem_checksums", std::string(kChecksums));
+
+    write_model(root, model);
+    detail::checkpoint_save_point("model_weights");
+    if (optimizer) write_optimizer(root, *optimizer);
+    detail::checkpoint_save_point("optimizer_weights");
+    write_training_state(root, entries_, checkpoint.global_step(), gathered);
+    detail::checkpoint_save_point("training_state");
+    file.close();
+    detail::checkpoint_save_point("temp_closed");
+    // The bytes must reach the disk before the rename makes them the checkpoint: otherwise a
+    // power loss could leave `path` naming a file whose blocks were never written.
+    detail::fsync_file(temp);
+    detail::checkpoint_save_point("temp_synced");
+    detail::rename_file(temp, path);
+    // The rename is a change to the directory: fsync it so that the new name is durable.
+    detail::fsync_directory(std::filesystem::path(path).parent_path().string());
+    detail::checkpoint_save_point("renamed");
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(temp, ignored);
+    throw;
+  }
+}
+
+}  // namespace detail
+
+}  // namespace tandem

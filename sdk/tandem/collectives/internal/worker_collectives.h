@@ -1,0 +1,35 @@
+// WorkerCollectives: the processes (workers) of a multi-worker job as a strategy reduces across
+// them, whatever carries the bytes (MpiWorld does, in builds with MPI).
+#pragma once
+
+#include <vector>
+
+#include "tandem/collectives/reduce_op.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::collectives {
+
+/// Collectives over the job's workers, on CPU tensors. Every worker makes the same calls in
+/// the same order, from one thread at a time; `label` names the call in errors.
+class WorkerCollectives {
+ public:
+  virtual ~WorkerCollectives() = default;
+
+  /// This worker's index in [0, size()); 0 is the chief.
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+
+  /// In place: every worker's tensors reduced element-wise, the same result everywhere (kMean
+  /// divides the sum by size()).
+  virtual void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) = 0;
+  /// Worker `root`'s tensors into every worker's tensors (same shapes everywhere).
+  virtual void broadcast(std::vector<Tensor>& tensors, int root, const char* label) = 0;
+  /// Every worker's bytes, in worker order (pieces may differ in length).
+  virtual std::vector<std::vector<char>> all_gather(const std::vector<char>& mine,
+                                                    const char* label) = 0;
+  /// Every worker's tensors, in worker order (shapes may differ between workers).
+  virtual std::vector<std::vector<Tensor>> all_gather_tensors(const std::vector<Tensor>& mine,
+                                                              const char* label) = 0;
+};
+
+}  // namespace tandem::collectives

@@ -1,0 +1,30 @@
+// StrategyAccess: the library's (and the tests') way to the parts of a Strategy that are not
+// its public API: a replica's collectives endpoint and the cross-worker calls that checkpoints
+// and tests make. Not installed.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "tandem/distribute/strategy.h"
+
+namespace tandem::detail {
+
+struct StrategyAccess {
+  /// Replica `replica`'s collectives endpoint (call counters; idle outside run).
+  static collectives::Communicator& communicator(const Strategy& strategy, int replica) {
+    return strategy.communicator(replica);
+  }
+  /// Cross-replica: `value` reduced over every worker (as it is with one worker). Every worker
+  /// must call it.
+  static Tensor reduce_across_workers(const Strategy& strategy, ReduceOp op, const Tensor& value) {
+    return strategy.reduce_across_workers(op, value);
+  }
+  /// Cross-replica: the chief's `bytes` on every worker (as they are with one worker). Every
+  /// worker must call it.
+  static std::vector<char> broadcast_from_chief(const Strategy& strategy, std::vector<char> bytes) {
+    return strategy.broadcast_from_chief(std::move(bytes));
+  }
+};
+
+}  // namespace tandem::detail

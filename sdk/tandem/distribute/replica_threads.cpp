@@ -1,0 +1,313 @@
+// The replica threads of a strategy: each waits for the next run, runs its piece of the task
+// bound to its replica, and reports back; run() collects their errors, re-raises the cause with
+// the replica id, and gives up on a replica stuck in user code instead of waiting forever.
+#include "tandem/distribute/internal/replica_threads.h"
+
+#include <algorithm>
+#include <chrono>
+
+#include "tandem/collectives/internal/replica_list.h"
+#include "tandem/core/threading.h"
+#include "tandem/distribute/internal/state.h"
+
+namespace tandem::detail {
+
+namespace {
+
+thread_local const ReplicaThreads* t_thread_of = nullptr;  // whose replica thread this is
+
+/// How long run still waits for a replica once a peer's collective timed out waiting for it
+/// (at most the collective timeout): time for the replicas released from that collective to
+/// unwind.
+constexpr std::chrono::milliseconds kStuckGrace{500};
+
+bool is_aborted(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const collectives::AbortedError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+bool is_timeout(const std::exception_ptr& error) {
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError&) {
+    return true;
+  } catch (...) {
+    return false;
+  }
+}
+
+}  // namespace
+
+ReplicaThreads::ReplicaThreads(Options options)
+    : options_(std::move(options)), num_replicas_(static_cast<int>(options_.devices.size())) {
+  for (const Device& d : options_.devices) any_gpu_ = any_gpu_ || d.is_cuda();
+  worker_spin_ = num_replicas_ < hardware_cores() ? SpinPolicy::kPause : SpinPolicy::kYield;
+  errors_.assign(static_cast<size_t>(num_replicas_), nullptr);
+  finished_.assign(static_cast<size_t>(num_replicas_), 0);
+  run_start_.resize(static_cast<size_t>(num_replicas_));
+  run_end_.resize(static_cast<size_t>(num_replicas_));
+  if (options_.on_calling_thread) return;
+  try {
+    for (int r = 0; r < num_replicas_; ++r)
+      threads_.emplace_back(&ReplicaThreads::thread_main, this, r);
+  } catch (...) {
+    stop();
+    throw;
+  }
+}
+
+ReplicaThreads::~ReplicaThreads() { stop(); }
+
+int ReplicaThreads::stop() {
+  int detached = 0;
+  std::vector<char> returned;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+    // After a run gave up on replicas, only those that have returned since can be joined.
+    returned = broken_.empty() ? std::vector<char>(threads_.size(), 1) : finished_;
+  }
+  work_cv_.notify_all();
+  for (size_t r = 0; r < threads_.size(); ++r) {
+    if (!threads_[r].joinable()) continue;
+    // A thread still inside a replica function may never return: it keeps running
+    // (detached) with this state, which the strategy then leaves to it.
+    if (returned[r]) {
+      threads_[r].join();
+    } else {
+      threads_[r].detach();
+      ++detached;
+    }
+  }
+  threads_.clear();
+  return detached;
+}
+
+std::string ReplicaThreads::broken() {
+  std::lock_guard<std::mutex> lock(mutex_);
+  return broken_;
+}
+
+void ReplicaThreads::check_usable(const char* what) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  TANDEM_CHECK(broken_.empty(), options_.name, ".", what,
+               ": the strategy is unusable: an earlier run ", "gave up on its replicas: ", broken_,
+               ". Its replica threads may still be running user code; create a new strategy "
+               "(or end the process)");
+}
+
+// ---- a replica thread -------------------------------------------------------------------------
+
+void ReplicaThreads::thread_main(int id) {
+  // Thread budget: replicas split the cores, so replicas x compute threads <= cores.
+  set_compute_threads(std::max(1, hardware_cores() / num_replicas_));
+  set_current_replica_binding({id, num_replicas_, options_.worker_index * num_replicas_,
+                               options_.num_workers * num_replicas_});
+  // Variables created inside run (a model built on first use, optimizer slots) are mirrored
+  // too; code that creates them lazily does so once, under its own lock, not once per replica.
+  set_variable_creator(options_.creator);
+  t_thread_of = this;
+  ReplicaContext& ctx = *options_.contexts[static_cast<size_t>(id)];
+  set_current_replica_context(&ctx);
+
+  uint64_t seen = 0;
+  for (;;) {
+    ReplicaTask task{nullptr, nullptr, nullptr};
+    // Training loops call run back to back: poll for the next generation a moment first.
+    spin_wait([&] { return generation_.load(std::memory_order_acquire) != seen; }, worker_spin_);
+    {
+      // Sleeps until run() publishes a new generation (or the strategy shuts down).
+      std::unique_lock<std::mutex> lock(mutex_);
+      work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
+      if (stop_) return;
+      seen = generation_;
+      task = task_;
+    }
+    set_current_run_index(seen);
+    {
+      // Scoped so that this thread's reference to the exception is gone before the decrement
+      // below lets run() read, re-raise and free it.
+      std::exception_ptr error;
+      try {
+        run_start_[static_cast<size_t>(id)].wait();
+        task.call(task.object, ctx);
+        run_end_[static_cast<size_t>(id)].record(ctx.device());
+      } catch (...) {
+        error = std::current_exception();
+      }
+      if (error) {
+        // Releases the peers: whoever waits in (or later enters) a collective this replica
+        // will never join raises AbortedError at once instead of waiting for the timeout.
+        options_.group->abort(
+            str_cat("replica ", id, " raised an exception: ", describe_exception(error)));
+        errors_[static_cast<size_t>(id)] = std::move(error);
+      } else {
+        // Peers still waiting for a collective this replica never made raise at once.
+        options_.group->depart(id);
+      }
+    }
+    {
+      // After this decrement the caller may return: nothing of the task is touched below. The
+      // caller learns of every return, not only the last: it times the stragglers from the first.
+      std::lock_guard<std::mutex> lock(mutex_);
+      finished_[static_cast<size_t>(id)] = 1;
+      pending_.fetch_sub(1, std::memory_order_acq_rel);
+      done_cv_.notify_all();
+    }
+  }
+}
+
+// ---- run ----------------------------------------------------------------------------------------
+
+void ReplicaThreads::run(const ReplicaTask& task) {
+  TANDEM_CHECK(t_thread_of != this && current_replica_context() == nullptr, options_.name,
+               ".run was called from inside a replica function (or a merge_call function); "
+               "strategy.run cannot nest. Call the function directly instead");
+  std::lock_guard<std::mutex> run_lock(run_mutex_);
+  check_usable("run");
+  std::fill(errors_.begin(), errors_.end(), nullptr);
+  // No replica is inside a collective between runs, so the group can restart its call numbers
+  // (#1 is the first collective of this run) and forget the previous run's abort.
+  options_.group->reset();
+
+  if (options_.on_calling_thread) {
+    const ReplicaBinding saved = current_replica_binding();
+    set_current_replica_binding({0, 1, 0});
+    set_current_replica_context(options_.contexts[0]);
+    set_current_run_index(++generation_);
+    try {
+      task.call(task.object, *options_.contexts[0]);
+    } catch (...) {
+      errors_[0] = std::current_exception();
+    }
+    set_current_replica_context(nullptr);
+    set_current_replica_binding(saved);
+  } else {
+    if (any_gpu_) {
+      for (int r = 0; r < num_replicas_; ++r)
+        run_start_[static_cast<size_t>(r)].record(options_.devices[static_cast<size_t>(r)]);
+    }
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      task_ = task;
+      pending_ = num_replicas_;
+      std::fill(finished_.begin(), finished_.end(), 0);
+      ++generation_;
+    }
+    work_cv_.notify_all();
+    // Every replica finishes (or is released from its collectives) before run returns, so
+    // the task and its captures on this stack stay valid while any thread uses them...
+    auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+    if (!spin_wait(all_done, SpinPolicy::kYield)) wait_for_replicas();
+    if (any_gpu_)
+      for (const StreamEvent& end : run_end_) end.wait();
+  }
+  raise_errors();
+}
+
+void ReplicaThreads::wait_for_replicas() {
+  // A replica that has not returned within the collective timeout after the first one did is
+  // stuck in user code (a collective would have raised by then); so is one still running
+  // kStuckGrace after a peer's collective timed out (the peer waited a whole timeout for it
+  // already, and the replicas waiting with it are released at once). run gives up on it: the
+  // strategy becomes unusable, the peers are released from their collectives, and run raises on
+  // the calling thread instead of waiting for a thread that may never come back.
+  using Clock = std::chrono::steady_clock;
+  std::unique_lock<std::mutex> lock(mutex_);
+  auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
+  auto any_done = [&] { return pending_.load(std::memory_order_acquire) < num_replicas_; };
+  done_cv_.wait(lock, any_done);
+  const std::chrono::milliseconds timeout = collectives::collective_timeout();
+  const std::chrono::milliseconds grace = std::min(timeout, kStuckGrace);
+  Clock::time_point deadline = Clock::now() + timeout;
+  int timed_out = -1;  // a replica whose collective timed out (its error is a TimeoutError)
+  // Each replica notifies done_cv_ when it returns, so the deadline is revised at each return.
+  while (!all_done()) {
+    for (int r = 0; r < num_replicas_ && timed_out < 0; ++r) {
+      const std::exception_ptr& error = errors_[static_cast<size_t>(r)];
+      if (finished_[static_cast<size_t>(r)] && error && is_timeout(error)) {
+        timed_out = r;
+        deadline = std::min(deadline, Clock::now() + grace);
+      }
+    }
+    if (done_cv_.wait_until(lock, deadline) == std::cv_status::timeout) break;
+  }
+  if (all_done()) return;
+
+  std::vector<int> stuck, returned;
+  for (int r = 0; r < num_replicas_; ++r)
+    (finished_[static_cast<size_t>(r)] ? returned : stuck).push_back(r);
+  // What the replicas that returned raised: the first one's own error (not the AbortedError
+  // of a replica released because of another's failure).
+  int cause = -1;
+  for (int r : returned) {
+    const std::exception_ptr& error = errors_[static_cast<size_t>(r)];
+    if (error &&
+        (cause < 0 || (is_aborted(errors_[static_cast<size_t>(cause)]) && !is_aborted(error))))
+      cause = r;
+  }
+  const double seconds = static_cast<double>(timeout.count()) / 1000.0;
+  std::string reason =
+      timed_out >= 0
+          ? str_cat(replica_list(stuck), " did not return from the replica function: replica ",
+                    timed_out, "'s collective timed out after ", seconds,
+                    " s (TANDEM_COLLECTIVE_TIMEOUT) waiting for it, and it was still running ",
+                    static_cast<double>(grace.count()) / 1000.0, " s later")
+          : str_cat(replica_list(stuck), " did not return from the replica function ", "within ",
+                    seconds, " s (TANDEM_COLLECTIVE_TIMEOUT) after ", replica_list(returned),
+                    " finished");
+  if (cause >= 0)
+    reason += str_cat("; replica ", cause,
+                      " raised: ", describe_exception(errors_[static_cast<size_t>(cause)]));
+  broken_ = reason;
+  lock.unlock();
+  options_.group->abort(reason);  // a stuck replica that later enters a collective raises at once
+  throw TimeoutError(
+      str_cat(options_.name, ".run: ", reason,
+              ". The strategy is unusable from now on: every later call raises at once, and the "
+              "stuck replica threads are left running"));
+}
+
+void ReplicaThreads::raise_errors() {
+  // The cause is the first replica whose error is its own (not AbortedError, which marks a
+  // replica released from a collective because of another replica's failure).
+  int cause = -1;
+  for (int r = 0; r < num_replicas_ && cause < 0; ++r)
+    if (errors_[static_cast<size_t>(r)] && !is_aborted(errors_[static_cast<size_t>(r)])) cause = r;
+  for (int r = 0; r < num_replicas_ && cause < 0; ++r)
+    if (errors_[static_cast<size_t>(r)]) cause = r;
+  if (cause < 0) return;
+
+  const std::exception_ptr error = errors_[static_cast<size_t>(cause)];
+  std::string message = str_cat("replica ", cause, ": ", describe_exception(error));
+  std::vector<int> released;
+  for (int r = 0; r < num_replicas_; ++r) {
+    if (r == cause || !errors_[static_cast<size_t>(r)]) continue;
+    if (is_aborted(errors_[static_cast<size_t>(r)])) {
+      released.push_back(r);
+    } else {
+      message +=
+          str_cat(" [replica ", r,
+                  " also failed: ", describe_exception(errors_[static_cast<size_t>(r)]), "]");
+    }
+  }
+  if (!released.empty())
+    message += str_cat(" [", replica_list(released), released.size() == 1 ? " was" : " were",
+                       " released from pending collectives]");
+  try {
+    std::rethrow_exception(error);
+  } catch (const TimeoutError&) {
+    throw TimeoutError(message);
+  } catch (const NotBuiltError&) {
+    throw NotBuiltError(message);
+  } catch (...) {
+    throw Error(message);
+  }
+}
+
+}  // namespace tandem::detail
