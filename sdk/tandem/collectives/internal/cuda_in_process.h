@@ -1,6 +1,6 @@
 // The data phases of the in_process collectives for replicas that share one GPU (logical
 // replicas): kernels that read and write the peers' device buffers directly. Internal header:
-// plain C++ (no CUDA types), used by in_process.cpp in CUDA builds only.
+// plain C++ (no CUDA types), used by in_process_kernels.cpp in CUDA builds only.
 #pragma once
 
 #include <cstddef>
