@@ -35,6 +35,7 @@
 #include "tandem/nn/replica_state.h"
 #include "tandem/nn/sequential.h"
 #include "tandem/ops/ops.h"
+#include "tandem/ops/optimizer_updates.h"
 #include "tandem/optim/adam.h"
 #include "tandem/optim/clip.h"
 #include "tandem/optim/optimizer.h"

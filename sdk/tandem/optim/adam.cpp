@@ -1,11 +1,11 @@
 // Adam/AdamW update step (keras/src/optimizers/adam.py and base_optimizer's
-// _apply_weight_decay, same float operation order).
+// _apply_weight_decay, same float operation order), one fused pass per variable.
 #include "tandem/optim/adam.h"
 
 #include <cmath>
 
 #include "tandem/core/error.h"
-#include "tandem/ops/ops.h"
+#include "tandem/ops/optimizer_updates.h"
 #include "tandem/optim/internal/json_number.h"
 
 namespace tandem::optim {
@@ -46,27 +46,24 @@ Adam::Adam(std::string name, Options options, double weight_decay)
 
 void Adam::update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
                        double learning_rate, int64_t step) {
-  Tensor& m = slots[0];
-  Tensor& v = slots[1];
+  TANDEM_CHECK(slots.size() == 2, name(), ": expected the 2 slots m and v, got ", slots.size());
   // Scalars in the variable's precision, as Keras computes them on tensors of that dtype:
   // beta^t = pow(beta, t); (1 - beta) is the Python double rounded once.
-  double alpha = 0.0, one_minus_beta_1 = 0.0, one_minus_beta_2 = 0.0;
+  ops::AdamStep scalars{
+      .epsilon = options_.epsilon, .weight_decay = weight_decay_, .learning_rate = learning_rate};
   dispatch_floating(variable.dtype(), name(), [&]<typename T>() {
     const T lr = static_cast<T>(learning_rate);
     const T t = static_cast<T>(step);
     const T beta_1_power = std::pow(static_cast<T>(options_.beta_1), t);
     const T beta_2_power = std::pow(static_cast<T>(options_.beta_2), t);
-    alpha = static_cast<double>(lr * std::sqrt(T(1) - beta_2_power) / (T(1) - beta_1_power));
-    one_minus_beta_1 = static_cast<double>(static_cast<T>(1.0 - options_.beta_1));
-    one_minus_beta_2 = static_cast<double>(static_cast<T>(1.0 - options_.beta_2));
+    scalars.alpha =
+        static_cast<double>(lr * std::sqrt(T(1) - beta_2_power) / (T(1) - beta_1_power));
+    scalars.one_minus_beta_1 = static_cast<double>(static_cast<T>(1.0 - options_.beta_1));
+    scalars.one_minus_beta_2 = static_cast<double>(static_cast<T>(1.0 - options_.beta_2));
   });
-  if (weight_decay_ > 0.0) {
-    // AdamW: w -= (w * weight_decay) * lr, on the weights before this step.
-    ops::add_(variable, ops::mul(ops::mul(variable, weight_decay_), learning_rate), -1.0);
-  }
-  ops::add_(m, ops::mul(ops::sub(gradient, m), one_minus_beta_1));
-  ops::add_(v, ops::mul(ops::sub(ops::square(gradient), v), one_minus_beta_2));
-  ops::add_(variable, ops::div(ops::mul(m, alpha), ops::add(ops::sqrt(v), options_.epsilon)), -1.0);
+  // One pass: AdamW's w -= (w * weight_decay) * lr (on the weights before this step), then
+  // m += (g - m) * (1 - beta_1); v += (g^2 - v) * (1 - beta_2); w -= m * alpha / (sqrt(v) + eps).
+  ops::adam_update_(variable, gradient, slots[0], slots[1], scalars);
 }
 
 std::string Adam::config_json() const {

@@ -1,8 +1,9 @@
-// SGD update step (keras/src/optimizers/sgd.py, same operation order).
+// SGD update step (keras/src/optimizers/sgd.py, same operation order), one fused pass per
+// variable.
 #include "tandem/optim/sgd.h"
 
 #include "tandem/core/error.h"
-#include "tandem/ops/ops.h"
+#include "tandem/ops/optimizer_updates.h"
 #include "tandem/optim/internal/json_number.h"
 
 namespace tandem::optim {
@@ -27,19 +28,16 @@ SGD::SGD(Options options)
 void SGD::update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
                       double learning_rate, int64_t step) {
   (void)step;
-  const Tensor scaled = ops::mul(gradient, learning_rate);  // g * lr
+  const size_t expected = options_.momentum == 0.0 ? 0 : 1;
+  TANDEM_CHECK(slots.size() == expected, "SGD: expected ", expected, " slot(s), got ",
+               slots.size());
   if (slots.empty()) {
-    ops::add_(variable, scaled, -1.0);  // w -= g * lr
+    ops::sgd_update_(variable, gradient, learning_rate);  // w -= g * lr
     return;
   }
-  Tensor& m = slots[0];
-  const double momentum = options_.momentum;
-  m.copy_from(ops::sub(ops::mul(m, momentum), scaled));  // m = m * momentum - g * lr
-  if (options_.nesterov) {
-    ops::add_(variable, ops::sub(ops::mul(m, momentum), scaled));  // w += m * momentum - g * lr
-  } else {
-    ops::add_(variable, m);  // w += m
-  }
+  // m = m * momentum - g * lr; w += m, or with nesterov w += m * momentum - g * lr.
+  ops::sgd_momentum_update_(variable, gradient, slots[0], learning_rate, options_.momentum,
+                            options_.nesterov);
 }
 
 std::string SGD::config_json() const {

@@ -14,6 +14,7 @@
 #include "tandem/ops/cpu/nn_kernels.h"
 #include "tandem/ops/kernels/broadcast.h"
 #include "tandem/ops/kernels/functors.h"
+#include "tandem/ops/kernels/optimizer_functors.h"
 
 namespace tandem::ops::cuda {
 
@@ -40,6 +41,20 @@ void cast(DType from, DType to, int64_t n, const void* x, void* y, cudaStream_t 
 /// y[i] = value converted to `dtype`, for i < n. Asynchronous, unlike a fill through a host
 /// copy (a pageable cudaMemcpy waits for the device), so scalars and zeros cost no sync.
 void fill(DType dtype, int64_t n, double value, void* y, cudaStream_t stream);
+
+// ---- fused optimizer updates (ops/cuda/optimizer_updates.cu) ------------------------------
+
+// f(w[i], g[i], slots[i]...) for i < n, in place on w and the slots (as the CPU loop
+// cpu::optimizer_update): one launch per variable; T is float or double.
+template <typename T>
+void optimizer_update(const kernels::SgdUpdate<T>& f, int64_t n, T* w, const T* g,
+                      cudaStream_t stream);
+template <typename T>
+void optimizer_update(const kernels::SgdMomentumUpdate<T>& f, int64_t n, T* w, const T* g,
+                      T* velocity, cudaStream_t stream);
+template <typename T>
+void optimizer_update(const kernels::AdamUpdate<T>& f, int64_t n, T* w, const T* g, T* m, T* v,
+                      cudaStream_t stream);
 
 // ---- reductions and softmax (ops/cuda/reduce.cu); x viewed as [outer, n, inner] -----------
 

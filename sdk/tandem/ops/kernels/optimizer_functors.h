@@ -1,0 +1,72 @@
+// The per-element math of the fused optimizer updates (ops/optimizer_updates.h), written once
+// for the CPU loop and the CUDA kernel. Each functor updates one element of a variable and its
+// slots in place, with the operations and roundings of the separate ops it replaces (Keras'
+// order). The files that run them are compiled without multiply-add contraction, so every
+// product and sum is rounded on its own as it was when each op wrote a tensor.
+#pragma once
+
+#include "tandem/core/host_device.h"
+#include "tandem/ops/kernels/functors.h"
+
+namespace tandem::ops::kernels {
+
+/// Plain SGD: w -= g * lr.
+template <typename T>
+struct SgdUpdate {
+  T learning_rate;
+  TANDEM_HD_INLINE void operator()(T& w, T g) const {
+    const T scaled = g * learning_rate;
+    w = w - scaled;  // add_(w, scaled, -1): w + (-1) * scaled is exactly w - scaled
+  }
+};
+
+/// SGD with momentum (m is the velocity slot, which includes -lr):
+///   m = m * momentum - g * lr;  w += m, or with nesterov w += m * momentum - g * lr.
+template <typename T>
+struct SgdMomentumUpdate {
+  T learning_rate;
+  T momentum;
+  bool nesterov;
+  TANDEM_HD_INLINE void operator()(T& w, T g, T& m) const {
+    const T scaled = g * learning_rate;
+    const T m_new = m * momentum - scaled;
+    m = m_new;
+    if (nesterov) {
+      const T step = m_new * momentum - scaled;
+      w = w + step;
+    } else {
+      w = w + m_new;
+    }
+  }
+};
+
+/// Adam (AdamW when decay): first w -= (w * weight_decay) * lr, then
+///   m += (g - m) * (1 - beta_1);  v += (g * g - v) * (1 - beta_2);
+///   w -= (m * alpha) / (sqrt(v) + epsilon).
+template <typename T>
+struct AdamUpdate {
+  T alpha;
+  T one_minus_beta_1;
+  T one_minus_beta_2;
+  T epsilon;
+  bool decay;  // AdamW's decoupled weight decay is on
+  T weight_decay;
+  T learning_rate;
+  TANDEM_HD_INLINE void operator()(T& w, T g, T& m, T& v) const {
+    T w_new = w;
+    if (decay) {
+      const T decayed = (w_new * weight_decay) * learning_rate;
+      w_new = w_new - decayed;
+    }
+    const T m_step = (g - m) * one_minus_beta_1;
+    const T m_new = m + m_step;
+    const T v_step = (g * g - v) * one_minus_beta_2;
+    const T v_new = v + v_step;
+    const T step = (m_new * alpha) / (math::sqrt(v_new) + epsilon);
+    m = m_new;
+    v = v_new;
+    w = w_new - step;
+  }
+};
+
+}  // namespace tandem::ops::kernels

@@ -1,0 +1,43 @@
+// Fused optimizer updates: SGD (plain, momentum, Nesterov) and Adam/AdamW, each one pass over a
+// variable that reads and writes it and its slots once, in place, with no temporary tensor. The
+// results are bit for bit those of the same update written with the separate ops of ops.h (the
+// Keras operation order the optimizers of optim/ follow). Not recorded on tapes.
+#pragma once
+
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::ops {
+
+// Every tensor of one call has the variable's shape, floating dtype and device. The scalars are
+// converted to that dtype, as the scalar forms of ops.h convert theirs.
+
+/// Plain SGD: variable -= gradient * learning_rate.
+void sgd_update_(Tensor& variable, const Tensor& gradient, double learning_rate);
+
+/// SGD with momentum; `velocity` is the momentum slot (it includes -learning_rate):
+///   velocity = velocity * momentum - gradient * learning_rate
+///   variable += velocity, or with `nesterov`: variable += velocity * momentum - gradient * lr.
+void sgd_momentum_update_(Tensor& variable, const Tensor& gradient, Tensor& velocity,
+                          double learning_rate, double momentum, bool nesterov);
+
+/// The scalars of one Adam step, computed by the caller in the variable's precision.
+struct AdamStep {
+  /// lr * sqrt(1 - beta_2^t) / (1 - beta_1^t).
+  double alpha = 0.0;
+  double one_minus_beta_1 = 0.0;
+  double one_minus_beta_2 = 0.0;
+  double epsilon = 0.0;
+  /// AdamW's decoupled weight decay (0: plain Adam): variable -= (variable * weight_decay) *
+  /// learning_rate before the Adam step.
+  double weight_decay = 0.0;
+  double learning_rate = 0.0;
+};
+
+/// Adam in place on the variable and its slots `m` and `v` (raw first and second moments):
+///   m += (g - m) * (1 - beta_1);  v += (g * g - v) * (1 - beta_2)
+///   variable -= (m * alpha) / (sqrt(v) + epsilon)
+/// after AdamW's weight decay when step.weight_decay > 0.
+void adam_update_(Tensor& variable, const Tensor& gradient, Tensor& m, Tensor& v,
+                  const AdamStep& step);
+
+}  // namespace tandem::ops
