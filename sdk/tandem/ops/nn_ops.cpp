@@ -24,11 +24,12 @@ using internal::DTypes;
 using internal::ptr;
 using internal::record_op;
 using internal::run_binary;
+using internal::run_gemm;
 using internal::tracked;
 
 namespace {
 
-// ---- convolution geometry and GEMM ---------------------------------------------------------
+// ---- convolution geometry ----------------------------------------------------------------------
 
 int64_t same_padding_before(int64_t input, int64_t window, int64_t stride, int64_t out) {
   // TensorFlow's SAME: the total padding is split with the extra row/column after.
@@ -63,29 +64,6 @@ cpu::ConvGeometry window_geometry(std::string_view op, const Shape& x, int64_t w
   g.pad_left =
       padding == Padding::kSame ? same_padding_before(g.in_w, window_w, strides[1], g.out_w) : 0;
   return g;
-}
-
-/// C [m, n] = op(A) op(B) through cpu::gemm (not recorded; shapes already checked).
-void run_gemm(std::string_view op, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
-              int64_t kk, const Tensor& a, const Tensor& b, Tensor& c) {
-  dispatch_floating(c.dtype(), op, [&]<typename T>() {
-    dispatch(
-        op, c.device(),
-        [&] {
-          if (m == 0 || n == 0) return;
-          if (kk == 0) {  // op(A) has no columns: C is zeros (and gemm would reject lda = 0)
-            c.fill_(0.0);
-            return;
-          }
-          cpu::gemm(transpose_a, transpose_b, m, n, kk, T(1), a.data<T>(), a.shape().dims().back(),
-                    b.data<T>(), b.shape().dims().back(), T(0), c.data<T>(), n);
-        },
-        TANDEM_ON_CUDA(
-            if (m == 0 || n == 0) return;
-            if (kk == 0) return cuda::fill(c.dtype(), c.numel(), 0.0, c.raw_data(), stream);
-            cuda::gemm(transpose_a, transpose_b, m, n, kk, T(1), ptr<T>(a), a.shape().dims().back(),
-                       ptr<T>(b), b.shape().dims().back(), T(0), ptr<T>(c), n, stream)));
-  });
 }
 
 /// cols [N * OH * OW, KH * KW * C] of x for geometry g.

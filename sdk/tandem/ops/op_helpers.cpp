@@ -1,10 +1,11 @@
 // The building blocks of ops/internal/op_helpers.h that are not templates: argument checks,
-// broadcasting back from reductions, scalars, axis views, sums and label checks.
+// broadcasting back from reductions, scalars, GEMM, axis views, sums and label checks.
 #include "tandem/ops/internal/op_helpers.h"
 
 #include <algorithm>
 #include <utility>
 
+#include "tandem/ops/cpu/nn_kernels.h"
 #include "tandem/ops/cpu/reduce.h"
 #include "tandem/ops/cpu/shape_ops.h"
 
@@ -45,6 +46,28 @@ Tensor scalar_like(const Tensor& x, double value) {
       "scalar", x.device(), [&] { s.fill_(value); },
       TANDEM_ON_CUDA(cuda::fill(s.dtype(), 1, value, s.raw_data(), stream)));
   return s;
+}
+
+void run_gemm(std::string_view op, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+              int64_t kk, const Tensor& a, const Tensor& b, Tensor& c) {
+  dispatch_floating(c.dtype(), op, [&]<typename T>() {
+    dispatch(
+        op, c.device(),
+        [&] {
+          if (m == 0 || n == 0) return;
+          if (kk == 0) {  // op(A) has no columns: C is zeros (and gemm would reject lda = 0)
+            c.fill_(0.0);
+            return;
+          }
+          cpu::gemm(transpose_a, transpose_b, m, n, kk, T(1), a.data<T>(), a.shape().dims().back(),
+                    b.data<T>(), b.shape().dims().back(), T(0), c.data<T>(), n);
+        },
+        TANDEM_ON_CUDA(
+            if (m == 0 || n == 0) return;
+            if (kk == 0) return cuda::fill(c.dtype(), c.numel(), 0.0, c.raw_data(), stream);
+            cuda::gemm(transpose_a, transpose_b, m, n, kk, T(1), ptr<T>(a), a.shape().dims().back(),
+                       ptr<T>(b), b.shape().dims().back(), T(0), ptr<T>(c), n, stream)));
+  });
 }
 
 AxisView axis_view(std::string_view op, const Shape& shape, int64_t axis) {

@@ -99,6 +99,13 @@ Tensor scalar_like(const Tensor& x, double value);
 /// a / value, recorded with a as the only input (the scalar gets no gradient).
 Tensor div_scalar(const Tensor& a, double value);
 
+// ---- GEMM ------------------------------------------------------------------------------------
+
+/// C [m, n] = op(A) op(B) through cpu::gemm or cuda::gemm (not recorded; shapes already
+/// checked; every matrix contiguous). kk == 0 writes zeros.
+void run_gemm(std::string_view op, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
+              int64_t kk, const Tensor& a, const Tensor& b, Tensor& c);
+
 // ---- reductions -----------------------------------------------------------------------------
 
 /// A tensor viewed as [outer, n, inner] around one axis.
