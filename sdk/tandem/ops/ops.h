@@ -86,6 +86,19 @@ Tensor one_hot(const Tensor& labels, int64_t depth, DType dtype = DType::kFloat3
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
               bool transpose_b = false);
 
+// ---- fused layers -------------------------------------------------------------------------
+/// The activations ops::dense applies in its own pass (others follow it as separate ops).
+enum class DenseActivation { kLinear, kRelu };
+/// act(x @ kernel + bias): x [M, K], kernel [K, N], bias [N] (undefined: no bias) -> [M, N].
+/// One pass over the output: on the CPU, float32 is one oneDNN matmul whose bias and ReLU are
+/// applied to the accumulator. Its backward masks the output gradient and sums the bias
+/// gradient in one pass, then runs the kernel GEMM, and the input GEMM only when a tape
+/// tracked x when the op ran (a first layer's input needs none). float64 equals
+/// relu(add(matmul(x, kernel), bias)) bitwise; float32 may differ in the last bits, as oneDNN's
+/// matmul kernel sums the products in another order than matmul's.
+Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(),
+             DenseActivation activation = DenseActivation::kLinear);
+
 // ---- losses -------------------------------------------------------------------------------
 /// Per-example -log softmax(logits)[label]: logits [N, C], labels [N] int32/int64 -> [N].
 /// Fused and numerically stable; labels outside [0, C) raise naming the value.

@@ -1,0 +1,126 @@
+// The fused dense op, act(x @ kernel + bias), and its backward: one recorded node instead of
+// matmul, add and relu, one pass over the output each way, and no input GEMM for an input no
+// tape tracks.
+#include "tandem/ops/cpu/dense.h"
+#include "tandem/ops/internal/op_helpers.h"
+#include "tandem/ops/kernels/functors.h"
+#include "tandem/ops/ops.h"
+
+namespace tandem::ops {
+
+using internal::check_floating;
+using internal::check_same_dtype;
+using internal::common_device;
+using internal::dispatch;
+using internal::ptr;
+using internal::record_op;
+using internal::run_gemm;
+using internal::run_sum;
+
+namespace {
+
+constexpr std::string_view kOp = "dense";
+
+/// The forward on the device of its inputs: CPU as one fused kernel; CUDA as cuBLAS' GEMM
+/// followed by the bias and the ReLU applied in place on its output.
+void run_dense(const Tensor& x, const Tensor& kernel, const Tensor& bias, bool relu, Tensor& y) {
+  const int64_t m = x.dim(0), depth = x.dim(1), n = kernel.dim(1);
+  const bool has_bias = bias.defined();
+  dispatch_floating(x.dtype(), kOp, [&]<typename T>() {
+    dispatch(
+        kOp, x.device(),
+        [&] {
+          cpu::dense(m, n, depth, x.data<T>(), kernel.data<T>(),
+                     has_bias ? bias.data<T>() : nullptr, relu, y.data<T>());
+        },
+        TANDEM_ON_CUDA(
+            if (y.numel() == 0) return;
+            if (depth == 0) cuda::fill(y.dtype(), y.numel(), 0.0, y.raw_data(), stream);
+            else cuda::gemm(false, false, m, n, depth, T(1), ptr<T>(x), depth, ptr<T>(kernel), n,
+                            T(0), ptr<T>(y), n, stream);
+            if (has_bias) cuda::binary(kernels::Add{},
+                                       kernels::make_broadcast_plan(y.shape(), bias.shape(),
+                                                                    y.shape()),
+                                       ptr<T>(y), ptr<T>(bias), ptr<T>(y), stream);
+            if (relu) cuda::unary(kernels::Relu{}, y.numel(), ptr<T>(y), ptr<T>(y), stream)));
+  });
+}
+
+/// dz = g where y > 0 (else 0) and, when `bias_grad` is defined, bias_grad = sum(dz, axis 0).
+void run_relu_backward(const Tensor& g, const Tensor& y, Tensor& dz, Tensor& bias_grad) {
+  const int64_t m = y.dim(0), n = y.dim(1);
+  const bool has_bias = bias_grad.defined();
+  dispatch_floating(y.dtype(), kOp, [&]<typename T>() {
+    dispatch(
+        kOp, y.device(),
+        [&] {
+          cpu::dense_relu_backward(m, n, g.data<T>(), y.data<T>(), dz.data<T>(),
+                                   has_bias ? bias_grad.data<T>() : nullptr);
+        },
+        TANDEM_ON_CUDA(
+            if (n == 0) return;
+            if (m > 0) cuda::binary(kernels::ReluGrad{},
+                                    kernels::make_broadcast_plan(y.shape(), g.shape(), y.shape()),
+                                    ptr<T>(y), ptr<T>(g), ptr<T>(dz), stream);
+            // An empty batch (m == 0) sums to zeros.
+            if (has_bias) cuda::sum(ptr<T>(dz), 1, m, n, ptr<T>(bias_grad), stream)));
+  });
+}
+
+}  // namespace
+
+Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+             DenseActivation activation) {
+  const bool has_bias = bias.defined();
+  if (has_bias)
+    common_device(kOp, {&x, &kernel, &bias});
+  else
+    common_device(kOp, {&x, &kernel});
+  TANDEM_CHECK(x.rank() == 2 && kernel.rank() == 2 && x.dim(1) == kernel.dim(0), kOp,
+               ": needs x [M, K] and kernel [K, N], got shapes ", x.shape(), " and ",
+               kernel.shape());
+  check_floating(kOp, x);
+  check_same_dtype(kOp, x, kernel);
+  if (has_bias) {
+    TANDEM_CHECK(bias.rank() == 1 && bias.dim(0) == kernel.dim(1), kOp, ": bias of shape ",
+                 bias.shape(), " does not match kernel of shape ", kernel.shape(),
+                 " (needs [", kernel.dim(1), "])");
+    check_same_dtype(kOp, x, bias);
+  }
+  const bool relu = activation == DenseActivation::kRelu;
+  Tensor y = Tensor::empty(Shape{x.dim(0), kernel.dim(1)}, x.dtype(), x.device());
+  run_dense(x, kernel, bias, relu, y);
+
+  std::vector<Tensor> inputs{x, kernel};
+  if (has_bias) inputs.push_back(bias);
+  if (!needs_recording(inputs)) return y;
+  // Decided now, as whether to record at all is: a tape that tracks x tracks it from here on.
+  const bool x_needs_grad = needs_recording({&x});
+  record_op(kOp, std::move(inputs), y,
+            [x, kernel, y, has_bias, relu, x_needs_grad](const Tensor& g) {
+              const int64_t m = x.dim(0), depth = x.dim(1), n = kernel.dim(1);
+              Tensor dz = g;
+              Tensor bias_grad = has_bias ? Tensor::empty(Shape{n}, g.dtype(), g.device())
+                                          : Tensor();
+              if (relu) {
+                dz = Tensor::empty_like(g);
+                run_relu_backward(g, y, dz, bias_grad);
+              } else if (has_bias) {
+                bias_grad = run_sum(kOp, g, 1, m, n, Shape{n});
+              }
+              // dkernel = x^T dz and dx = dz kernel^T, each one GEMM (as matmul's backward).
+              Tensor kernel_grad = Tensor::empty(kernel.shape(), g.dtype(), g.device());
+              run_gemm(kOp, true, false, depth, n, m, x, dz, kernel_grad);
+              Tensor x_grad;
+              if (x_needs_grad) {
+                x_grad = Tensor::empty(x.shape(), g.dtype(), g.device());
+                run_gemm(kOp, false, true, m, depth, n, dz, kernel, x_grad);
+              }
+              std::vector<Tensor> grads{x_grad, kernel_grad};
+              if (has_bias) grads.push_back(bias_grad);
+              return grads;
+            });
+  return y;
+}
+
+}  // namespace tandem::ops
