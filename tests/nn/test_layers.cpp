@@ -8,9 +8,11 @@
 #include <limits>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "support/keras_fixtures.h"
+#include "support/node_recorder.h"
 #include "tandem/autograd/tape.h"
 #include "tandem/nn/initializers.h"
 #include "tandem/nn/layers.h"
@@ -167,6 +169,32 @@ TEST_CASE("Dense handles an empty batch", "[cpu][nn]") {
   model.build({3, 3});
   const td::Tensor y = model(td::Tensor::zeros({0, 3, 3}));
   CHECK(y.shape() == td::Shape{0, 2});
+}
+
+TEST_CASE("Dense runs as one dense node; ReLU is fused, other activations follow it",
+          "[cpu][nn]") {
+  const td::Tensor x = random_tensor({4, 6}, 7);
+  for (auto [activation, want] :
+       {std::pair{nn::Activation::kRelu, std::vector<std::string>{"dense"}},
+        std::pair{nn::Activation::kNone, std::vector<std::string>{"dense"}},
+        std::pair{nn::Activation::kTanh, std::vector<std::string>{"dense", "tanh"}}}) {
+    CAPTURE(nn::activation_name(activation));
+    nn::Dense dense(3, activation);
+    dense.build({6});
+    // Tracks the variables read (not x, a first layer's input): the input gradient is skipped.
+    td::testing::NodeRecorder recorder({});
+    const td::Tensor y = dense(x);
+    CHECK(recorder.ops() == want);
+    std::vector<td::Tensor> grads;
+    {
+      td::ops::NoRecordGuard no_record;
+      grads = recorder.backward(0)({td::Tensor::ones_like(y)});
+    }
+    REQUIRE(grads.size() == 3);
+    CHECK_FALSE(grads[0].defined());
+    CHECK(grads[1].shape() == td::Shape{6, 3});
+    CHECK(grads[2].shape() == td::Shape{3});
+  }
 }
 
 // ---- Conv2D and MaxPool2D ----------------------------------------------------------------------

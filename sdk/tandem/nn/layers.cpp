@@ -65,14 +65,16 @@ Tensor DenseImpl::call(const Tensor& x, bool training) {
   const int64_t in = x.dim(-1);
   Tensor flat = x;
   if (x.rank() != 2) flat = ops::reshape(x, {x.numel() / in, in});
-  Tensor y = ops::matmul(flat, kernel_.value());
-  if (use_bias_) y = ops::add(y, bias_.value());
+  // ReLU runs inside the fused op; other activations follow it as their own op.
+  const bool fused_relu = activation_ == Activation::kRelu;
+  Tensor y = ops::dense(flat, kernel_.value(), use_bias_ ? bias_.value() : Tensor(),
+                        fused_relu ? ops::DenseActivation::kRelu : ops::DenseActivation::kLinear);
   if (x.rank() != 2) {
     std::vector<int64_t> dims = x.shape().dims();
     dims.back() = units_;
     y = ops::reshape(y, Shape(std::move(dims)));
   }
-  return apply_activation(y, activation_);
+  return fused_relu ? y : apply_activation(y, activation_);
 }
 
 Dense::Dense(int64_t units, Activation activation, bool use_bias)
