@@ -82,15 +82,29 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target,
   used_ = true;
   autograd::NoRecordGuard no_record;  // the backward pass itself is not recorded
 
-  std::unordered_map<const TensorImpl*, Tensor> grads;
-  if (record_->tracks(target)) grads[target.id()] = Tensor::ones_like(target);
+  // A tensor's gradient so far. The first contribution is kept as the backward returned it, and
+  // may be shared (a backward may pass its output gradient on, to several inputs); the second
+  // is added into a new buffer the tape owns, and later ones are added into that in place.
+  struct Gradient {
+    Tensor value;
+    bool owned = false;
+  };
+  std::unordered_map<const TensorImpl*, Gradient> grads;
+  if (record_->tracks(target)) grads[target.id()] = {Tensor::ones_like(target)};
 
   auto accumulate = [&](const Tensor& input, const Tensor& grad) {
     if (!grad.defined() || !record_->tracks(input)) return;
     TANDEM_CHECK(grad.shape() == input.shape(), "gradient of shape ", grad.shape(),
                  " does not match its input of shape ", input.shape());
-    auto [it, inserted] = grads.try_emplace(input.id(), grad);
-    if (!inserted) it->second = ops::add(it->second, grad);
+    auto [it, inserted] = grads.try_emplace(input.id(), Gradient{grad});
+    if (inserted) return;
+    Gradient& sum = it->second;
+    if (sum.owned) {
+      ops::add_(sum.value, grad);
+    } else {
+      sum.value = ops::add(sum.value, grad);
+      sum.owned = true;
+    }
   };
 
   for (auto node = record_->nodes.rbegin(); node != record_->nodes.rend(); ++node) {
@@ -99,7 +113,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target,
     bool any = false;
     for (const Tensor& out : node->outputs) {
       auto it = grads.find(out.id());
-      grad_outputs.push_back(it == grads.end() ? Tensor() : it->second);
+      grad_outputs.push_back(it == grads.end() ? Tensor() : it->second.value);
       any = any || it != grads.end();
     }
     if (!any) continue;
@@ -113,7 +127,7 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target,
   result.reserve(sources.size());
   for (const Tensor& s : sources) {
     auto it = s.defined() ? grads.find(s.id()) : grads.end();
-    result.push_back(it == grads.end() ? Tensor() : it->second);
+    result.push_back(it == grads.end() ? Tensor() : it->second.value);
   }
   if (!options_.persistent) {
     // Free the intermediates as soon as the one allowed call is done, and stop tracking:
