@@ -106,3 +106,19 @@ TEST_CASE("ops record nothing when no tape is active", "[cpu][ops][tape]") {
   // y was computed before the tape existed: it is not connected to x.
   REQUIRE_FALSE(tape.gradient(ops::add(y, 1.0), x).defined());
 }
+
+TEST_CASE("repeated uses add up without changing a shared gradient", "[cpu][ops][tape]") {
+  // z = ((a + b) + a) + a: add passes its output gradient on unchanged, so the first
+  // contribution to a's gradient is the very tensor that is also b's and t's gradient; the sum
+  // the tape adds in place must be a buffer of its own.
+  const Tensor a = Tensor::from_vector<double>({1, 2}), b = Tensor::from_vector<double>({3, 4});
+  GradientTape tape;
+  tape.watch(a);
+  tape.watch(b);
+  const Tensor t = ops::add(a, b);
+  const Tensor z = ops::add(ops::add(t, a), a);
+  const std::vector<Tensor> g = tape.gradient(z, std::vector<Tensor>{a, b, t});
+  require_close(g[0], {3, 3});
+  require_close(g[1], {1, 1});
+  require_close(g[2], {1, 1});
+}
