@@ -171,7 +171,7 @@ TEST_CASE("Dense handles an empty batch", "[cpu][nn]") {
   CHECK(y.shape() == td::Shape{0, 2});
 }
 
-TEST_CASE("Dense runs as one dense node; ReLU is fused, other activations follow it",
+TEST_CASE("Dense runs as one dense node: ReLU is fused, other activations follow it",
           "[cpu][nn]") {
   const td::Tensor x = random_tensor({4, 6}, 7);
   for (auto [activation, want] :
