@@ -198,18 +198,26 @@ void dense_relu_backward(int64_t m, int64_t n, const T* g, const T* y, T* dz, T*
   // Threads own ranges of columns and walk every row, so each column's sum runs in row order.
   parallel_for_columns(1, m, n, [&](int64_t, int64_t j0, int64_t j1) {
     std::vector<double> acc(static_cast<size_t>(j1 - j0), 0.0);
+    double* sums = acc.data();
     for (int64_t i = 0; i < m; ++i) {
       const T* g_row = g + i * n;
       const T* y_row = y + i * n;
       T* dz_row = dz + i * n;
+      // Two loops over the same slice of the row, still in L1 for the second: each vectorizes
+      // (GCC leaves a select feeding a float-to-double sum scalar). The gradient is loaded
+      // before the comparison so that the select needs no conditional load.
+#pragma omp simd
       for (int64_t j = j0; j < j1; ++j) {
-        const T v = y_row[j] > T(0) ? g_row[j] : T(0);
-        dz_row[j] = v;
-        acc[j - j0] += static_cast<double>(v);
+        const T gj = g_row[j];
+        const bool keep = y_row[j] > T(0);
+        dz_row[j] = keep ? gj : T(0);
       }
+      if (bias_grad == nullptr) continue;
+#pragma omp simd
+      for (int64_t j = j0; j < j1; ++j) sums[j - j0] += static_cast<double>(dz_row[j]);
     }
     if (bias_grad != nullptr)
-      for (int64_t j = j0; j < j1; ++j) bias_grad[j] = static_cast<T>(acc[j - j0]);
+      for (int64_t j = j0; j < j1; ++j) bias_grad[j] = static_cast<T>(sums[j - j0]);
   });
 }
 
