@@ -1,0 +1,307 @@
+// Training-step throughput on the CPU: the samples' models (the Fashion-MNIST MLP and CNN) and a
+// larger MLP, float32, Adam, written as a user's train step is (nn layers, GradientTape,
+// apply_gradients inside strategy.run), against the same step's GEMMs through ops::matmul alone.
+// bench/peers/run times PyTorch, TensorFlow and JAX on the same configurations.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/tandem.h"
+#include "timing.h"
+
+namespace {
+
+namespace td = tandem;
+
+enum class Model { kMlp, kLargeMlp, kCnn };
+
+struct Config {
+  std::string name;   ///< what --configs selects and the peers' scripts print
+  std::string model;  ///< for the table
+  Model kind;
+  int64_t batch;  ///< global batch, split evenly across the replicas
+  int replicas;
+};
+
+std::vector<Config> all_configs() {
+  return {{"mlp-b64", "mlp 784-256-128-10", Model::kMlp, 64, 1},
+          {"mlp-b256", "mlp 784-256-128-10", Model::kMlp, 256, 1},
+          {"large-b256", "mlp 784-1024x2-10", Model::kLargeMlp, 256, 1},
+          {"cnn-b64", "cnn (fashion_mnist_cnn)", Model::kCnn, 64, 1},
+          {"mlp-b64-r2", "mlp 784-256-128-10", Model::kMlp, 64, 2},
+          {"mlp-b256-r2", "mlp 784-256-128-10", Model::kMlp, 256, 2}};
+}
+
+/// The model each sample builds (samples/fashion_mnist_mlp, samples/fashion_mnist_cnn); the
+/// large MLP is the sample MLP with two 1024-wide hidden layers.
+td::nn::Sequential make_model(Model kind) {
+  const td::nn::Activation relu = td::nn::Activation::kRelu;
+  switch (kind) {
+    case Model::kMlp:
+      return td::nn::Sequential({td::nn::Flatten(), td::nn::Dense(256, relu),
+                                 td::nn::Dense(128, relu), td::nn::Dense(10)});
+    case Model::kLargeMlp:
+      return td::nn::Sequential({td::nn::Flatten(), td::nn::Dense(1024, relu),
+                                 td::nn::Dense(1024, relu), td::nn::Dense(10)});
+    case Model::kCnn:
+      return td::nn::Sequential(
+          {td::nn::Conv2D(32, /*kernel_size=*/3, /*strides=*/1, td::nn::Padding::kValid, relu),
+           td::nn::MaxPool2D(/*pool_size=*/2),
+           td::nn::Conv2D(64, /*kernel_size=*/3, /*strides=*/1, td::nn::Padding::kValid, relu),
+           td::nn::MaxPool2D(/*pool_size=*/2), td::nn::Flatten(), td::nn::Dense(128, relu),
+           td::nn::Dense(10)});
+  }
+  TANDEM_THROW("bench_step_cpu: unknown model");
+}
+
+td::Shape example_shape(Model kind) {
+  return kind == Model::kCnn ? td::Shape{28, 28, 1} : td::Shape{28, 28};
+}
+
+struct Gemm {
+  bool transpose_a, transpose_b;
+  int64_t m, n, k;
+};
+
+/// The GEMMs of one replica's step: per Dense layer Y = X W, dX = dY W^T, dW = X^T dY, and per
+/// Conv2D the same three on im2col's columns (rows = batch x output pixels, depth = 3 x 3 x
+/// input channels), as ops::matmul and ops::conv2d run them. The tape computes the first
+/// layer's input gradient too, so it is counted.
+std::vector<Gemm> step_gemms(Model kind, int64_t batch) {
+  std::vector<Gemm> gemms;
+  auto layer = [&](int64_t rows, int64_t in, int64_t out) {
+    gemms.push_back({false, false, rows, out, in});
+    gemms.push_back({false, true, rows, in, out});
+    gemms.push_back({true, false, in, out, rows});
+  };
+  switch (kind) {
+    case Model::kMlp:
+      layer(batch, 784, 256), layer(batch, 256, 128), layer(batch, 128, 10);
+      break;
+    case Model::kLargeMlp:
+      layer(batch, 784, 1024), layer(batch, 1024, 1024), layer(batch, 1024, 10);
+      break;
+    case Model::kCnn:
+      layer(batch * 26 * 26, 3 * 3 * 1, 32);   // conv 28x28x1 -> 26x26x32, pool -> 13x13
+      layer(batch * 11 * 11, 3 * 3 * 32, 64);  // conv 13x13x32 -> 11x11x64, pool -> 5x5
+      layer(batch, 5 * 5 * 64, 128), layer(batch, 128, 10);
+      break;
+  }
+  return gemms;
+}
+
+struct Options {
+  std::vector<std::string> configs;  // empty: all
+  int warmup_steps = 10;
+  int timed_steps = 60;  // the median is over these
+  int threads = 0;       // compute threads per replica; 0: the strategy's (cores / replicas)
+  bool csv = false;
+};
+
+/// Median seconds of `fn` over `timed` calls after `warmup` calls, each call timed on its own.
+double median_seconds(const std::function<void()>& fn, int warmup, int timed) {
+  for (int i = 0; i < warmup; ++i) fn();
+  std::vector<double> seconds;
+  for (int i = 0; i < timed; ++i) {
+    const double start = td::bench::now_seconds();
+    fn();
+    seconds.push_back(td::bench::now_seconds() - start);
+  }
+  std::sort(seconds.begin(), seconds.end());
+  return seconds[seconds.size() / 2];
+}
+
+struct Result {
+  double step_seconds;  ///< median
+  double gemm_seconds;  ///< median of the step's GEMMs alone
+  int threads;          ///< compute threads per replica
+};
+
+Result run_config(const Config& c, const Options& options) {
+  // OneDeviceStrategy would run on this thread; MirroredStrategy is what the samples use, and
+  // its replicas run on their own threads, with one replica as with two.
+  td::MirroredStrategy strategy = td::MirroredStrategy::cpu(c.replicas);
+  if (options.threads > 0) {
+    // Each replica thread keeps the compute-thread count it sets (threading.h).
+    strategy.run([&](td::ReplicaContext&) { td::set_compute_threads(options.threads); });
+  }
+  const td::PerReplica<int> threads =
+      strategy.run([](td::ReplicaContext&) { return td::compute_threads(); });
+
+  const int64_t per_replica = c.batch / c.replicas;
+  td::Generator generator(/*seed=*/1);
+  std::vector<td::Tensor> features, labels;
+  td::Shape shape = example_shape(c.kind);
+  shape.dims().insert(shape.dims().begin(), per_replica);
+  for (int r = 0; r < c.replicas; ++r) {
+    features.push_back(td::Tensor::uniform(shape, generator, 0, 1));
+    labels.push_back(td::ops::cast(
+        td::Tensor::uniform({per_replica}, generator, 0, 10, td::DType::kFloat64),
+        td::DType::kInt64));
+  }
+  const td::PerReplica<td::Tensor> replica_features(features), replica_labels(labels);
+
+  auto scope = strategy.scope();  // mirrored weights and slots, as in the samples
+  td::nn::Sequential model = make_model(c.kind);
+  model.set_seed(42);
+  model.build(example_shape(c.kind));
+  const std::vector<td::Variable> variables = model.trainable_variables();
+  td::optim::Adam optimizer({.learning_rate = 1e-3, .beta_1 = 0.9, .beta_2 = 0.999,
+                             .epsilon = 1e-7});
+  optimizer.build(variables);
+  const td::losses::SparseCategoricalCrossentropy loss_fn(
+      {.from_logits = true, .reduction = td::losses::Reduction::kNone});
+
+  // The samples' train step, less their metrics.
+  auto train_step = [&](td::ReplicaContext& ctx, const td::Tensor& x, const td::Tensor& y) {
+    td::GradientTape tape;
+    const td::Tensor logits = model(x, /*training=*/true);
+    const td::Tensor loss = td::compute_average_loss(loss_fn(y, logits), c.batch);
+    const std::vector<td::Tensor> grads = tape.gradient(loss, variables);
+    optimizer.apply_gradients(ctx, grads, variables);  // SUM across replicas
+    return loss;
+  };
+  const double step_seconds = median_seconds(
+      [&] { strategy.run(train_step, replica_features, replica_labels); }, options.warmup_steps,
+      options.timed_steps);
+
+  // The same GEMMs on every replica at once, on the replica threads, timed the same way.
+  const std::vector<Gemm> gemms = step_gemms(c.kind, per_replica);
+  std::vector<std::vector<td::Tensor>> a(c.replicas), b(c.replicas);
+  for (int r = 0; r < c.replicas; ++r) {
+    for (const Gemm& g : gemms) {
+      a[r].push_back(td::Tensor::uniform(
+          g.transpose_a ? td::Shape{g.k, g.m} : td::Shape{g.m, g.k}, generator, -1, 1));
+      b[r].push_back(td::Tensor::uniform(
+          g.transpose_b ? td::Shape{g.n, g.k} : td::Shape{g.k, g.n}, generator, -1, 1));
+    }
+  }
+  auto gemm_pass = [&](td::ReplicaContext& ctx) {
+    const int r = ctx.replica_id_in_sync_group();
+    for (size_t i = 0; i < gemms.size(); ++i)
+      td::ops::matmul(a[r][i], b[r][i], gemms[i].transpose_a, gemms[i].transpose_b);
+  };
+  const double gemm_seconds = median_seconds([&] { strategy.run(gemm_pass); },
+                                             options.warmup_steps, options.timed_steps);
+  return {step_seconds, gemm_seconds, threads[0]};
+}
+
+[[noreturn]] void usage(const char* program, int code) {
+  std::printf(
+      "usage: %s [--configs NAME,...] [--steps N] [--warmup N] [--threads N] [--csv]\n"
+      "  --configs  subset of: ",
+      program);
+  for (const Config& c : all_configs()) std::printf("%s ", c.name.c_str());
+  std::printf(
+      "\n  --steps    timed steps per configuration (default 60; the median is reported)\n"
+      "  --warmup   untimed steps before them (default 10)\n"
+      "  --threads  compute threads per replica (default: cores / replicas)\n"
+      "  --csv      one line per configuration: "
+      "config,replicas,batch,threads,samples_per_s,ms_per_step,gemm_ms,gemm_fraction\n");
+  std::exit(code);
+}
+
+Options parse(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage(argv[0], 2);
+      return argv[++i];
+    };
+    if (arg == "--configs") {
+      std::string list = value();
+      for (size_t start = 0; start <= list.size();) {
+        const size_t comma = std::min(list.find(',', start), list.size());
+        if (comma > start) options.configs.push_back(list.substr(start, comma - start));
+        start = comma + 1;
+      }
+    } else if (arg == "--steps") {
+      options.timed_steps = std::max(1, std::atoi(value().c_str()));
+    } else if (arg == "--warmup") {
+      options.warmup_steps = std::max(0, std::atoi(value().c_str()));
+    } else if (arg == "--threads") {
+      options.threads = std::max(0, std::atoi(value().c_str()));
+    } else if (arg == "--csv") {
+      options.csv = true;
+    } else if (arg == "--help" || arg == "-h") {
+      usage(argv[0], 0);
+    } else {
+      std::fprintf(stderr, "bench_step_cpu: unknown argument '%s'\n", arg.c_str());
+      usage(argv[0], 2);
+    }
+  }
+  for (const std::string& name : options.configs) {
+    const std::vector<Config> configs = all_configs();
+    if (std::none_of(configs.begin(), configs.end(),
+                     [&](const Config& c) { return c.name == name; })) {
+      std::fprintf(stderr, "bench_step_cpu: unknown configuration '%s'\n", name.c_str());
+      usage(argv[0], 2);
+    }
+  }
+  return options;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options options = parse(argc, argv);
+  std::vector<Config> configs;
+  for (const Config& c : all_configs()) {
+    if (options.configs.empty() ||
+        std::find(options.configs.begin(), options.configs.end(), c.name) !=
+            options.configs.end())
+      configs.push_back(c);
+  }
+  td::bench::BackgroundLoad load;
+  if (options.csv) {
+    std::printf("config,replicas,batch,threads,samples_per_s,ms_per_step,gemm_ms,gemm_fraction\n");
+  } else {
+    std::printf(
+        "Tandem training step on the CPU (%d cores), float32, Adam (lr 1e-3, beta 0.9/0.999, "
+        "eps 1e-7), synthetic data; median of %d steps after %d\n",
+        td::hardware_cores(), options.timed_steps, options.warmup_steps);
+    std::printf(
+        "step = strategy.run(forward + cross-entropy + backward + apply_gradients); gemm = the "
+        "step's GEMMs alone through ops::matmul; of_gemm = gemm_ms / step_ms\n\n");
+    std::printf("%-12s %-24s %6s %8s %8s %12s %9s %9s %8s %9s\n", "config", "model", "batch",
+                "replicas", "threads", "samples/s", "step_ms", "gemm_ms", "of_gemm", "vs_1rep");
+  }
+  double one_replica_samples_per_s[2] = {0, 0};  // sample MLP, batch 64 and 256
+  for (const Config& c : configs) {
+    const Result r = run_config(c, options);
+    const double samples_per_s = static_cast<double>(c.batch) / r.step_seconds;
+    const double fraction = r.gemm_seconds / r.step_seconds;
+    if (options.csv) {
+      std::printf("%s,%d,%lld,%d,%.1f,%.4f,%.4f,%.4f\n", c.name.c_str(), c.replicas,
+                  static_cast<long long>(c.batch), r.threads, samples_per_s,
+                  r.step_seconds * 1e3, r.gemm_seconds * 1e3, fraction);
+    } else {
+      // Two replicas against one on the same global batch, when both rows ran.
+      std::string versus = "-";
+      if (c.kind == Model::kMlp) {
+        double& one = one_replica_samples_per_s[c.batch == 64 ? 0 : 1];
+        if (c.replicas == 1) one = samples_per_s;
+        if (c.replicas == 2 && one > 0) versus = td::detail::str_cat(samples_per_s / one);
+        if (versus.size() > 5) versus.resize(5);
+      }
+      std::printf("%-12s %-24s %6lld %8d %8d %12.0f %9.3f %9.3f %8.2f %9s\n", c.name.c_str(),
+                  c.model.c_str(), static_cast<long long>(c.batch), c.replicas, r.threads,
+                  samples_per_s, r.step_seconds * 1e3, r.gemm_seconds * 1e3, fraction,
+                  versus.c_str());
+    }
+    std::fflush(stdout);
+  }
+  if (!options.csv) {
+    std::printf("\nbackground load: %.2f cores used by other processes during the run%s\n",
+                load.cores(), load.cores() > 0.1 ? " (figures are indicative)" : "");
+    std::printf("compare: bench/peers/run (PyTorch, TensorFlow, JAX on the same configurations)\n");
+    std::printf("reproduce: %s\n",
+                td::bench::reproduce_command(TANDEM_BINARY_DIR, argc, argv).c_str());
+  }
+  return 0;
+}
