@@ -1,0 +1,92 @@
+"""What the peer step benchmarks share with bench_step_cpu: the configurations, the synthetic
+data, the timing (median of per-step wall times after warm-up) and the output formats.
+
+Every peer times WARMUP_STEPS untimed steps, then TIMED_STEPS steps each timed on its own, and
+reports the median; each step ends with its loss on the host (a value, not a pending future),
+so asynchronous runtimes are timed to completion.
+"""
+import argparse
+import time
+
+import numpy as np
+
+WARMUP_STEPS = 10
+TIMED_STEPS = 60
+
+# Adam as Keras (and Tandem) default it.
+LEARNING_RATE = 1e-3
+BETA_1, BETA_2, EPSILON = 0.9, 0.999, 1e-7
+
+# name -> (model, description, global batch). The names are bench_step_cpu's; its 2-replica
+# rows have no peer counterpart here.
+CONFIGS = {
+    "mlp-b64": ("mlp", "mlp 784-256-128-10", 64),
+    "mlp-b256": ("mlp", "mlp 784-256-128-10", 256),
+    "large-b256": ("large", "mlp 784-1024x2-10", 256),
+    "cnn-b64": ("cnn", "cnn (fashion_mnist_cnn)", 64),
+}
+# Hidden widths of the MLPs (input 784 = 28 x 28, 10 classes).
+HIDDEN = {"mlp": [256, 128], "large": [1024, 1024]}
+CSV_HEADER = "config,batch,samples_per_s,ms_per_step,setting"
+
+
+def synthetic_batch(batch):
+    """Images [batch, 28, 28] in [0, 1) and labels [batch] in [0, 10), fixed seed."""
+    rng = np.random.default_rng(1)
+    images = rng.random((batch, 28, 28), dtype=np.float32)
+    labels = rng.integers(0, 10, size=batch).astype(np.int64)
+    return images, labels
+
+
+def median_step_seconds(step, warmup=WARMUP_STEPS, timed=TIMED_STEPS):
+    """step() runs one training step and returns once its loss is on the host."""
+    for _ in range(warmup):
+        step()
+    seconds = []
+    for _ in range(timed):
+        start = time.perf_counter()
+        step()
+        seconds.append(time.perf_counter() - start)
+    seconds.sort()
+    return seconds[len(seconds) // 2]
+
+
+def parse_args(description, extra=None):
+    parser = argparse.ArgumentParser(description=description)
+    parser.add_argument("--configs", default=",".join(CONFIGS),
+                        help="comma-separated subset of: " + " ".join(CONFIGS))
+    parser.add_argument("--steps", type=int, default=TIMED_STEPS, help="timed steps (median)")
+    parser.add_argument("--warmup", type=int, default=WARMUP_STEPS, help="untimed steps first")
+    parser.add_argument("--csv", action="store_true", help="print " + CSV_HEADER)
+    if extra:
+        extra(parser)
+    args = parser.parse_args()
+    args.configs = [c for c in args.configs.split(",") if c]
+    unknown = [c for c in args.configs if c not in CONFIGS]
+    if unknown:
+        parser.error(f"unknown configuration(s) {unknown}; known: {list(CONFIGS)}")
+    return args
+
+
+class Report:
+    """Prints one row per configuration, as a table or as CSV lines."""
+
+    def __init__(self, title, args):
+        self.csv = args.csv
+        if self.csv:
+            print(CSV_HEADER, flush=True)
+        else:
+            print(title)
+            print(f"synthetic data; median of {args.steps} steps after {args.warmup}, each "
+                  "ending with the loss on the host\n")
+            print(f"{'config':<12} {'model':<24} {'batch':>6} {'samples/s':>12} {'step_ms':>9}"
+                  f"  setting")
+
+    def row(self, name, seconds, setting=""):
+        _, description, batch = CONFIGS[name]
+        if self.csv:
+            print(f"{name},{batch},{batch / seconds:.1f},{seconds * 1e3:.4f},{setting}",
+                  flush=True)
+        else:
+            print(f"{name:<12} {description:<24} {batch:>6} {batch / seconds:>12.0f} "
+                  f"{seconds * 1e3:>9.3f}  {setting}", flush=True)

@@ -1,0 +1,145 @@
+#!/usr/bin/python3
+"""Runs bench_step_cpu and the peer scripts round-robin, each run in a process of its own
+(the starting contender rotates every round), and prints one table: per configuration the
+median over rounds of each contender's samples/s and Tandem's ratio to each peer.
+bench/peers/run installs the peers and builds the bench, then calls this.
+
+    /usr/bin/python3 bench/peers/compare.py --bench build/bench/bench_step_cpu \\
+        --venv-python build/bench-peers-venv/bin/python [--rounds 3] [--configs ...]
+"""
+import argparse
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import time
+from collections import Counter, defaultdict
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+import common  # noqa: E402
+
+PEERS = {  # name -> (table heading, script, runs under the venv's python)
+    "torch": ("PyTorch", "torch_step.py", False),
+    "tf": ("TensorFlow", "tf_step.py", True),
+    "jax": ("JAX", "jax_step.py", True),
+}
+TANDEM_CONFIGS = ["mlp-b64", "mlp-b256", "large-b256", "cnn-b64", "mlp-b64-r2", "mlp-b256-r2"]
+MODELS = {"mlp-b64-r2": "mlp 784-256-128-10", "mlp-b256-r2": "mlp 784-256-128-10"}
+
+
+def parse_csv(text):
+    lines = [line for line in text.splitlines() if "," in line]
+    header = lines[0].split(",")
+    return [dict(zip(header, line.split(","))) for line in lines[1:]]
+
+
+def run(command, env=None):
+    result = subprocess.run(command, capture_output=True, text=True, env=env)
+    if result.returncode != 0:
+        sys.exit(f"compare: {shlex.join(command)} failed ({result.returncode}):\n"
+                 f"{result.stderr[-3000:]}")
+    return parse_csv(result.stdout)
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--bench", required=True, help="bench_step_cpu")
+    parser.add_argument("--venv-python", required=True, help="python with tensorflow and jax")
+    parser.add_argument("--rounds", type=int, default=3)
+    parser.add_argument("--configs", default=",".join(TANDEM_CONFIGS))
+    parser.add_argument("--steps", type=int, default=common.TIMED_STEPS)
+    parser.add_argument("--skip", default="", help="peers to leave out: torch,tf,jax")
+    parser.add_argument("--tandem-args", default="", help="more arguments for bench_step_cpu")
+    args = parser.parse_args()
+    configs = [c for c in args.configs.split(",") if c]
+    unknown = [c for c in configs if c not in TANDEM_CONFIGS]
+    if unknown:
+        parser.error(f"unknown configuration(s) {unknown}; known: {TANDEM_CONFIGS}")
+    peer_configs = [c for c in configs if c in common.CONFIGS]
+    peers = [p for p in PEERS if p not in args.skip.split(",")]
+    steps = ["--steps", str(args.steps), "--warmup", str(common.WARMUP_STEPS)]
+
+    # Tandem at its default thread count (cores / replicas), and its one-replica rows again at
+    # one thread: PyTorch gets the better of 1 and 2 threads, so Tandem does too.
+    tandem = [args.bench, "--csv"] + steps + shlex.split(args.tandem_args)
+    commands = {"tandem": tandem + ["--configs", ",".join(configs)]}
+    if peer_configs and "--threads" not in args.tandem_args:
+        commands["tandem-t1"] = tandem + ["--configs", ",".join(peer_configs), "--threads", "1"]
+    for peer in peers if peer_configs else []:
+        _, script, in_venv = PEERS[peer]
+        python = args.venv_python if in_venv else "/usr/bin/python3"
+        commands[peer] = [python, os.path.join(HERE, script), "--csv", "--configs",
+                          ",".join(peer_configs)] + steps
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
+
+    samples = defaultdict(list)   # (contender, config) -> samples/s per round
+    settings = defaultdict(list)  # (contender, config) -> setting per round
+    gemm_fraction = defaultdict(list)  # config -> Tandem's GEMM fraction per round
+    tandem_rows = defaultdict(list)    # (round, config) -> bench_step_cpu's rows
+    replicas, batches = {}, {}
+    contenders = list(commands)
+    load_start, start = os.getloadavg()[0], time.time()
+    for round_index in range(args.rounds):
+        order = contenders[round_index % len(contenders):] + \
+            contenders[:round_index % len(contenders)]
+        for contender in order:
+            print(f"[peers] round {round_index + 1}/{args.rounds}: {contender}", file=sys.stderr,
+                  flush=True)
+            for row in run(commands[contender], env):
+                config = row["config"]
+                batches[config] = int(row["batch"])
+                if contender.startswith("tandem"):
+                    replicas[config] = int(row["replicas"])
+                    tandem_rows[(round_index, config)].append(row)
+                else:
+                    samples[(contender, config)].append(float(row["samples_per_s"]))
+                    settings[(contender, config)].append(row["setting"])
+        # This round's Tandem figure per configuration: the better thread count, as PyTorch's.
+        for config in configs:
+            rows = tandem_rows[(round_index, config)]
+            best = max(rows, key=lambda row: float(row["samples_per_s"]))
+            samples[("tandem", config)].append(float(best["samples_per_s"]))
+            gemm_fraction[config].append(float(best["gemm_fraction"]))
+            settings[("tandem", config)].append(f"threads={best['threads']}")
+            default = rows[0]  # the run without --threads
+            samples[("tandem-default", config)].append(float(default["samples_per_s"]))
+
+    names = [PEERS[p][0] for p in peers]
+    print(f"CPU training step, float32, Adam, synthetic data: samples/s, median over "
+          f"{args.rounds} interleaved rounds (each: median of {args.steps} steps after "
+          f"{common.WARMUP_STEPS}); ratio = Tandem / peer (> 1: Tandem faster)\n")
+    heading = (f"{'config':<12} {'model':<24} {'batch':>5} {'rep':>3} {'Tandem':>9} "
+               f"{'default':>9} {'of_gemm':>7}")
+    heading += "".join(f" {n:>10}" for n in names) + "".join(f" {'vs ' + n:>13}" for n in names)
+    print(heading)
+    for config in configs:
+        model = common.CONFIGS[config][1] if config in common.CONFIGS else MODELS[config]
+        tandem = statistics.median(samples[("tandem", config)])
+        default = statistics.median(samples[("tandem-default", config)])
+        line = (f"{config:<12} {model:<24} {batches[config]:>5} {replicas[config]:>3} "
+                f"{tandem:>9.0f} {default:>9.0f} {statistics.median(gemm_fraction[config]):>7.2f}")
+        peer_values = [statistics.median(samples[(p, config)]) if samples[(p, config)] else None
+                       for p in peers]
+        line += "".join(f" {v:>10.0f}" if v else f" {'-':>10}" for v in peer_values)
+        line += "".join(f" {tandem / v:>12.2f}x" if v else f" {'-':>13}" for v in peer_values)
+        print(line)
+
+    print("\nsettings (most frequent per contender and configuration):")
+    for contender in ["tandem"] + peers:
+        chosen = [f"{c}: {Counter(settings[(contender, c)]).most_common(1)[0][0]}"
+                  for c in configs if settings[(contender, c)]]
+        print(f"  {contender}: " + "; ".join(chosen))
+    print("\nrep = CPU replicas (MirroredStrategy); Tandem = the better of its default threads "
+          "(cores / replicas) and 1 thread per round, default = the default alone; of_gemm = "
+          "the step's GEMMs alone through ops::matmul / Tandem's step time; PyTorch = the best "
+          "of threads 1 and 2 x OPENBLAS_CORETYPE per round; TensorFlow and JAX at their "
+          "default thread pools")
+    print(f"load average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end "
+          f"({time.time() - start:.0f} s); cores: {os.cpu_count()}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

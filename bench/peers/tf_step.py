@@ -1,0 +1,84 @@
+#!/usr/bin/env python3
+"""TensorFlow (tensorflow-cpu, Keras 3) on bench_step_cpu's configurations: a custom training
+loop, strategy.run(step) inside one tf.function under OneDeviceStrategy("/cpu:0"), Keras
+layers, SparseCategoricalCrossentropy, tf.nn.compute_average_loss, keras Adam; float32.
+TensorFlow's default thread pools (all cores).
+
+    build/bench-peers-venv/bin/python bench/peers/tf_step.py [--configs mlp-b64,...] [--csv]
+"""
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")  # no start-up banners on stderr
+
+import common  # noqa: E402
+import tensorflow as tf  # noqa: E402
+import keras  # noqa: E402
+
+
+def build_model(kind):
+    glorot = "glorot_uniform"  # Keras' default, spelled out: the same as Tandem's
+    if kind == "cnn":
+        layers = [keras.Input((28, 28, 1)),
+                  keras.layers.Conv2D(32, 3, activation="relu", kernel_initializer=glorot),
+                  keras.layers.MaxPooling2D(2),
+                  keras.layers.Conv2D(64, 3, activation="relu", kernel_initializer=glorot),
+                  keras.layers.MaxPooling2D(2), keras.layers.Flatten(),
+                  keras.layers.Dense(128, activation="relu", kernel_initializer=glorot),
+                  keras.layers.Dense(10, kernel_initializer=glorot)]
+    else:
+        layers = [keras.Input((28, 28)), keras.layers.Flatten()]
+        layers += [keras.layers.Dense(w, activation="relu", kernel_initializer=glorot)
+                   for w in common.HIDDEN[kind]]
+        layers.append(keras.layers.Dense(10, kernel_initializer=glorot))
+    return keras.Sequential(layers)
+
+
+def time_config(name, args):
+    kind, _, batch = common.CONFIGS[name]
+    keras.utils.set_random_seed(42)
+    strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
+    images, labels = common.synthetic_batch(batch)
+    if kind == "cnn":
+        images = images.reshape(batch, 28, 28, 1)  # NHWC, as the Tandem sample
+    with strategy.scope():
+        model = build_model(kind)
+        optimizer = keras.optimizers.Adam(learning_rate=common.LEARNING_RATE,
+                                          beta_1=common.BETA_1, beta_2=common.BETA_2,
+                                          epsilon=common.EPSILON)
+        optimizer.build(model.trainable_variables)
+        loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
+    x = tf.constant(images)
+    y = tf.constant(labels)
+
+    def replica_step(x, y):
+        with tf.GradientTape() as tape:
+            logits = model(x, training=True)
+            loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=batch)
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+        return loss
+
+    @tf.function
+    def train_step(x, y):
+        losses = strategy.run(replica_step, args=(x, y))
+        return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
+
+    return common.median_step_seconds(lambda: float(train_step(x, y)), args.warmup, args.steps)
+
+
+def main():
+    args = common.parse_args(__doc__.splitlines()[0])
+    report = common.Report(
+        f"TensorFlow {tf.__version__} (Keras {keras.__version__}) on the CPU, float32, Adam; "
+        "strategy.run in tf.function, OneDeviceStrategy", args)
+    for name in args.configs:
+        report.row(name, time_config(name, args),
+                   f"intra_op={tf.config.threading.get_intra_op_parallelism_threads() or 'auto'}")
+    if not args.csv:
+        print("\nreproduce: build/bench-peers-venv/bin/python " + " ".join(sys.argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

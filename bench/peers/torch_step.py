@@ -1,0 +1,126 @@
+#!/usr/bin/python3
+"""PyTorch (Debian's python3-torch, GEMMs through OpenBLAS) on bench_step_cpu's configurations:
+eager forward + cross-entropy + backward + torch.optim.Adam, float32, one process.
+
+By default it tries compute threads 1 and 2 under each OPENBLAS_CORETYPE of --coretypes (each
+core type in a process of its own, since OpenBLAS reads it at load time) and reports the best
+setting per configuration; --threads N --coretype X times one setting.
+
+    /usr/bin/python3 bench/peers/torch_step.py [--configs mlp-b64,...] [--csv]
+"""
+import os
+import subprocess
+import sys
+
+import common
+
+CORETYPES = "default,Haswell,SkylakeX"
+
+
+def extra_args(parser):
+    parser.add_argument("--coretypes", default=CORETYPES,
+                        help="OPENBLAS_CORETYPE values to try ('default': unset)")
+    parser.add_argument("--threads", type=int, default=0,
+                        help="time this thread count only (0: try 1 and 2)")
+    parser.add_argument("--coretype", default=None,
+                        help="time under this OPENBLAS_CORETYPE only, in this process")
+
+
+def build_model(torch, kind):
+    nn = torch.nn
+    if kind == "cnn":
+        layers = [nn.Conv2d(1, 32, 3), nn.ReLU(), nn.MaxPool2d(2), nn.Conv2d(32, 64, 3),
+                  nn.ReLU(), nn.MaxPool2d(2), nn.Flatten(), nn.Linear(5 * 5 * 64, 128), nn.ReLU(),
+                  nn.Linear(128, 10)]
+    else:
+        widths = [784] + common.HIDDEN[kind] + [10]
+        layers = [nn.Flatten()]
+        for i in range(len(widths) - 1):
+            layers.append(nn.Linear(widths[i], widths[i + 1]))
+            if i + 2 < len(widths):
+                layers.append(nn.ReLU())
+    for layer in layers:  # Glorot-uniform kernels and zero biases, as Keras and Tandem
+        if isinstance(layer, (nn.Linear, nn.Conv2d)):
+            nn.init.xavier_uniform_(layer.weight)
+            nn.init.zeros_(layer.bias)
+    return nn.Sequential(*layers)
+
+
+def time_config(torch, name, args):
+    kind, _, batch = common.CONFIGS[name]
+    torch.manual_seed(42)
+    model = build_model(torch, kind)
+    images, labels = common.synthetic_batch(batch)
+    x = torch.from_numpy(images)
+    if kind == "cnn":
+        x = x.reshape(batch, 1, 28, 28)  # NCHW, PyTorch's layout
+    y = torch.from_numpy(labels)
+    optimizer = torch.optim.Adam(model.parameters(), lr=common.LEARNING_RATE,
+                                 betas=(common.BETA_1, common.BETA_2), eps=common.EPSILON)
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        loss = torch.nn.functional.cross_entropy(model(x), y)
+        loss.backward()
+        optimizer.step()
+        return loss.item()
+
+    return common.median_step_seconds(step, args.warmup, args.steps)
+
+
+def run_here(args):
+    """Times every configuration under this process's OPENBLAS_CORETYPE."""
+    import torch
+    coretype = os.environ.get("OPENBLAS_CORETYPE", "default")
+    report = common.Report(f"PyTorch {torch.__version__} eager on the CPU, float32, Adam; "
+                           f"OPENBLAS_CORETYPE {coretype}", args)
+    for name in args.configs:
+        for threads in [args.threads] if args.threads else [1, 2]:
+            torch.set_num_threads(threads)
+            seconds = time_config(torch, name, args)
+            report.row(name, seconds, f"threads={threads} coretype={coretype}")
+
+
+def sweep(args):
+    """Runs every core type in a child process and keeps each configuration's best row."""
+    best = {}
+    for coretype in args.coretypes.split(","):
+        env = dict(os.environ)
+        env.pop("OPENBLAS_CORETYPE", None)
+        if coretype != "default":
+            env["OPENBLAS_CORETYPE"] = coretype
+        command = [sys.executable, os.path.abspath(__file__), "--csv", "--coretype", coretype,
+                   "--configs", ",".join(args.configs), "--steps", str(args.steps),
+                   "--warmup", str(args.warmup), "--threads", str(args.threads)]
+        out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
+        for line in out.splitlines()[1:]:
+            name, _, _, ms, setting = line.split(",")
+            seconds = float(ms) * 1e-3
+            if name not in best or seconds < best[name][0]:
+                best[name] = (seconds, setting)
+    return best
+
+
+def main():
+    args = common.parse_args(__doc__.splitlines()[0], extra_args)
+    if args.coretype is not None:  # one setting, in this process
+        if args.coretype == "default":
+            os.environ.pop("OPENBLAS_CORETYPE", None)
+        else:
+            os.environ["OPENBLAS_CORETYPE"] = args.coretype
+        run_here(args)
+        return 0
+    best = sweep(args)
+    import torch
+    report = common.Report(
+        f"PyTorch {torch.__version__} eager on the CPU, float32, Adam; best of threads 1 and 2 "
+        f"x OPENBLAS_CORETYPE in {args.coretypes}", args)
+    for name in args.configs:
+        report.row(name, *best[name])
+    if not args.csv:
+        print("\nreproduce: /usr/bin/python3 " + " ".join(sys.argv))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
