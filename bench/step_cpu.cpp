@@ -282,17 +282,16 @@ int main(int argc, char** argv) {
                   r.step_seconds * 1e3, r.gemm_seconds * 1e3, fraction);
     } else {
       // Two replicas against one on the same global batch, when both rows ran.
-      std::string versus = "-";
+      char versus[16] = "-";
       if (c.kind == Model::kMlp) {
         double& one = one_replica_samples_per_s[c.batch == 64 ? 0 : 1];
         if (c.replicas == 1) one = samples_per_s;
-        if (c.replicas == 2 && one > 0) versus = td::detail::str_cat(samples_per_s / one);
-        if (versus.size() > 5) versus.resize(5);
+        if (c.replicas == 2 && one > 0)
+          std::snprintf(versus, sizeof(versus), "%.2fx", samples_per_s / one);
       }
       std::printf("%-12s %-24s %6lld %8d %8d %12.0f %9.3f %9.3f %8.2f %9s\n", c.name.c_str(),
                   c.model.c_str(), static_cast<long long>(c.batch), c.replicas, r.threads,
-                  samples_per_s, r.step_seconds * 1e3, r.gemm_seconds * 1e3, fraction,
-                  versus.c_str());
+                  samples_per_s, r.step_seconds * 1e3, r.gemm_seconds * 1e3, fraction, versus);
     }
     std::fflush(stdout);
   }
