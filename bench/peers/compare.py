@@ -133,7 +133,7 @@ def main():
         print(f"  {contender}: " + "; ".join(chosen))
     print("\nrep = CPU replicas (MirroredStrategy); Tandem = the better of its default threads "
           "(cores / replicas) and 1 thread per round, default = the default alone; of_gemm = "
-          "the step's GEMMs alone through ops::matmul / Tandem's step time; PyTorch = the best "
+          "the GEMMs the step needs, alone / Tandem's step time; PyTorch = the best "
           "of threads 1 and 2 x OPENBLAS_CORETYPE per round; TensorFlow and JAX at their "
           "default thread pools")
     print(f"load average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end "
