@@ -9,8 +9,8 @@ namespace tandem::ops::cpu {
 
 template <typename F, typename T, typename... Slots>
 void optimizer_update(const F& f, int64_t n, T* w, const T* g, Slots*... slots) {
-  // The elementwise grain: a small variable (a bias) stays on the calling thread.
-  parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+  // A small variable (a bias) stays on the calling thread.
+  parallel_for(n, kHeavyElementwiseGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) f(w[i], g[i], slots[i]...);
   });
 }
