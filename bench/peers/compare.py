@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# Python modules: common (beside this script); the peers run in processes of their own
 """Runs bench_step_cpu and the peer scripts round-robin, each run in a process of its own
 (the starting contender rotates every round), and prints one table: per configuration the
 median over rounds of each contender's samples/s and Tandem's ratio to each peer.

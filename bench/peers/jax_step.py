@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Python modules: jax, optax (bench/peers/run's venv) and common (beside this script)
 """JAX (jax[cpu], optax) on bench_step_cpu's configurations: the whole step (forward +
 cross-entropy + grad + optax.adam update) in one jax.jit, compiled by XLA, parameters and
 optimizer state donated; float32. XLA's default CPU thread pool (all cores).

@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# Python modules: tensorflow, keras (bench/peers/run's venv) and common (beside this script)
 """TensorFlow (tensorflow-cpu, Keras 3) on bench_step_cpu's configurations: a custom training
 loop, strategy.run(step) inside one tf.function under OneDeviceStrategy("/cpu:0"), Keras
 layers, SparseCategoricalCrossentropy, tf.nn.compute_average_loss, keras Adam; float32.

@@ -1,4 +1,5 @@
 #!/usr/bin/python3
+# Python modules: torch (python3-torch, installed by bench/peers/run) and common (beside this script)
 """PyTorch (Debian's python3-torch, GEMMs through OpenBLAS) on bench_step_cpu's configurations:
 eager forward + cross-entropy + backward + torch.optim.Adam, float32, one process.
 
