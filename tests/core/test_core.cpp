@@ -99,6 +99,35 @@ TEST_CASE("device discovery never throws and explains zero GPUs", "[cpu][core]")
   CHECK(cuda_device_count() == static_cast<int>(a.devices.size()));
 }
 
+TEST_CASE("ScopedFloatMode flushes subnormals on its thread and restores the mode", "[cpu][core]") {
+#if defined(__x86_64__) || defined(__aarch64__)
+  volatile float tiny = 1e-20f;  // tiny * tiny = 1e-40, a subnormal float
+  const uint32_t before = float_mode();
+  CHECK(before == 0);  // IEEE subnormals outside replicas
+  CHECK(tiny * tiny != 0.0f);
+  {
+    const ScopedFloatMode scope;
+    CHECK(float_mode() != 0);
+    CHECK(tiny * tiny == 0.0f);
+    float other = -1.0f;  // a thread started here inherits the mode, as an OpenMP team does
+    std::thread([&] { other = tiny * tiny; }).join();
+    CHECK(other == 0.0f);
+  }
+  CHECK(float_mode() == before);
+  CHECK(tiny * tiny != 0.0f);
+  const bool was = set_flush_denormals(false);  // TANDEM_FLUSH_DENORMALS=0
+  CHECK(was);
+  {
+    const ScopedFloatMode scope;
+    CHECK(float_mode() == 0);
+    CHECK(tiny * tiny != 0.0f);
+  }
+  set_flush_denormals(was);
+#else
+  WARN("no flush-to-zero control on this CPU: nothing to check");
+#endif
+}
+
 TEST_CASE("the compute-thread budget is per thread", "[cpu][core]") {
   const int cores = hardware_cores();
   CHECK(cores >= 1);

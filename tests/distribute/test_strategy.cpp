@@ -668,3 +668,37 @@ TEST_CASE("training steps on 2 CPU replicas stop allocating from the system", "[
              << " system allocations in all");
   CHECK(quiet == 20);
 }
+
+TEST_CASE("replicas compute with subnormals flushed to zero, as TensorFlow's CPU ops do",
+          "[cpu][distribute]") {
+#if defined(__x86_64__) || defined(__aarch64__)
+  // 1e-20 * 1e-20 = 1e-40 is a subnormal float. 2^16 elements: a one-replica strategy's thread
+  // gives the product to a team of every core (ops/cpu/parallel.h), which must flush as well.
+  const td::Tensor tiny = td::Tensor::full({int64_t{1} << 16}, 1e-20);
+  auto product_is_zero = [&] {
+    const std::vector<float> p = td::ops::mul(tiny, tiny).to_vector<float>();
+    int zeros = 0;
+    for (float v : p) zeros += v == 0.0f;
+    return zeros == static_cast<int>(p.size()) ? 1 : zeros == 0 ? 0 : -1;  // -1: mixed
+  };
+  REQUIRE(product_is_zero() == 0);  // the calling thread keeps IEEE subnormals
+  auto mirrored = td::MirroredStrategy::cpu(2);
+  CHECK(mirrored.run([&](td::ReplicaContext&) { return product_is_zero(); }).values() ==
+        std::vector<int>{1, 1});
+  auto single = td::MirroredStrategy::cpu(1);  // one replica thread with every core
+  CHECK(single.run([&](td::ReplicaContext&) { return product_is_zero(); }).values() ==
+        std::vector<int>{1});
+  // On the calling thread, whose OpenMP team was made above with IEEE subnormals: the run
+  // flushes (the team takes the mode from the thread), then the caller's mode comes back.
+  td::OneDeviceStrategy one;
+  CHECK(one.run([&](td::ReplicaContext&) { return product_is_zero(); }).values() ==
+        std::vector<int>{1});
+  CHECK(product_is_zero() == 0);
+  const bool was = td::set_flush_denormals(false);  // TANDEM_FLUSH_DENORMALS=0
+  CHECK(mirrored.run([&](td::ReplicaContext&) { return product_is_zero(); }).values() ==
+        std::vector<int>{0, 0});
+  td::set_flush_denormals(was);
+#else
+  WARN("no flush-to-zero control on this CPU: nothing to check");
+#endif
+}

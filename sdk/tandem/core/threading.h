@@ -1,6 +1,9 @@
 // The CPU thread budget: how many compute threads (OpenMP/oneDNN) the calling thread may use.
 // Each replica thread sets its own share so that replicas x threads never exceed the cores.
+// And the floating-point mode replicas compute in: subnormal floats flushed to zero.
 #pragma once
+
+#include <cstdint>
 
 namespace tandem {
 
@@ -10,5 +13,34 @@ int hardware_cores();
 void set_compute_threads(int threads);
 /// The calling thread's compute-thread count (default: all cores).
 int compute_threads();
+
+/// Whether replicas compute with subnormal floats flushed to zero (flush-to-zero and
+/// denormals-are-zero on the CPU), as TensorFlow's CPU thread pools run every op. On by default:
+/// an Adam slot of a unit that no longer learns decays through the subnormal range, where each
+/// operation takes up to a hundred times longer, and a training step slowed down 2-4x. The
+/// environment variable TANDEM_FLUSH_DENORMALS=0 keeps IEEE subnormals; set_flush_denormals
+/// changes it for runs that start afterwards.
+bool flush_denormals();
+/// Sets flush_denormals(); returns the previous setting.
+bool set_flush_denormals(bool enabled);
+
+/// The calling thread's floating-point control bits that flush subnormals (x86: MXCSR's FTZ and
+/// DAZ; AArch64: FPCR's FZ); 0 where the CPU has none. Parallel loops give their team the
+/// mode of the thread that starts them.
+uint32_t float_mode();
+void set_float_mode(uint32_t mode);
+
+/// Flushes subnormals on the calling thread while it lives when flush_denormals() says so, and
+/// restores the thread's previous mode.
+class ScopedFloatMode {
+ public:
+  ScopedFloatMode();
+  ~ScopedFloatMode();
+  ScopedFloatMode(const ScopedFloatMode&) = delete;
+  ScopedFloatMode& operator=(const ScopedFloatMode&) = delete;
+
+ private:
+  uint32_t saved_;
+};
 
 }  // namespace tandem

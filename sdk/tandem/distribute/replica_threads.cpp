@@ -134,6 +134,9 @@ void ReplicaThreads::thread_main(int id) {
       // below lets run() read, re-raise and free it.
       std::exception_ptr error;
       try {
+        // Subnormals flushed, as TensorFlow runs ops (core/threading.h); the OpenMP team this
+        // thread starts is created with its mode and parallel loops pass it on.
+        const ScopedFloatMode float_mode;
         run_start_[static_cast<size_t>(id)].wait();
         task.call(task.object, ctx);
         run_end_[static_cast<size_t>(id)].record(ctx.device());
@@ -181,6 +184,7 @@ void ReplicaThreads::run(const ReplicaTask& task) {
     set_current_replica_context(options_.contexts[0]);
     set_current_run_index(++generation_);
     try {
+      const ScopedFloatMode float_mode;  // as on replica threads; restored for the caller
       task.call(task.object, *options_.contexts[0]);
     } catch (...) {
       errors_[0] = std::current_exception();

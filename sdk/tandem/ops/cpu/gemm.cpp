@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "tandem/core/error.h"
+#include "tandem/core/threading.h"
 #include "tandem/ops/cpu/nn_kernels.h"
 
 #if TANDEM_WITH_ONEDNN
@@ -70,8 +71,10 @@ void blocked_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
   const int64_t tiles_m = (m + kBlockM - 1) / kBlockM;
   const int64_t tiles_n = (n + kBlockN - 1) / kBlockN;
   const bool parallel = m * n * std::max<int64_t>(k, 1) >= kParallelMinWork;
+  const uint32_t mode = float_mode();  // the team computes as the calling thread does
 #pragma omp parallel if (parallel)
   {
+    set_float_mode(mode);
     std::vector<T> a_pack(kBlockM * kBlockK);
     std::vector<T> b_pack(kBlockK * kBlockN);
 #pragma omp for collapse(2) schedule(static)

@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cstdint>
 
+#include "tandem/core/threading.h"
+
 namespace tandem::ops::cpu {
 
 /// Elements per thread below which elementwise loops stay on the calling thread. Measured by
@@ -30,8 +32,10 @@ void parallel_for(int64_t n, int64_t grain, const Fn& fn) {
     fn(int64_t{0}, n);
     return;
   }
+  const uint32_t mode = float_mode();  // the team computes as the calling thread does
 #pragma omp parallel num_threads(static_cast <int>(threads))
   {
+    set_float_mode(mode);
     const int64_t t = omp_get_thread_num(), count = omp_get_num_threads();
     // Chunks are multiples of 64 elements, so no two threads write the same cache line.
     const int64_t chunk = ((n + count - 1) / count + 63) / 64 * 64;
