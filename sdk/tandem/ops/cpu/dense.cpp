@@ -115,16 +115,14 @@ std::shared_ptr<const MatmulPrimitive> create_matmul(const MatmulKey& key) {
 class MatmulCache {
  public:
   std::shared_ptr<const MatmulPrimitive> get(const MatmulKey& key) {
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
-      auto it = entries_.find(key);
-      if (it != entries_.end()) return it->second;
-    }
-    // Created outside the lock: creation takes a while and other shapes need not wait for it.
-    std::shared_ptr<const MatmulPrimitive> created = create_matmul(key);
     std::lock_guard<std::mutex> lock(mutex_);
+    auto it = entries_.find(key);
+    if (it != entries_.end()) return it->second;
+    // Created under the lock, once per shape: oneDNN shares what it builds between primitive
+    // descriptors (its own cache), and two replicas creating the same shape at once would
+    // build it twice and race on that shared state.
     if (entries_.size() >= kMaxEntries) entries_.clear();
-    return entries_.try_emplace(key, std::move(created)).first->second;
+    return entries_.emplace(key, create_matmul(key)).first->second;
   }
 
  private:
