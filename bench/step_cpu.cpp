@@ -49,11 +49,11 @@ td::nn::Sequential make_model(Model kind) {
                                  td::nn::Dense(1024, relu), td::nn::Dense(10)});
     case Model::kCnn:
       return td::nn::Sequential(
-          {td::nn::Conv2D(32, /*kernel_size=*/3, /*strides=*/1, td::nn::Padding::kValid, relu),
+          {td::nn::Conv2D(32, /*kernel_size=*/5, /*strides=*/1, td::nn::Padding::kSame, relu),
            td::nn::MaxPool2D(/*pool_size=*/2),
-           td::nn::Conv2D(64, /*kernel_size=*/3, /*strides=*/1, td::nn::Padding::kValid, relu),
-           td::nn::MaxPool2D(/*pool_size=*/2), td::nn::Flatten(), td::nn::Dense(128, relu),
-           td::nn::Dense(10)});
+           td::nn::Conv2D(64, /*kernel_size=*/5, /*strides=*/1, td::nn::Padding::kSame, relu),
+           td::nn::MaxPool2D(/*pool_size=*/2), td::nn::Flatten(), td::nn::Dense(1024, relu),
+           td::nn::Dropout(0.4), td::nn::Dense(10)});
   }
   TANDEM_THROW("bench_step_cpu: unknown model");
 }
@@ -89,9 +89,9 @@ std::vector<Gemm> step_gemms(Model kind, int64_t batch) {
       layer(batch, 784, 1024), layer(batch, 1024, 1024), layer(batch, 1024, 10);
       break;
     case Model::kCnn:
-      layer(batch * 26 * 26, 3 * 3 * 1, 32);   // conv 28x28x1 -> 26x26x32, pool -> 13x13
-      layer(batch * 11 * 11, 3 * 3 * 32, 64);  // conv 13x13x32 -> 11x11x64, pool -> 5x5
-      layer(batch, 5 * 5 * 64, 128), layer(batch, 128, 10);
+      layer(batch * 28 * 28, 5 * 5 * 1, 32);   // conv 28x28x1 -> 28x28x32, pool -> 14x14
+      layer(batch * 14 * 14, 5 * 5 * 32, 64);  // conv 14x14x32 -> 14x14x64, pool -> 7x7
+      layer(batch, 7 * 7 * 64, 1024), layer(batch, 1024, 10);
       break;
   }
   return gemms;

@@ -1,7 +1,9 @@
-// fashion_mnist_cnn: a small convolutional network (Conv2D(32, 3)-MaxPool-Conv2D(64, 3)-MaxPool-
-// Dense(128)-Dense(10), ReLU) trained with Adam on Fashion-MNIST images reshaped to [28, 28, 1],
-// data-parallel with MirroredStrategy. The training loop is fashion_mnist_mlp's (DESIGN.md §1);
-// only the model and the input shape differ. Run from the repository root; --help lists the flags.
+// fashion_mnist_cnn: TensorFlow's tutorial convolutional network (Conv2D(32, 5, same)-MaxPool-
+// Conv2D(64, 5, same)-MaxPool-Dense(1024)-Dropout(0.4)-Dense(10), ReLU; the "2 Conv + pooling"
+// row of the Fashion-MNIST benchmark table, 0.916) trained with Adam on Fashion-MNIST images
+// reshaped to [28, 28, 1], data-parallel with MirroredStrategy. The training loop is
+// fashion_mnist_mlp's (DESIGN.md §1); only the model and the input shape differ. Run from the
+// repository root; --help lists the flags.
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -22,8 +24,8 @@ namespace {
 const samples::SampleInfo kInfo{
     .name = "fashion_mnist_cnn",
     .description =
-        "trains a CNN (Conv2D 32-MaxPool-Conv2D 64-MaxPool-Dense 128-Dense 10, Adam) "
-        "on Fashion-MNIST with MirroredStrategy",
+        "trains a CNN (Conv2D 32-MaxPool-Conv2D 64-MaxPool-Dense 1024-Dropout 0.4-Dense 10, "
+        "Adam) on Fashion-MNIST with MirroredStrategy",
     .default_checkpoint_dir = "checkpoints/fashion_mnist_cnn"};
 
 /// Images [B, 28, 28] -> [B, 28, 28, 1] (NHWC with one channel), a view of the same rows.
@@ -54,12 +56,14 @@ int train_and_evaluate(const samples::Flags& flags) {
 
   auto scope = strategy.scope();  // variables created while it lives are mirrored
   const td::nn::Activation relu = td::nn::Activation::kRelu;
+  // TensorFlow's tutorial convnet: 28x28x1 -> 28x28x32 -> 14x14x32 -> 14x14x64 -> 7x7x64 ->
+  // 1024 -> dropout (training only) -> 10 logits.
   td::nn::Sequential model(
-      {td::nn::Conv2D(32, /*kernel_size=*/3, /*strides=*/1, td::nn::Padding::kValid, relu),
+      {td::nn::Conv2D(32, /*kernel_size=*/5, /*strides=*/1, td::nn::Padding::kSame, relu),
        td::nn::MaxPool2D(/*pool_size=*/2),
-       td::nn::Conv2D(64, /*kernel_size=*/3, /*strides=*/1, td::nn::Padding::kValid, relu),
-       td::nn::MaxPool2D(/*pool_size=*/2), td::nn::Flatten(), td::nn::Dense(128, relu),
-       td::nn::Dense(10)});
+       td::nn::Conv2D(64, /*kernel_size=*/5, /*strides=*/1, td::nn::Padding::kSame, relu),
+       td::nn::MaxPool2D(/*pool_size=*/2), td::nn::Flatten(), td::nn::Dense(1024, relu),
+       td::nn::Dropout(0.4), td::nn::Dense(10)});
   model.set_seed(flags.seed);
   model.build({28, 28, 1});
   // With --accumulation-steps N, each step adds into accumulators and every N-th step updates
