@@ -1,6 +1,7 @@
 // Training-step throughput on the CPU: the samples' models (the Fashion-MNIST MLP and CNN) and a
 // larger MLP, float32, Adam, written as a user's train step is (nn layers, GradientTape,
-// apply_gradients inside strategy.run), against the GEMMs the same step needs, run alone.
+// apply_gradients inside strategy.run), against the GEMMs and convolutions the same step needs,
+// run alone.
 // bench/peers/run times PyTorch, TensorFlow and JAX on the same configurations.
 #include <algorithm>
 #include <cstdio>
@@ -68,13 +69,13 @@ struct Gemm {
 };
 
 /// The GEMMs one replica's step cannot do without: per Dense layer Y = X W, dX = dY W^T and
-/// dW = X^T dY, and per Conv2D the same three on im2col's columns (rows = batch x output pixels,
-/// depth = 3 x 3 x input channels). The first layer's input needs no gradient, so its dX is
-/// not counted. The forward GEMMs run as the fused dense op runs them without an epilogue (one
-/// oneDNN matmul), the backward ones as ops::matmul.
+/// dW = X^T dY. The model's first layer's input needs no gradient, so its dX is not counted
+/// (the CNN's Dense layers are not first: their dX reaches the convolutions). The forward GEMMs
+/// run as the fused dense op runs them without an epilogue (one oneDNN matmul), the backward
+/// ones as ops::matmul.
 std::vector<Gemm> step_gemms(Model kind, int64_t batch) {
   std::vector<Gemm> gemms;
-  bool first = true;
+  bool first = kind != Model::kCnn;
   auto layer = [&](int64_t rows, int64_t in, int64_t out) {
     gemms.push_back({false, false, rows, out, in});
     if (!first) gemms.push_back({false, true, rows, in, out});
@@ -89,12 +90,23 @@ std::vector<Gemm> step_gemms(Model kind, int64_t batch) {
       layer(batch, 784, 1024), layer(batch, 1024, 1024), layer(batch, 1024, 10);
       break;
     case Model::kCnn:
-      layer(batch * 28 * 28, 5 * 5 * 1, 32);   // conv 28x28x1 -> 28x28x32, pool -> 14x14
-      layer(batch * 14 * 14, 5 * 5 * 32, 64);  // conv 14x14x32 -> 14x14x64, pool -> 7x7
       layer(batch, 7 * 7 * 64, 1024), layer(batch, 1024, 10);
       break;
   }
   return gemms;
+}
+
+struct Conv {
+  td::Shape x, kernel;  // 5x5, stride 1, SAME
+  bool first;           // no input gradient
+};
+
+/// The convolutions of the CNN's step: forward, backward-weights and, but for the first layer,
+/// backward-data, as ops::conv2d runs them (float32: oneDNN's convolution primitives).
+std::vector<Conv> step_convs(Model kind, int64_t batch) {
+  if (kind != Model::kCnn) return {};
+  return {{{batch, 28, 28, 1}, {5, 5, 1, 32}, true},      // 28x28x1 -> 28x28x32, pool -> 14x14
+          {{batch, 14, 14, 32}, {5, 5, 32, 64}, false}};  // 14x14x32 -> 14x14x64, pool -> 7x7
 }
 
 struct Options {
@@ -120,7 +132,7 @@ double median_seconds(const std::function<void()>& fn, int warmup, int timed) {
 
 struct Result {
   double step_seconds;  ///< median
-  double gemm_seconds;  ///< median of the step's GEMMs alone
+  double gemm_seconds;  ///< median of the step's GEMMs and convolutions alone
   int threads;          ///< compute threads per replica
 };
 
@@ -172,8 +184,10 @@ Result run_config(const Config& c, const Options& options) {
       [&] { strategy.run(train_step, replica_features, replica_labels); }, options.warmup_steps,
       options.timed_steps);
 
-  // The same GEMMs on every replica at once, on the replica threads, timed the same way.
+  // The same GEMMs and convolutions on every replica at once, on the replica threads, timed the
+  // same way.
   const std::vector<Gemm> gemms = step_gemms(c.kind, per_replica);
+  const std::vector<Conv> convs = step_convs(c.kind, per_replica);
   std::vector<std::vector<td::Tensor>> a(c.replicas), b(c.replicas);
   for (int r = 0; r < c.replicas; ++r) {
     for (const Gemm& g : gemms) {
@@ -181,6 +195,10 @@ Result run_config(const Config& c, const Options& options) {
           g.transpose_a ? td::Shape{g.k, g.m} : td::Shape{g.m, g.k}, generator, -1, 1));
       b[r].push_back(td::Tensor::uniform(
           g.transpose_b ? td::Shape{g.n, g.k} : td::Shape{g.k, g.n}, generator, -1, 1));
+    }
+    for (const Conv& conv : convs) {
+      a[r].push_back(td::Tensor::uniform(conv.x, generator, -1, 1));
+      b[r].push_back(td::Tensor::uniform(conv.kernel, generator, -1, 1));
     }
   }
   auto gemm_pass = [&](td::ReplicaContext& ctx) {
@@ -191,6 +209,17 @@ Result run_config(const Config& c, const Options& options) {
         td::ops::dense(a[r][i], b[r][i]);
       else
         td::ops::matmul(a[r][i], b[r][i], g.transpose_a, g.transpose_b);
+    }
+    for (size_t i = 0; i < convs.size(); ++i) {
+      const td::Tensor& x = a[r][gemms.size() + i];
+      const td::Tensor& kernel = b[r][gemms.size() + i];
+      // The backward through a tape, whose only other work is seeding the output gradient.
+      td::GradientTape tape;
+      tape.watch(kernel);
+      if (!convs[i].first) tape.watch(x);
+      const td::Tensor y = td::ops::conv2d(x, kernel, {1, 1}, td::ops::Padding::kSame);
+      tape.gradient(y, convs[i].first ? std::vector<td::Tensor>{kernel}
+                                      : std::vector<td::Tensor>{x, kernel});
     }
   };
   const double gemm_seconds = median_seconds([&] { strategy.run(gemm_pass); },
@@ -275,8 +304,9 @@ int main(int argc, char** argv) {
         td::hardware_cores(), options.timed_steps, options.warmup_steps);
     std::printf(
         "step = strategy.run(forward + cross-entropy + backward + apply_gradients); gemm = the "
-        "GEMMs the step needs, alone (forward as one oneDNN matmul, backward through ops::matmul, no "
-        "input gradient for the first layer); of_gemm = gemm_ms / step_ms\n\n");
+        "GEMMs and convolutions the step needs, alone (dense forward as one oneDNN matmul, "
+        "backward through ops::matmul; convolutions forward and backward as ops::conv2d runs "
+        "them; no input gradient for the first layer); of_gemm = gemm_ms / step_ms\n\n");
     std::printf("%-12s %-24s %6s %8s %8s %12s %9s %9s %8s %9s\n", "config", "model", "batch",
                 "replicas", "threads", "samples/s", "step_ms", "gemm_ms", "of_gemm", "vs_1rep");
   }

@@ -219,6 +219,32 @@ TEST_CASE("Conv2D forward matches a naive convolution", "[cpu][nn]") {
   }
 }
 
+TEST_CASE("Conv2D runs as one conv2d node: bias and ReLU are fused, other activations follow it",
+          "[cpu][nn]") {
+  const td::Tensor x = random_tensor({2, 6, 5, 3}, 8);
+  for (auto [activation, want] :
+       {std::pair{nn::Activation::kRelu, std::vector<std::string>{"conv2d"}},
+        std::pair{nn::Activation::kNone, std::vector<std::string>{"conv2d"}},
+        std::pair{nn::Activation::kTanh, std::vector<std::string>{"conv2d", "tanh"}}}) {
+    CAPTURE(nn::activation_name(activation));
+    nn::Conv2D conv(4, 3, 1, nn::Padding::kSame, activation);
+    conv.build({6, 5, 3});
+    // Tracks the variables read (not x, a first layer's input): the input gradient is skipped.
+    td::testing::NodeRecorder recorder({});
+    const td::Tensor y = conv(x);
+    CHECK(recorder.ops() == want);
+    std::vector<td::Tensor> grads;
+    {
+      td::ops::NoRecordGuard no_record;
+      grads = recorder.backward(0)({td::Tensor::ones_like(y)});
+    }
+    REQUIRE(grads.size() == 3);
+    CHECK_FALSE(grads[0].defined());
+    CHECK(grads[1].shape() == td::Shape{3, 3, 3, 4});
+    CHECK(grads[2].shape() == td::Shape{4});
+  }
+}
+
 TEST_CASE("Conv2D takes rectangular kernels and strides and rejects inputs it cannot cover",
           "[cpu][nn]") {
   nn::Conv2D conv(2, {2, 3}, {1, 2});

@@ -36,7 +36,7 @@ Tensor unfused(const Tensor& x, const Tensor& kernel, const Tensor& bias, bool r
 
 Tensor fused(const Tensor& x, const Tensor& kernel, const Tensor& bias, bool relu) {
   return ops::dense(x, kernel, bias,
-                    relu ? ops::DenseActivation::kRelu : ops::DenseActivation::kLinear);
+                    relu ? ops::FusedActivation::kRelu : ops::FusedActivation::kLinear);
 }
 
 /// Every element equal (== on values: a ReLU may give -0 where the composition gives +0).
@@ -141,7 +141,7 @@ TEST_CASE("float32 dense stays within the summation-order bound of the compositi
 
 TEST_CASE("gradients of dense", "[cpu][ops][grad][dense]") {
   for (const bool relu : {true, false}) {
-    const auto activation = relu ? ops::DenseActivation::kRelu : ops::DenseActivation::kLinear;
+    const auto activation = relu ? ops::FusedActivation::kRelu : ops::FusedActivation::kLinear;
     INFO((relu ? "relu" : "linear"));
     const Tensor x = random_tensor({4, 5}, /*seed=*/11);
     const Tensor kernel = random_tensor({5, 3}, /*seed=*/12);
@@ -164,7 +164,7 @@ TEST_CASE("dense records one node and no input gradient for an untracked input",
 
   SECTION("a first layer: only the kernel and the bias are tracked") {
     NodeRecorder recorder({kernel, bias});
-    ops::dense(x, kernel, bias, ops::DenseActivation::kRelu);
+    ops::dense(x, kernel, bias, ops::FusedActivation::kRelu);
     REQUIRE(recorder.ops() == std::vector<std::string>{"dense"});
     std::vector<Tensor> grads;
     {
@@ -178,7 +178,7 @@ TEST_CASE("dense records one node and no input gradient for an untracked input",
   }
   SECTION("a tracked input gets its gradient") {
     NodeRecorder recorder({x, kernel, bias});
-    ops::dense(x, kernel, bias, ops::DenseActivation::kRelu);
+    ops::dense(x, kernel, bias, ops::FusedActivation::kRelu);
     std::vector<Tensor> grads;
     {
       ops::NoRecordGuard no_record;

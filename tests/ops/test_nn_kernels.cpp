@@ -369,57 +369,63 @@ TEMPLATE_TEST_CASE("max_pool2d forward and backward match naive loops", "[cpu][o
   for (const ConvGeometry& g : pool_geometries()) {
     INFO(describe(g));
     const int64_t outputs = g.batch * g.out_h * g.out_w * g.channels;
-    const auto x = random_vector<T>(input_size(g), seed++);
+    auto x = random_vector<T>(input_size(g), seed++);
+    // Ties inside windows: a quarter of the inputs share one value.
+    for (size_t i = 0; i < x.size(); i += 4) x[i] = T(0.5);
     std::vector<T> y(outputs), expected_y(outputs);
-    std::vector<int64_t> argmax(outputs), expected_argmax(outputs);
-    tandem::ops::cpu::max_pool2d_forward(g, x.data(), y.data(), argmax.data());
+    std::vector<int64_t> expected_argmax(outputs);
+    tandem::ops::cpu::max_pool2d_forward(g, x.data(), y.data());
     naive_pool(g, x, expected_y, expected_argmax);
     REQUIRE(y == expected_y);
-    REQUIRE(argmax == expected_argmax);
 
+    // The gradient reaches each window's first maximum, added up in output order.
     const auto dy = random_vector<T>(outputs, seed++);
     std::vector<T> dx(input_size(g), T(7));  // backward overwrites
     std::vector<T> expected_dx(input_size(g), T(0));
     for (int64_t o = 0; o < outputs; ++o) expected_dx[expected_argmax[o]] += dy[o];
-    tandem::ops::cpu::max_pool2d_backward(g, dy.data(), argmax.data(), dx.data());
-    for (size_t i = 0; i < dx.size(); ++i) REQUIRE(dx[i] == Approx(expected_dx[i]).margin(1e-12));
+    tandem::ops::cpu::max_pool2d_backward(g, x.data(), y.data(), dy.data(), dx.data());
+    REQUIRE(dx == expected_dx);
   }
 }
 
-TEST_CASE("max_pool2d: padding never wins, empty windows are -inf/-1, ties go first, NaN wins",
+TEST_CASE("max_pool2d: padding never wins, empty windows are -inf, ties go first, NaN wins",
           "[cpu][ops]") {
   // All inputs negative, so a padding value of 0 would win if padding were read.
   ConvGeometry g = geometry(1, 3, 3, 1, 2, 2, 1, 1, /*same=*/true);
   REQUIRE(g.pad_top == 0);
   std::vector<float> x = {-5, -4, -3, -2, -2, -6, -7, -8, -9};
   std::vector<float> y(9);
-  std::vector<int64_t> argmax(9);
-  tandem::ops::cpu::max_pool2d_forward(g, x.data(), y.data(), argmax.data());
+  tandem::ops::cpu::max_pool2d_forward(g, x.data(), y.data());
   REQUIRE(y == std::vector<float>{-2, -2, -3, -2, -2, -6, -7, -8, -9});
-  // Output 0 sees -5 -4 / -2 -2: the first -2 (index 3) wins the tie.
-  REQUIRE(argmax == std::vector<int64_t>{3, 4, 2, 3, 4, 5, 6, 7, 8});
+  // Output 0 sees -5 -4 / -2 -2: the first -2 (index 3) wins the tie and gets its gradient.
+  std::vector<float> one_hot(9, 0.0f), dx(9);
+  one_hot[0] = 1.0f;
+  tandem::ops::cpu::max_pool2d_backward(g, x.data(), y.data(), one_hot.data(), dx.data());
+  REQUIRE(dx == std::vector<float>{0, 0, 0, 1, 0, 0, 0, 0, 0});
 
-  // A pad larger than the window (not TF geometry) leaves the first output row all padding.
+  // A pad larger than the window (not TF geometry) leaves the first output row all padding:
+  // -inf, and its gradient goes nowhere.
   ConvGeometry padded = g;
   padded.window_h = padded.window_w = 1;
   padded.pad_top = 1;
   padded.out_h = 4;
   std::vector<float> y2(12);
-  std::vector<int64_t> argmax2(12);
-  tandem::ops::cpu::max_pool2d_forward(padded, x.data(), y2.data(), argmax2.data());
-  for (int i = 0; i < 3; ++i) {
-    REQUIRE(y2[i] == -std::numeric_limits<float>::infinity());
-    REQUIRE(argmax2[i] == -1);
-  }
-  REQUIRE(argmax2[3] == 0);
-  std::vector<float> dy(12, 1.0f), dx(9);
-  tandem::ops::cpu::max_pool2d_backward(padded, dy.data(), argmax2.data(), dx.data());
+  tandem::ops::cpu::max_pool2d_forward(padded, x.data(), y2.data());
+  for (int i = 0; i < 3; ++i) REQUIRE(y2[i] == -std::numeric_limits<float>::infinity());
+  REQUIRE(y2[3] == x[0]);
+  std::vector<float> dy(12, 1.0f);
+  tandem::ops::cpu::max_pool2d_backward(padded, x.data(), y2.data(), dy.data(), dx.data());
   for (const float v : dx) REQUIRE(v == 1.0f);
 
-  x[1] = std::numeric_limits<float>::quiet_NaN();
-  tandem::ops::cpu::max_pool2d_forward(g, x.data(), y.data(), argmax.data());
+  // A NaN wins its windows, and the first NaN gets the gradient.
+  x[1] = x[4] = std::numeric_limits<float>::quiet_NaN();
+  tandem::ops::cpu::max_pool2d_forward(g, x.data(), y.data());
   REQUIRE(std::isnan(y[0]));
-  REQUIRE(argmax[0] == 1);
+  REQUIRE(std::isnan(y[1]));
+  REQUIRE(std::isnan(y[3]));
+  REQUIRE(y[2] == -3);
+  tandem::ops::cpu::max_pool2d_backward(g, x.data(), y.data(), one_hot.data(), dx.data());
+  REQUIRE(dx == std::vector<float>{0, 1, 0, 0, 0, 0, 0, 0, 0});
 }
 
 // ---- dropout -----------------------------------------------------------------------------------

@@ -68,7 +68,7 @@ Tensor DenseImpl::call(const Tensor& x, bool training) {
   // ReLU runs inside the fused op; other activations follow it as their own op.
   const bool fused_relu = activation_ == Activation::kRelu;
   Tensor y = ops::dense(flat, kernel_.value(), use_bias_ ? bias_.value() : Tensor(),
-                        fused_relu ? ops::DenseActivation::kRelu : ops::DenseActivation::kLinear);
+                        fused_relu ? ops::FusedActivation::kRelu : ops::FusedActivation::kLinear);
   if (x.rank() != 2) {
     std::vector<int64_t> dims = x.shape().dims();
     dims.back() = units_;
@@ -125,9 +125,12 @@ const Variable& Conv2DImpl::bias() const {
 
 Tensor Conv2DImpl::call(const Tensor& x, bool training) {
   (void)training;
-  Tensor y = ops::conv2d(x, kernel_.value(), strides_.array(), padding_);
-  if (use_bias_) y = ops::add(y, bias_.value());
-  return apply_activation(y, activation_);
+  // The bias and ReLU run inside the fused op; other activations follow it as their own op.
+  const bool fused_relu = activation_ == Activation::kRelu;
+  Tensor y = ops::conv2d(x, kernel_.value(), use_bias_ ? bias_.value() : Tensor(), strides_.array(),
+                         padding_,
+                         fused_relu ? ops::FusedActivation::kRelu : ops::FusedActivation::kLinear);
+  return fused_relu ? y : apply_activation(y, activation_);
 }
 
 Conv2D::Conv2D(int64_t filters, Size2 kernel_size, Size2 strides, Padding padding,

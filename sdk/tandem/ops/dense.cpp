@@ -15,6 +15,7 @@ using internal::dispatch;
 using internal::ptr;
 using internal::record_op;
 using internal::run_gemm;
+using internal::run_relu_backward;
 using internal::run_sum;
 
 namespace {
@@ -46,31 +47,10 @@ void run_dense(const Tensor& x, const Tensor& kernel, const Tensor& bias, bool r
   });
 }
 
-/// dz = g where y > 0 (else 0) and, when `bias_grad` is defined, bias_grad = sum(dz, axis 0).
-void run_relu_backward(const Tensor& g, const Tensor& y, Tensor& dz, Tensor& bias_grad) {
-  const int64_t m = y.dim(0), n = y.dim(1);
-  const bool has_bias = bias_grad.defined();
-  dispatch_floating(y.dtype(), kOp, [&]<typename T>() {
-    dispatch(
-        kOp, y.device(),
-        [&] {
-          cpu::dense_relu_backward(m, n, g.data<T>(), y.data<T>(), dz.data<T>(),
-                                   has_bias ? bias_grad.data<T>() : nullptr);
-        },
-        TANDEM_ON_CUDA(
-            if (n == 0) return;
-            if (m > 0) cuda::binary(kernels::ReluGrad{},
-                                    kernels::make_broadcast_plan(y.shape(), g.shape(), y.shape()),
-                                    ptr<T>(y), ptr<T>(g), ptr<T>(dz), stream);
-            // An empty batch (m == 0) sums to zeros.
-            if (has_bias) cuda::sum(ptr<T>(dz), 1, m, n, ptr<T>(bias_grad), stream)));
-  });
-}
-
 }  // namespace
 
 Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias,
-             DenseActivation activation) {
+             FusedActivation activation) {
   const bool has_bias = bias.defined();
   if (has_bias)
     common_device(kOp, {&x, &kernel, &bias});
@@ -87,7 +67,7 @@ Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                  " (needs [", kernel.dim(1), "])");
     check_same_dtype(kOp, x, bias);
   }
-  const bool relu = activation == DenseActivation::kRelu;
+  const bool relu = activation == FusedActivation::kRelu;
   Tensor y = Tensor::empty(Shape{x.dim(0), kernel.dim(1)}, x.dtype(), x.device());
   run_dense(x, kernel, bias, relu, y);
 
@@ -104,7 +84,7 @@ Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                                           : Tensor();
               if (relu) {
                 dz = Tensor::empty_like(g);
-                run_relu_backward(g, y, dz, bias_grad);
+                run_relu_backward(kOp, g, y, dz, bias_grad);
               } else if (has_bias) {
                 bias_grad = run_sum(kOp, g, 1, m, n, Shape{n});
               }

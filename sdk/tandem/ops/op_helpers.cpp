@@ -1,10 +1,12 @@
 // The building blocks of ops/internal/op_helpers.h that are not templates: argument checks,
-// broadcasting back from reductions, scalars, GEMM, axis views, sums and label checks.
+// broadcasting back from reductions, scalars, GEMM, the fused layers' ReLU pass, axis views, sums
+// and label checks.
 #include "tandem/ops/internal/op_helpers.h"
 
 #include <algorithm>
 #include <utility>
 
+#include "tandem/ops/cpu/dense.h"
 #include "tandem/ops/cpu/nn_kernels.h"
 #include "tandem/ops/cpu/reduce.h"
 #include "tandem/ops/cpu/shape_ops.h"
@@ -67,6 +69,26 @@ void run_gemm(std::string_view op, bool transpose_a, bool transpose_b, int64_t m
             if (kk == 0) return cuda::fill(c.dtype(), c.numel(), 0.0, c.raw_data(), stream);
             cuda::gemm(transpose_a, transpose_b, m, n, kk, T(1), ptr<T>(a), a.shape().dims().back(),
                        ptr<T>(b), b.shape().dims().back(), T(0), ptr<T>(c), n, stream)));
+  });
+}
+
+void run_relu_backward(std::string_view op, const Tensor& g, const Tensor& y, Tensor& dz,
+                       Tensor& bias_grad) {
+  const int64_t m = y.dim(0), n = y.dim(1);
+  const bool has_bias = bias_grad.defined();
+  dispatch_floating(y.dtype(), op, [&]<typename T>() {
+    dispatch(
+        op, y.device(),
+        [&] {
+          cpu::dense_relu_backward(m, n, g.data<T>(), y.data<T>(), dz.data<T>(),
+                                   has_bias ? bias_grad.data<T>() : nullptr);
+        },
+        TANDEM_ON_CUDA(if (n == 0) return; if (m > 0) cuda::binary(
+                           kernels::ReluGrad{},
+                           kernels::make_broadcast_plan(y.shape(), g.shape(), y.shape()), ptr<T>(y),
+                           ptr<T>(g), ptr<T>(dz), stream);
+                       // An empty batch (m == 0) sums to zeros.
+                       if (has_bias) cuda::sum(ptr<T>(dz), 1, m, n, ptr<T>(bias_grad), stream)));
   });
 }
 

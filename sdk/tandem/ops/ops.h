@@ -87,8 +87,9 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
               bool transpose_b = false);
 
 // ---- fused layers -------------------------------------------------------------------------
-/// The activations ops::dense applies in its own pass (others follow it as separate ops).
-enum class DenseActivation { kLinear, kRelu };
+/// The activations ops::dense and ops::conv2d apply in their own pass (others follow them as
+/// separate ops).
+enum class FusedActivation { kLinear, kRelu };
 /// act(x @ kernel + bias): x [M, K], kernel [K, N], bias [N] (undefined: no bias) -> [M, N].
 /// One pass over the output: on the CPU, float32 is one oneDNN matmul whose bias and ReLU are
 /// applied to the accumulator. Its backward masks the output gradient and sums the bias
@@ -97,7 +98,7 @@ enum class DenseActivation { kLinear, kRelu };
 /// relu(add(matmul(x, kernel), bias)) bitwise; float32 may differ in the last bits, as oneDNN's
 /// matmul kernel sums the products in another order than matmul's.
 Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(),
-             DenseActivation activation = DenseActivation::kLinear);
+             FusedActivation activation = FusedActivation::kLinear);
 
 // ---- losses -------------------------------------------------------------------------------
 /// Per-example -log softmax(logits)[label]: logits [N, C], labels [N] int32/int64 -> [N].
@@ -106,9 +107,21 @@ Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels);
 
 // ---- convolution and pooling (NHWC) -------------------------------------------------------
 enum class Padding { kValid, kSame };
-/// x [N, H, W, Cin], kernel [KH, KW, Cin, Cout] -> [N, OH, OW, Cout]; im2col + GEMM.
+/// x [N, H, W, Cin], kernel [KH, KW, Cin, Cout] -> [N, OH, OW, Cout]: conv2d with no bias,
+/// linear.
 Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int64_t, 2> strides = {1, 1},
               Padding padding = Padding::kValid);
+/// act(conv2d(x, kernel) + bias), bias [Cout] (undefined: no bias), as one recorded node. On the
+/// CPU, float32 runs oneDNN's convolution primitives: the bias and the ReLU are applied to the
+/// accumulator; the backward masks the output gradient, then computes the kernel and bias
+/// gradients in one primitive and the input gradient in another, which runs only when a tape
+/// tracked x when the op ran (a first layer's input needs none). float64 (and CUDA) run im2col
+/// and GEMM as the unfused ops did, and equal relu(add(conv2d(x, kernel), bias)) bitwise;
+/// float32 on the CPU may differ from im2col and GEMM in the last bits, as oneDNN's kernels sum
+/// the products in another order.
+Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
+              std::array<int64_t, 2> strides, Padding padding,
+              FusedActivation activation = FusedActivation::kLinear);
 /// Max pooling over windows of `pool_size` (SAME pads with -inf, as TensorFlow).
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size,
                   std::array<int64_t, 2> strides, Padding padding = Padding::kValid);

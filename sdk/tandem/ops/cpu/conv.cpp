@@ -1,8 +1,18 @@
-// im2col / col2im over NHWC inputs: the data movement that turns a 2-D convolution into one
-// GEMM (forward) and its adjoint (the input gradient).
-#include <algorithm>
+// CPU convolution: im2col / col2im over NHWC inputs (the data movement that turns a 2-D
+// convolution into one GEMM and its adjoint into another), the convolution and its backward on
+// them (float64, and float32 without oneDNN), and the dispatch of float32 to oneDNN's primitives.
+#include "tandem/ops/cpu/conv.h"
 
+#include <algorithm>
+#include <memory>
+
+#include "tandem/ops/cpu/dense.h"
 #include "tandem/ops/cpu/nn_kernels.h"
+#include "tandem/ops/cpu/reduce.h"
+
+#if TANDEM_WITH_ONEDNN
+#include "tandem/ops/cpu/onednn.h"
+#endif
 
 namespace tandem::ops::cpu {
 namespace {
@@ -93,5 +103,105 @@ template void im2col<float>(const ConvGeometry&, const float*, float*);
 template void im2col<double>(const ConvGeometry&, const double*, double*);
 template void col2im<float>(const ConvGeometry&, const float*, float*);
 template void col2im<double>(const ConvGeometry&, const double*, double*);
+
+namespace {
+
+/// Uninitialised storage for the columns of g.
+template <typename T>
+std::unique_ptr<T[]> columns(const ConvGeometry& g) {
+  return std::make_unique_for_overwrite<T[]>(static_cast<size_t>(im2col_rows(g) * im2col_depth(g)));
+}
+
+/// True when no dimension is empty: oneDNN is asked about such convolutions only.
+[[maybe_unused]] bool has_work(const ConvGeometry& g, int64_t filters) {
+  return g.batch > 0 && g.in_h > 0 && g.in_w > 0 && g.channels > 0 && g.out_h > 0 && g.out_w > 0 &&
+         filters > 0;
+}
+
+// The im2col path. Each step is the call the unfused ops made before (im2col, then cpu::gemm with
+// the same arguments, then the epilogue as a separate add and ReLU would round it), so float64
+// results are theirs bit for bit.
+
+template <typename T>
+void im2col_conv2d(const ConvGeometry& g, int64_t filters, const T* x, const T* w, const T* bias,
+                   bool relu, T* y) {
+  const int64_t rows = im2col_rows(g), depth = im2col_depth(g);
+  if (rows == 0 || filters == 0) return;
+  const std::unique_ptr<T[]> cols = columns<T>(g);
+  if (depth > 0) im2col(g, x, cols.get());
+  // y [rows, filters] = act(cols [rows, depth] @ w [depth, filters] + bias).
+  dense(rows, filters, depth, cols.get(), w, bias, relu, y);
+}
+
+template <typename T>
+void im2col_conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const T* x, const T* dy,
+                                    T* dw, T* db) {
+  const int64_t rows = im2col_rows(g), depth = im2col_depth(g);
+  if (filters == 0) return;
+  if (depth > 0) {
+    // dw [depth, filters] = cols^T @ dy; no rows (an empty batch) gives zeros.
+    const std::unique_ptr<T[]> cols = columns<T>(g);
+    if (rows > 0) im2col(g, x, cols.get());
+    gemm(true, false, depth, filters, rows, T(1), cols.get(), depth, dy, filters, T(0), dw,
+         filters);
+  }
+  if (db == nullptr) return;
+  if (rows == 0)
+    std::fill_n(db, filters, T(0));
+  else
+    sum(dy, 1, rows, filters, db);
+}
+
+template <typename T>
+void im2col_conv2d_backward_data(const ConvGeometry& g, int64_t filters, const T* dy, const T* w,
+                                 T* dx) {
+  const int64_t rows = im2col_rows(g), depth = im2col_depth(g);
+  if (g.batch * g.in_h * g.in_w * g.channels == 0) return;
+  // dx = col2im(dy [rows, filters] @ w^T).
+  const std::unique_ptr<T[]> dcols = columns<T>(g);
+  gemm(false, true, rows, depth, filters, T(1), dy, filters, w, filters, T(0), dcols.get(), depth);
+  col2im(g, dcols.get(), dx);
+}
+
+}  // namespace
+
+void conv2d(const ConvGeometry& g, int64_t filters, const float* x, const float* w,
+            const float* bias, bool relu, float* y) {
+#if TANDEM_WITH_ONEDNN
+  if (has_work(g, filters)) return onednn::conv2d(g, filters, x, w, bias, relu, y);
+#endif
+  im2col_conv2d(g, filters, x, w, bias, relu, y);
+}
+
+void conv2d(const ConvGeometry& g, int64_t filters, const double* x, const double* w,
+            const double* bias, bool relu, double* y) {
+  im2col_conv2d(g, filters, x, w, bias, relu, y);
+}
+
+void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const float* x,
+                             const float* dy, float* dw, float* db) {
+#if TANDEM_WITH_ONEDNN
+  if (has_work(g, filters)) return onednn::conv2d_backward_weights(g, filters, x, dy, dw, db);
+#endif
+  im2col_conv2d_backward_weights(g, filters, x, dy, dw, db);
+}
+
+void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const double* x,
+                             const double* dy, double* dw, double* db) {
+  im2col_conv2d_backward_weights(g, filters, x, dy, dw, db);
+}
+
+void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float* dy, const float* w,
+                          float* dx) {
+#if TANDEM_WITH_ONEDNN
+  if (has_work(g, filters)) return onednn::conv2d_backward_data(g, filters, dy, w, dx);
+#endif
+  im2col_conv2d_backward_data(g, filters, dy, w, dx);
+}
+
+void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const double* dy, const double* w,
+                          double* dx) {
+  im2col_conv2d_backward_data(g, filters, dy, w, dx);
+}
 
 }  // namespace tandem::ops::cpu

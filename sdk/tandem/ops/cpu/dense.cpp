@@ -13,11 +13,12 @@
 #include "tandem/ops/cpu/parallel.h"
 
 #if TANDEM_WITH_ONEDNN
-#include <cstddef>
+#include <array>
 #include <memory>
-#include <mutex>
-#include <oneapi/dnnl/dnnl.hpp>
 #include <unordered_map>
+#include <utility>
+
+#include "tandem/ops/cpu/onednn.h"
 #endif
 
 namespace tandem::ops::cpu {
@@ -53,23 +54,18 @@ void gemm_then_epilogue(int64_t m, int64_t n, int64_t k, const T* x, const T* w,
 
 #if TANDEM_WITH_ONEDNN
 
-/// What a cached primitive was made for. The thread count is part of it: oneDNN (OpenMP runtime)
-/// fixes a primitive's work split when it is created, from the creating thread's
-/// omp_get_max_threads(), and each replica thread has its own budget (set_compute_threads).
+/// What a cached primitive was made for (see onednn::PrimitiveCache).
 struct MatmulKey {
   int64_t m, n, k;
   bool bias, relu;
   int threads;
-  bool operator==(const MatmulKey&) const = default;
+
+  std::array<int64_t, 6> fields() const { return {m, n, k, bias, relu, threads}; }
+  bool operator==(const MatmulKey& other) const { return fields() == other.fields(); }
 };
 
 struct MatmulKeyHash {
-  size_t operator()(const MatmulKey& key) const {
-    size_t h = std::hash<int64_t>{}(key.m);
-    for (int64_t v : {key.n, key.k, int64_t{key.bias}, int64_t{key.relu}, int64_t{key.threads}})
-      h = h * 1000003u ^ std::hash<int64_t>{}(v);
-    return h;
-  }
+  size_t operator()(const MatmulKey& key) const { return onednn::hash_values(key.fields()); }
 };
 
 struct MatmulPrimitive {
@@ -77,11 +73,6 @@ struct MatmulPrimitive {
   dnnl::memory::desc src, weights, bias, dst;
   size_t scratchpad_bytes;
 };
-
-const dnnl::engine& cpu_engine() {
-  static const dnnl::engine engine(dnnl::engine::kind::cpu, 0);
-  return engine;
-}
 
 std::shared_ptr<const MatmulPrimitive> create_matmul(const MatmulKey& key) {
   using dt = dnnl::memory::data_type;
@@ -91,79 +82,26 @@ std::shared_ptr<const MatmulPrimitive> create_matmul(const MatmulKey& key) {
   entry->weights = dnnl::memory::desc({key.k, key.n}, dt::f32, tag::ab);
   entry->dst = dnnl::memory::desc({key.m, key.n}, dt::f32, tag::ab);
   if (key.bias) entry->bias = dnnl::memory::desc({1, key.n}, dt::f32, tag::ab);
-  dnnl::primitive_attr attr;
-  // The caller passes the scratchpad, so concurrent executions (replica threads) never share
-  // one, whatever the library's build options.
-  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
-  if (key.relu) {
-    dnnl::post_ops post_ops;
-    post_ops.append_eltwise(/*scale=*/1.0f, dnnl::algorithm::eltwise_relu, /*alpha=*/0.0f,
-                            /*beta=*/0.0f);
-    attr.set_post_ops(post_ops);
-  }
   const dnnl::matmul::desc desc =
       key.bias ? dnnl::matmul::desc(entry->src, entry->weights, entry->bias, entry->dst)
                : dnnl::matmul::desc(entry->src, entry->weights, entry->dst);
-  const dnnl::matmul::primitive_desc pd(desc, attr, cpu_engine());
+  const dnnl::matmul::primitive_desc pd(desc, onednn::attributes(key.relu), onednn::engine());
   entry->scratchpad_bytes = pd.scratchpad_desc().get_size();
   entry->primitive = dnnl::matmul(pd);
   return entry;
 }
 
-/// Primitives by key, shared by all threads. A training run meets a handful of shapes (its
-/// layers times the full and the last partial batch); past kMaxEntries the cache starts over.
-class MatmulCache {
- public:
-  std::shared_ptr<const MatmulPrimitive> get(const MatmulKey& key) {
-    std::lock_guard<std::mutex> lock(mutex_);
-    auto it = entries_.find(key);
-    if (it != entries_.end()) return it->second;
-    // Created under the lock, once per shape: oneDNN shares what it builds between primitive
-    // descriptors (its own cache), and two replicas creating the same shape at once would
-    // build it twice and race on that shared state.
-    if (entries_.size() >= kMaxEntries) entries_.clear();
-    return entries_.emplace(key, create_matmul(key)).first->second;
-  }
-
- private:
-  static constexpr size_t kMaxEntries = 256;
-  std::mutex mutex_;
-  std::unordered_map<MatmulKey, std::shared_ptr<const MatmulPrimitive>, MatmulKeyHash> entries_;
-};
-
-/// The calling thread's scratchpad, grown as needed and aligned for vector loads.
-void* scratchpad(size_t bytes) {
-  constexpr size_t kAlign = 64;
-  thread_local std::vector<std::byte> buffer;
-  if (buffer.size() < bytes + kAlign) buffer.resize(bytes + kAlign);
-  void* p = buffer.data();
-  size_t space = buffer.size();
-  return std::align(kAlign, bytes, p, space);
-}
-
 void onednn_dense(int64_t m, int64_t n, int64_t k, const float* x, const float* w,
                   const float* bias, bool relu, float* y) {
-  static MatmulCache cache;
+  static onednn::PrimitiveCache<MatmulKey, MatmulPrimitive, MatmulKeyHash> cache;
   const MatmulKey key{m, n, k, bias != nullptr, relu, omp_get_max_threads()};
   try {
-    const std::shared_ptr<const MatmulPrimitive> mm = cache.get(key);
-    const dnnl::engine& engine = cpu_engine();
-    // oneDNN's memory objects take non-const handles; it only reads its inputs.
-    std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, dnnl::memory(mm->src, engine, const_cast<float*>(x))},
-        {DNNL_ARG_WEIGHTS, dnnl::memory(mm->weights, engine, const_cast<float*>(w))},
-        {DNNL_ARG_DST, dnnl::memory(mm->dst, engine, y)}};
-    if (bias != nullptr)
-      args.emplace(DNNL_ARG_BIAS, dnnl::memory(mm->bias, engine, const_cast<float*>(bias)));
-    if (mm->scratchpad_bytes > 0) {
-      const dnnl::memory::desc pad({static_cast<int64_t>(mm->scratchpad_bytes)},
-                                   dnnl::memory::data_type::u8, dnnl::memory::format_tag::a);
-      args.emplace(DNNL_ARG_SCRATCHPAD,
-                   dnnl::memory(pad, engine, scratchpad(mm->scratchpad_bytes)));
-    }
-    dnnl::stream stream(engine);
-    mm->primitive.execute(stream, args);
-    stream.wait();
+    const std::shared_ptr<const MatmulPrimitive> mm = cache.get(key, create_matmul);
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, onednn::wrap(mm->src, x)},
+                                               {DNNL_ARG_WEIGHTS, onednn::wrap(mm->weights, w)},
+                                               {DNNL_ARG_DST, onednn::wrap(mm->dst, y)}};
+    if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, onednn::wrap(mm->bias, bias));
+    onednn::execute(mm->primitive, std::move(args), mm->scratchpad_bytes);
   } catch (const dnnl::error& e) {
     TANDEM_THROW("dense: oneDNN matmul failed (", e.what(), ", status ", static_cast<int>(e.status),
                  ") for x [", m, ", ", k, "] @ kernel [", k, ", ", n, "]",
@@ -193,6 +131,18 @@ void dense(int64_t m, int64_t n, int64_t k, const double* x, const double* w, co
 
 template <typename T>
 void dense_relu_backward(int64_t m, int64_t n, const T* g, const T* y, T* dz, T* bias_grad) {
+  if (bias_grad == nullptr) {
+    // Without sums the rows do not matter: one flat pass, split evenly however narrow they are
+    // (a convolution's rows are its filters, often fewer than a cache line's worth per thread).
+    parallel_for(m * n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+#pragma omp simd
+      for (int64_t i = begin; i < end; ++i) {
+        const T gi = g[i];
+        dz[i] = y[i] > T(0) ? gi : T(0);
+      }
+    });
+    return;
+  }
   // Threads own ranges of columns and walk every row, so each column's sum runs in row order.
   parallel_for_columns(1, m, n, [&](int64_t, int64_t j0, int64_t j1) {
     std::vector<double> acc(static_cast<size_t>(j1 - j0), 0.0);

@@ -19,11 +19,15 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, d
 /// Geometry of a 2-D convolution or pooling window over an NHWC input.
 struct ConvGeometry {
   int64_t batch, in_h, in_w, channels;  // input [N, H, W, C]
-  int64_t window_h, window_w;            // kernel or pool size
+  int64_t window_h, window_w;           // kernel or pool size
   int64_t stride_h, stride_w;
-  int64_t pad_top, pad_left;             // SAME padding before (TF: total / 2 on top/left)
+  int64_t pad_top, pad_left;  // SAME padding before (TF: total / 2 on top/left)
   int64_t out_h, out_w;
 };
+
+/// The im2col matrix of g: one row per output pixel, one column per kernel tap and channel.
+inline int64_t im2col_rows(const ConvGeometry& g) { return g.batch * g.out_h * g.out_w; }
+inline int64_t im2col_depth(const ConvGeometry& g) { return g.window_h * g.window_w * g.channels; }
 
 /// x [N, H, W, C] -> cols [N * OH * OW, KH * KW * C] (zeros where the window is padding).
 template <typename T>
@@ -32,13 +36,15 @@ void im2col(const ConvGeometry& g, const T* x, T* cols);
 template <typename T>
 void col2im(const ConvGeometry& g, const T* cols, T* dx);
 
-/// y [N, OH, OW, C] = window maxima; argmax [N, OH, OW, C] = flat input index of each maximum
-/// (padding never wins; SAME pads with -inf as TensorFlow).
+/// y [N, OH, OW, C] = window maxima (padding never wins; SAME pads with -inf as TensorFlow; a
+/// NaN wins; a window of padding only gives -inf).
 template <typename T>
-void max_pool2d_forward(const ConvGeometry& g, const T* x, T* y, int64_t* argmax);
-/// dx (overwritten, [N, H, W, C]) receives dy at each window's argmax.
+void max_pool2d_forward(const ConvGeometry& g, const T* x, T* y);
+/// dx (overwritten, [N, H, W, C]) receives dy at each window's first maximum, found again by
+/// comparing x with the forward's output y (the first input equal to it, or the first NaN when
+/// it is NaN); several windows' gradients add up in output order.
 template <typename T>
-void max_pool2d_backward(const ConvGeometry& g, const T* dy, const int64_t* argmax, T* dx);
+void max_pool2d_backward(const ConvGeometry& g, const T* x, const T* y, const T* dy, T* dx);
 
 /// mask[i] = 1 / (1 - rate) when kept, else 0; element i uses lane i % 4 of Philox block
 /// (first_block + i / 4) of (seed, stream), kept when its uniform float >= rate.

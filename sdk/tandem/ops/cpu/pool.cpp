@@ -1,7 +1,12 @@
-// 2-D max pooling over NHWC inputs: the forward pass records each maximum's flat input index,
-// which the backward pass uses to route the gradient.
+// 2-D max pooling over NHWC inputs, in two passes that run across channels in vector lanes: the
+// forward keeps only the window maxima; the backward finds each window's first maximum again by
+// comparing the input with the output, and routes the gradient there. No index is stored, and
+// no lane waits on a branch (a maximum decided by a branch per element mispredicts on real data).
+// Built with -fno-trapping-math (CMakeLists.txt), without which GCC keeps the comparisons of the
+// backward in branches; the results are the same either way.
 #include <algorithm>
 #include <limits>
+#include <vector>
 
 #include "tandem/ops/cpu/nn_kernels.h"
 
@@ -11,80 +16,114 @@ namespace {
 // Below this many elements visited a parallel region costs more than it saves.
 constexpr int64_t kParallelMinElements = int64_t{1} << 15;
 
+/// The input rows (or columns) [begin, end) of window `out` that lie inside the input: padding
+/// positions are left out of the window rather than read as -inf, so they never win.
+struct WindowRange {
+  int64_t begin, end;
+  bool empty() const { return begin >= end; }
+};
+WindowRange window_range(int64_t out, int64_t stride, int64_t pad, int64_t window, int64_t input) {
+  const int64_t first = out * stride - pad;
+  return {std::max<int64_t>(first, 0), std::min(first + window, input)};
+}
+
+/// best = v where v is larger, per channel. Strict > keeps the first maximum on ties (as
+/// TensorFlow); a NaN replaces a number but not an earlier NaN, so NaN propagates instead of
+/// hiding behind the max.
+template <typename T>
+void keep_larger(int64_t channels, const T* __restrict v, T* __restrict best) {
+#pragma omp simd
+  for (int64_t c = 0; c < channels; ++c) {
+    const T a = v[c], b = best[c];
+    const bool take = (a > b) | ((a != a) & (b == b));
+    best[c] = take ? a : b;
+  }
+}
+
+/// For each channel whose gradient is still pending: when v is the window's maximum (equal to
+/// it, or both NaN), dx += pending and nothing is pending any more. Scanning the window in the
+/// forward's order thus finds the input the forward kept.
+template <typename T>
+void route_to_maximum(int64_t channels, const T* __restrict v, const T* __restrict maximum,
+                      T* __restrict pending, T* __restrict dx) {
+#pragma omp simd
+  for (int64_t c = 0; c < channels; ++c) {
+    const T a = v[c], m = maximum[c], p = pending[c];
+    const bool hit = (a == m) | ((a != a) & (m != m));
+    dx[c] = dx[c] + (hit ? p : T(0));
+    pending[c] = hit ? T(0) : p;
+  }
+}
+
 }  // namespace
 
 template <typename T>
-void max_pool2d_forward(const ConvGeometry& g, const T* x, T* y, int64_t* argmax) {
-  const int64_t pixel = g.channels;
+void max_pool2d_forward(const ConvGeometry& g, const T* x, T* y) {
+  const int64_t channels = g.channels;
   const int64_t output_rows = g.batch * g.out_h;
-  const int64_t work = output_rows * g.out_w * g.window_h * g.window_w * pixel;
+  const int64_t work = output_rows * g.out_w * g.window_h * g.window_w * channels;
+  auto pixel = [&](int64_t n, int64_t ih, int64_t iw) {
+    return x + ((n * g.in_h + ih) * g.in_w + iw) * channels;
+  };
   // Each output pixel is written by one iteration only, so output rows run in parallel.
 #pragma omp parallel for schedule(static) if (work >= kParallelMinElements)
   for (int64_t nh = 0; nh < output_rows; ++nh) {
     const int64_t n = nh / g.out_h;
-    const int64_t oh = nh % g.out_h;
-    // Padding positions are left out of the window rather than read as -inf, so they never win.
-    const int64_t first_h = oh * g.stride_h - g.pad_top;
-    const int64_t h_begin = std::max<int64_t>(first_h, 0);
-    const int64_t h_end = std::min(first_h + g.window_h, g.in_h);
+    const WindowRange rows = window_range(nh % g.out_h, g.stride_h, g.pad_top, g.window_h, g.in_h);
     for (int64_t ow = 0; ow < g.out_w; ++ow) {
-      const int64_t first_w = ow * g.stride_w - g.pad_left;
-      const int64_t w_begin = std::max<int64_t>(first_w, 0);
-      const int64_t w_end = std::min(first_w + g.window_w, g.in_w);
-      T* best = y + (nh * g.out_w + ow) * pixel;
-      int64_t* best_index = argmax + (nh * g.out_w + ow) * pixel;
-      if (h_begin >= h_end || w_begin >= w_end) {
-        // A window made only of padding (never with TF's SAME): -inf, and -1 for backward.
-        std::fill_n(best, pixel, -std::numeric_limits<T>::infinity());
-        std::fill_n(best_index, pixel, int64_t{-1});
+      const WindowRange cols = window_range(ow, g.stride_w, g.pad_left, g.window_w, g.in_w);
+      T* best = y + (nh * g.out_w + ow) * channels;
+      if (rows.empty() || cols.empty()) {
+        // A window made only of padding (never with TF's SAME): -inf, and no gradient.
+        std::fill_n(best, channels, -std::numeric_limits<T>::infinity());
         continue;
       }
-      // Start from the window's first input; scanning it again below changes nothing.
-      const int64_t first = ((n * g.in_h + h_begin) * g.in_w + w_begin) * pixel;
-      for (int64_t c = 0; c < pixel; ++c) {
-        best[c] = x[first + c];
-        best_index[c] = first + c;
-      }
-      for (int64_t ih = h_begin; ih < h_end; ++ih) {
-        for (int64_t iw = w_begin; iw < w_end; ++iw) {
-          const int64_t base = ((n * g.in_h + ih) * g.in_w + iw) * pixel;
-          for (int64_t c = 0; c < pixel; ++c) {
-            const T v = x[base + c];
-            const T current = best[c];
-            // Strict > keeps the first maximum on ties (as TensorFlow); a NaN replaces a
-            // number but not an earlier NaN, so NaN propagates instead of hiding behind the max.
-            const bool take = v > current || (v != v && current == current);
-            best[c] = take ? v : current;
-            best_index[c] = take ? base + c : best_index[c];
-          }
+      // Start from the window's first input; comparing it again below changes nothing.
+      std::copy_n(pixel(n, rows.begin, cols.begin), channels, best);
+      for (int64_t ih = rows.begin; ih < rows.end; ++ih)
+        for (int64_t iw = cols.begin; iw < cols.end; ++iw)
+          keep_larger(channels, pixel(n, ih, iw), best);
+    }
+  }
+}
+
+template <typename T>
+void max_pool2d_backward(const ConvGeometry& g, const T* x, const T* y, const T* dy, T* dx) {
+  const int64_t channels = g.channels;
+  const int64_t image_in = g.in_h * g.in_w * channels;
+  const int64_t work = g.batch * (image_in + g.out_h * g.out_w * g.window_h * g.window_w * channels);
+  auto offset = [&](int64_t n, int64_t ih, int64_t iw) {
+    return ((n * g.in_h + ih) * g.in_w + iw) * channels;
+  };
+  // Overlapping windows can route several outputs to one input, but only within an image:
+  // images are independent, so they run in parallel and each accumulates in output order.
+#pragma omp parallel if (work >= kParallelMinElements)
+  {
+    std::vector<T> pending(static_cast<size_t>(channels));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.batch; ++n) {
+      std::fill_n(dx + n * image_in, image_in, T(0));
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        const WindowRange rows = window_range(oh, g.stride_h, g.pad_top, g.window_h, g.in_h);
+        for (int64_t ow = 0; ow < g.out_w; ++ow) {
+          const WindowRange cols = window_range(ow, g.stride_w, g.pad_left, g.window_w, g.in_w);
+          const int64_t o = ((n * g.out_h + oh) * g.out_w + ow) * channels;
+          std::copy_n(dy + o, channels, pending.data());
+          for (int64_t ih = rows.begin; ih < rows.end; ++ih)
+            for (int64_t iw = cols.begin; iw < cols.end; ++iw)
+              route_to_maximum(channels, x + offset(n, ih, iw), y + o, pending.data(),
+                               dx + offset(n, ih, iw));
         }
       }
     }
   }
 }
 
-template <typename T>
-void max_pool2d_backward(const ConvGeometry& g, const T* dy, const int64_t* argmax, T* dx) {
-  const int64_t image_in = g.in_h * g.in_w * g.channels;
-  const int64_t image_out = g.out_h * g.out_w * g.channels;
-  const int64_t work = g.batch * (image_in + image_out);
-  // Overlapping windows can route several outputs to one input, but only within an image:
-  // images are independent, so they run in parallel and each accumulates in a fixed order.
-#pragma omp parallel for schedule(static) if (work >= kParallelMinElements)
-  for (int64_t n = 0; n < g.batch; ++n) {
-    T* dx_image = dx + n * image_in;
-    std::fill(dx_image, dx_image + image_in, T(0));
-    const int64_t begin = n * image_out;
-    for (int64_t o = begin; o < begin + image_out; ++o) {
-      if (argmax[o] >= 0) dx[argmax[o]] += dy[o];
-    }
-  }
-}
-
-template void max_pool2d_forward<float>(const ConvGeometry&, const float*, float*, int64_t*);
-template void max_pool2d_forward<double>(const ConvGeometry&, const double*, double*, int64_t*);
-template void max_pool2d_backward<float>(const ConvGeometry&, const float*, const int64_t*, float*);
-template void max_pool2d_backward<double>(const ConvGeometry&, const double*, const int64_t*,
-                                          double*);
+template void max_pool2d_forward<float>(const ConvGeometry&, const float*, float*);
+template void max_pool2d_forward<double>(const ConvGeometry&, const double*, double*);
+template void max_pool2d_backward<float>(const ConvGeometry&, const float*, const float*,
+                                         const float*, float*);
+template void max_pool2d_backward<double>(const ConvGeometry&, const double*, const double*,
+                                          const double*, double*);
 
 }  // namespace tandem::ops::cpu

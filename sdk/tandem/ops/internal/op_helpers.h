@@ -106,6 +106,14 @@ Tensor div_scalar(const Tensor& a, double value);
 void run_gemm(std::string_view op, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
               int64_t kk, const Tensor& a, const Tensor& b, Tensor& c);
 
+// ---- fused layers ---------------------------------------------------------------------------
+
+/// The output-gradient pass of a fused layer with a ReLU, over matrices g, y and dz [m, n]
+/// (contiguous views of any shape): dz = g where y > 0, else 0, and, when `bias_grad` is
+/// defined, bias_grad [n] = sum(dz, axis 0) in the same pass (not recorded).
+void run_relu_backward(std::string_view op, const Tensor& g, const Tensor& y, Tensor& dz,
+                       Tensor& bias_grad);
+
 // ---- reductions -----------------------------------------------------------------------------
 
 /// A tensor viewed as [outer, n, inner] around one axis.

@@ -1,0 +1,61 @@
+// The engine, attributes and execution of oneDNN primitives (ops/cpu/onednn.h). Built only with
+// oneDNN (CMakeLists.txt leaves onednn*.cpp out otherwise).
+#include "tandem/ops/cpu/onednn.h"
+
+#include <vector>
+
+namespace tandem::ops::cpu::onednn {
+namespace {
+
+/// `bytes` of `buffer`, grown as needed, from an address aligned for vector loads.
+void* aligned(std::vector<std::byte>& buffer, size_t bytes) {
+  constexpr size_t kAlign = 64;
+  if (buffer.size() < bytes + kAlign) buffer.resize(bytes + kAlign);
+  void* p = buffer.data();
+  size_t space = buffer.size();
+  return std::align(kAlign, bytes, p, space);
+}
+
+/// The calling thread's scratchpad.
+void* scratchpad(size_t bytes) {
+  thread_local std::vector<std::byte> buffer;
+  return aligned(buffer, bytes);
+}
+
+}  // namespace
+
+void* weights_buffer(size_t bytes) {
+  thread_local std::vector<std::byte> buffer;
+  return aligned(buffer, bytes);
+}
+
+const dnnl::engine& engine() {
+  static const dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
+  return cpu;
+}
+
+dnnl::primitive_attr attributes(bool relu) {
+  dnnl::primitive_attr attr;
+  attr.set_scratchpad_mode(dnnl::scratchpad_mode::user);
+  if (relu) {
+    dnnl::post_ops post_ops;
+    post_ops.append_eltwise(/*scale=*/1.0f, dnnl::algorithm::eltwise_relu, /*alpha=*/0.0f,
+                            /*beta=*/0.0f);
+    attr.set_post_ops(post_ops);
+  }
+  return attr;
+}
+
+void execute(const dnnl::primitive& primitive, std::unordered_map<int, dnnl::memory> args,
+             size_t scratchpad_bytes) {
+  if (scratchpad_bytes > 0) {
+    const dnnl::memory::desc pad({static_cast<int64_t>(scratchpad_bytes)},
+                                 dnnl::memory::data_type::u8, dnnl::memory::format_tag::a);
+    args.emplace(DNNL_ARG_SCRATCHPAD, wrap(pad, scratchpad(scratchpad_bytes)));
+  }
+  dnnl::stream stream(engine());
+  primitive.execute(stream, args);
+  stream.wait();
+}
+
+}  // namespace tandem::ops::cpu::onednn

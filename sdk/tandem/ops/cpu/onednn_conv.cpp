@@ -1,0 +1,259 @@
+// float32 convolutions on oneDNN's primitives: the forward with the bias and the ReLU applied to
+// the accumulator, backward-weights (with the bias gradient) and backward-data. Activations stay
+// NHWC, which the primitives read and write directly. The kernel is reordered between HWIO and
+// the blocked layout each primitive chooses: a copy of a few KiB per call, against jit kernels
+// two to four times faster than the GEMM-based ones oneDNN runs on an HWIO kernel (measured on
+// fashion_mnist_cnn's two layers, batch 64, 2 threads: forward + backward 7.2 ms -> 2.5 ms for
+// the second layer).
+#include <omp.h>
+
+#include <algorithm>
+#include <array>
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <utility>
+
+#include "tandem/core/error.h"
+#include "tandem/ops/cpu/onednn.h"
+
+namespace tandem::ops::cpu::onednn {
+namespace {
+
+using dt = dnnl::memory::data_type;
+using tag = dnnl::memory::format_tag;
+
+/// What a cached primitive was made for (see PrimitiveCache).
+struct ConvKey {
+  ConvGeometry g;
+  int64_t filters;
+  bool bias, relu;
+  int threads;
+
+  std::array<int64_t, 16> fields() const {
+    return {g.batch,    g.in_h,     g.in_w,    g.channels, g.window_h, g.window_w,
+            g.stride_h, g.stride_w, g.pad_top, g.pad_left, g.out_h,    g.out_w,
+            filters,    bias,       relu,      threads};
+  }
+  bool operator==(const ConvKey& other) const { return fields() == other.fields(); }
+};
+
+struct ConvKeyHash {
+  size_t operator()(const ConvKey& key) const { return hash_values(key.fields()); }
+};
+
+ConvKey make_key(const ConvGeometry& g, int64_t filters, bool bias, bool relu) {
+  return {g, filters, bias, relu, omp_get_max_threads()};
+}
+
+/// Padding after the input that makes oneDNN's output size the op's: TensorFlow's SAME puts the
+/// odd row or column after; VALID drops what does not fill a window, which is no padding.
+int64_t padding_after(int64_t input, int64_t window, int64_t stride, int64_t before,
+                      int64_t output) {
+  return std::max<int64_t>((output - 1) * stride + window - input - before, 0);
+}
+
+/// The memory descriptors and window of a convolution. oneDNN lists dimensions logically
+/// (N, C, H, W for activations, O, I, H, W for kernels); the format tags say how they lie.
+struct ConvShapes {
+  dnnl::memory::desc src, dst, bias, kernel, any_kernel;
+  dnnl::memory::dims strides, padding_before, padding_after;
+};
+
+ConvShapes shapes(const ConvKey& key) {
+  const ConvGeometry& g = key.g;
+  ConvShapes s;
+  s.src = dnnl::memory::desc({g.batch, g.channels, g.in_h, g.in_w}, dt::f32, tag::nhwc);
+  s.dst = dnnl::memory::desc({g.batch, key.filters, g.out_h, g.out_w}, dt::f32, tag::nhwc);
+  const dnnl::memory::dims kernel{key.filters, g.channels, g.window_h, g.window_w};
+  s.kernel = dnnl::memory::desc(kernel, dt::f32, tag::hwio);
+  s.any_kernel = dnnl::memory::desc(kernel, dt::f32, tag::any);
+  if (key.bias) s.bias = dnnl::memory::desc({key.filters}, dt::f32, tag::a);
+  s.strides = {g.stride_h, g.stride_w};
+  s.padding_before = {g.pad_top, g.pad_left};
+  s.padding_after = {padding_after(g.in_h, g.window_h, g.stride_h, g.pad_top, g.out_h),
+                     padding_after(g.in_w, g.window_w, g.stride_w, g.pad_left, g.out_w)};
+  return s;
+}
+
+/// The forward primitive's description: the backward ones are made from it (as a hint).
+dnnl::convolution_forward::primitive_desc forward_desc(const ConvShapes& s, bool bias,
+                                                       const dnnl::primitive_attr& attr) {
+  using fwd = dnnl::convolution_forward;
+  const auto prop = dnnl::prop_kind::forward_training;
+  const auto algo = dnnl::algorithm::convolution_direct;
+  const fwd::desc desc = bias ? fwd::desc(prop, algo, s.src, s.any_kernel, s.bias, s.dst, s.strides,
+                                          s.padding_before, s.padding_after)
+                              : fwd::desc(prop, algo, s.src, s.any_kernel, s.dst, s.strides,
+                                          s.padding_before, s.padding_after);
+  return fwd::primitive_desc(desc, attr, engine());
+}
+
+/// A copy of the kernel (or its gradient) from one layout to another; not needed when the
+/// layouts agree.
+struct KernelReorder {
+  bool needed = false;
+  dnnl::reorder primitive;
+  dnnl::memory::desc from, to;
+  size_t scratchpad_bytes = 0;
+};
+
+KernelReorder make_reorder(const dnnl::memory::desc& from, const dnnl::memory::desc& to) {
+  KernelReorder r;
+  r.from = from;
+  r.to = to;
+  if (from == to) return r;
+  const dnnl::reorder::primitive_desc pd(engine(), from, engine(), to, attributes());
+  r.needed = true;
+  r.primitive = dnnl::reorder(pd);
+  r.scratchpad_bytes = pd.scratchpad_desc().get_size();
+  return r;
+}
+
+/// `data` reordered into `out` (a weights buffer when null), or `data` itself when no reorder is
+/// needed.
+const void* reordered(const KernelReorder& r, const void* data, void* out = nullptr) {
+  if (!r.needed) return data;
+  if (out == nullptr) out = weights_buffer(r.to.get_size());
+  execute(r.primitive, {{DNNL_ARG_FROM, wrap(r.from, data)}, {DNNL_ARG_TO, wrap(r.to, out)}},
+          r.scratchpad_bytes);
+  return out;
+}
+
+// ---- the three primitives, as cached ------------------------------------------------------
+
+struct Forward {
+  ConvShapes shapes;
+  dnnl::convolution_forward primitive;
+  size_t scratchpad_bytes;
+  KernelReorder kernel;  // HWIO -> the primitive's layout
+};
+
+std::shared_ptr<const Forward> create_forward(const ConvKey& key) {
+  auto entry = std::make_shared<Forward>();
+  entry->shapes = shapes(key);
+  const auto pd = forward_desc(entry->shapes, key.bias, attributes(key.relu));
+  entry->primitive = dnnl::convolution_forward(pd);
+  entry->scratchpad_bytes = pd.scratchpad_desc().get_size();
+  entry->kernel = make_reorder(entry->shapes.kernel, pd.weights_desc());
+  return entry;
+}
+
+struct BackwardWeights {
+  ConvShapes shapes;
+  dnnl::convolution_backward_weights primitive;
+  size_t scratchpad_bytes;
+  KernelReorder kernel_grad;  // the primitive's layout -> HWIO
+};
+
+std::shared_ptr<const BackwardWeights> create_backward_weights(const ConvKey& key) {
+  using bwd = dnnl::convolution_backward_weights;
+  auto entry = std::make_shared<BackwardWeights>();
+  const ConvShapes& s = entry->shapes = shapes(key);
+  const auto algo = dnnl::algorithm::convolution_direct;
+  const bwd::desc desc = key.bias ? bwd::desc(algo, s.src, s.any_kernel, s.bias, s.dst, s.strides,
+                                              s.padding_before, s.padding_after)
+                                  : bwd::desc(algo, s.src, s.any_kernel, s.dst, s.strides,
+                                              s.padding_before, s.padding_after);
+  const bwd::primitive_desc pd(desc, attributes(), engine(),
+                               forward_desc(s, key.bias, attributes()));
+  entry->primitive = bwd(pd);
+  entry->scratchpad_bytes = pd.scratchpad_desc().get_size();
+  entry->kernel_grad = make_reorder(pd.diff_weights_desc(), s.kernel);
+  return entry;
+}
+
+struct BackwardData {
+  ConvShapes shapes;
+  dnnl::convolution_backward_data primitive;
+  size_t scratchpad_bytes;
+  KernelReorder kernel;  // HWIO -> the primitive's layout
+};
+
+std::shared_ptr<const BackwardData> create_backward_data(const ConvKey& key) {
+  using bwd = dnnl::convolution_backward_data;
+  auto entry = std::make_shared<BackwardData>();
+  const ConvShapes& s = entry->shapes = shapes(key);
+  const bwd::desc desc(dnnl::algorithm::convolution_direct, s.src, s.any_kernel, s.dst, s.strides,
+                       s.padding_before, s.padding_after);
+  const bwd::primitive_desc pd(desc, attributes(), engine(),
+                               forward_desc(s, /*bias=*/false, attributes()));
+  entry->primitive = bwd(pd);
+  entry->scratchpad_bytes = pd.scratchpad_desc().get_size();
+  entry->kernel = make_reorder(s.kernel, pd.weights_desc());
+  return entry;
+}
+
+/// The shapes and window of a call, for error messages.
+std::string describe(const ConvGeometry& g, int64_t filters) {
+  return detail::str_cat("x [", g.batch, ", ", g.in_h, ", ", g.in_w, ", ", g.channels,
+                         "] and kernel [", g.window_h, ", ", g.window_w, ", ", g.channels, ", ",
+                         filters, "], strides [", g.stride_h, ", ", g.stride_w, "], output [",
+                         g.out_h, ", ", g.out_w, "], padding before [", g.pad_top, ", ", g.pad_left,
+                         "]");
+}
+
+[[noreturn]] void fail(const char* primitive, const dnnl::error& e, const ConvGeometry& g,
+                       int64_t filters, const std::string& extra = "") {
+  TANDEM_THROW("conv2d: oneDNN convolution ", primitive, " failed (", e.what(), ", status ",
+               static_cast<int>(e.status), ") for ", describe(g, filters), extra);
+}
+
+}  // namespace
+
+void conv2d(const ConvGeometry& g, int64_t filters, const float* x, const float* w,
+            const float* bias, bool relu, float* y) {
+  static PrimitiveCache<ConvKey, Forward, ConvKeyHash> cache;
+  try {
+    const auto conv = cache.get(make_key(g, filters, bias != nullptr, relu), create_forward);
+    const ConvShapes& s = conv->shapes;
+    std::unordered_map<int, dnnl::memory> args{
+        {DNNL_ARG_SRC, wrap(s.src, x)},
+        {DNNL_ARG_WEIGHTS, wrap(conv->kernel.to, reordered(conv->kernel, w))},
+        {DNNL_ARG_DST, wrap(s.dst, y)}};
+    if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, bias));
+    execute(conv->primitive, std::move(args), conv->scratchpad_bytes);
+  } catch (const dnnl::error& e) {
+    fail("forward", e, g, filters,
+         detail::str_cat(bias != nullptr ? " + bias" : "", relu ? ", relu" : ""));
+  }
+}
+
+void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const float* x,
+                             const float* dy, float* dw, float* db) {
+  static PrimitiveCache<ConvKey, BackwardWeights, ConvKeyHash> cache;
+  try {
+    const auto conv =
+        cache.get(make_key(g, filters, db != nullptr, /*relu=*/false), create_backward_weights);
+    const ConvShapes& s = conv->shapes;
+    const KernelReorder& to_hwio = conv->kernel_grad;
+    void* grad = to_hwio.needed ? weights_buffer(to_hwio.from.get_size()) : dw;
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, wrap(s.src, x)},
+                                               {DNNL_ARG_DIFF_DST, wrap(s.dst, dy)},
+                                               {DNNL_ARG_DIFF_WEIGHTS, wrap(to_hwio.from, grad)}};
+    if (db != nullptr) args.emplace(DNNL_ARG_DIFF_BIAS, wrap(s.bias, db));
+    execute(conv->primitive, std::move(args), conv->scratchpad_bytes);
+    reordered(to_hwio, grad, dw);
+  } catch (const dnnl::error& e) {
+    fail("backward-weights", e, g, filters, db != nullptr ? " with the bias gradient" : "");
+  }
+}
+
+void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float* dy, const float* w,
+                          float* dx) {
+  static PrimitiveCache<ConvKey, BackwardData, ConvKeyHash> cache;
+  try {
+    const auto conv =
+        cache.get(make_key(g, filters, /*bias=*/false, /*relu=*/false), create_backward_data);
+    const ConvShapes& s = conv->shapes;
+    execute(conv->primitive,
+            {{DNNL_ARG_DIFF_DST, wrap(s.dst, dy)},
+             {DNNL_ARG_WEIGHTS, wrap(conv->kernel.to, reordered(conv->kernel, w))},
+             {DNNL_ARG_DIFF_SRC, wrap(s.src, dx)}},
+            conv->scratchpad_bytes);
+  } catch (const dnnl::error& e) {
+    fail("backward-data", e, g, filters);
+  }
+}
+
+}  // namespace tandem::ops::cpu::onednn
