@@ -18,6 +18,7 @@
 #include "tandem/checkpoint/internal/gather.h"
 #include "tandem/collectives/communicator.h"
 #include "tandem/core/logging.h"
+#include "tandem/core/profile.h"
 #include "tandem/core/workers.h"
 #include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/distribute/strategy.h"
@@ -280,6 +281,7 @@ std::optional<std::string> CheckpointManager::save(int64_t step) {
 }
 
 std::optional<std::string> CheckpointManager::save_at(std::optional<int64_t> step) {
+  const profile::Span span(profile::Phase::kCheckpoint);
   const ReplicaBinding binding = current_replica_binding();
   if (binding.num_replicas > 1) return impl_->save_collectively(step, binding);
   std::lock_guard<std::mutex> lock(impl_->save_mutex);

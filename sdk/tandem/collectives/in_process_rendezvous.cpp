@@ -7,6 +7,7 @@
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/internal/in_process_state.h"
 #include "tandem/collectives/internal/replica_list.h"
+#include "tandem/core/profile.h"
 
 namespace tandem::collectives::in_process {
 
@@ -213,11 +214,24 @@ void wait_for_commit(State& s, std::unique_lock<std::mutex>& lock, uint64_t call
   }
 }
 
+/// Bytes of this rank's tensors that `call` moves (for the timeline).
+int64_t payload_bytes(const Call& call) {
+  int64_t bytes = 0;
+  if (call.inputs != nullptr)
+    for (const Tensor& t : *call.inputs) bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  if (call.input != nullptr && call.input->defined()) bytes += static_cast<int64_t>(call.input->nbytes());
+  return bytes;
+}
+
 }  // namespace
 
 void run_call(State& s, int rank, const Call& call, DataPhase data_phase) {
   uint64_t number = 0;
   const bool on_gpu = moves_data(call.kind) && call.device.is_cuda();
+  // The timeline's two parts of a collective: waiting at the rendezvous for the slower ranks,
+  // and the data phase (each rank reduces its share).
+  const profile::Track track = profile::communicator_track();
+  profile::Span waiting(profile::Phase::kCommWait, track);
   // Peers read this rank's buffers from their own streams once the call opens.
   if (on_gpu) s.ready[static_cast<size_t>(rank)].record(call.device);
   {
@@ -241,9 +255,12 @@ void run_call(State& s, int rank, const Call& call, DataPhase data_phase) {
     }
     if (!s.verdict.empty()) throw Error(s.verdict);
   }
+  waiting.end();
   if (!moves_data(call.kind)) return;
 
   std::exception_ptr error;
+  profile::Span moving(profile::Phase::kCommData, track);
+  if (profile::enabled()) moving.set_bytes(payload_bytes(call));
   try {
     if (on_gpu)
       for (int k = 0; k < s.size; ++k)
@@ -253,7 +270,10 @@ void run_call(State& s, int rank, const Call& call, DataPhase data_phase) {
   } catch (...) {
     error = std::current_exception();
   }
+  moving.end();
   {
+    // The closing rendezvous waits for the ranks still in their data phase.
+    profile::Span closing(profile::Phase::kCommWait, track);
     // Closing rendezvous: peers read and write this rank's buffers during the data phase, so no
     // rank may return (letting its caller reuse or free them) until every rank is done. This
     // wait ignores abort and the timeout on purpose: every rank is past the opening rendezvous

@@ -21,6 +21,7 @@
 
 #include "tandem/collectives/internal/reduce_max.h"
 #include "tandem/core/logging.h"
+#include "tandem/core/profile.h"
 
 namespace tandem::collectives {
 
@@ -353,17 +354,26 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
     // timeout); then the blocking call, Open MPI's tuned algorithms, which its non-blocking
     // collectives do not use.
     const size_t bytes = static_cast<size_t>(count) * element;
+    // The timeline: waiting for every worker to arrive, then the data's exchange.
+    const profile::Track track = profile::communicator_track();
+    profile::Span waiting(profile::Phase::kCommWait, track);
     if (bytes <= kEagerBytes) {
       // Small: the data rides on the arrival messages (one round instead of two), and every
       // worker combines the W pieces in worker order, so all get the same bits.
       const uint64_t call = arrive(
           label, {static_cast<int64_t>(dtype), count, static_cast<int64_t>(op)}, buffer, bytes);
       wait(nullptr, call, label);
+      waiting.end();
+      profile::Span moving(profile::Phase::kCommData, track);
+      moving.set_bytes(static_cast<int64_t>(bytes));
       combine_in_worker_order(buffer, bytes, dtype, op);
     } else {
       const uint64_t call =
           arrive(label, {static_cast<int64_t>(dtype), count, static_cast<int64_t>(op)});
       wait(nullptr, call, label);
+      waiting.end();
+      profile::Span moving(profile::Phase::kCommData, track);
+      moving.set_bytes(static_cast<int64_t>(bytes));
       run_blocking(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), mpi_type(dtype),
                                  mpi_op(op), impl_->data),
                    call, label);

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "tandem/core/profile.h"
 #include "tandem/data/internal/node.h"
 #include "tandem/tensor/internal/device_memory.h"
 
@@ -212,6 +213,19 @@ void place(std::vector<Batch>& per_replica, const std::vector<Device>& devices) 
 }  // namespace
 
 bool DistributedDataset::next(std::vector<Batch>& per_replica) {
+  // The training loop waits here for the step's batches: the input share of the timeline,
+  // with the step's examples.
+  profile::Span waiting(profile::Phase::kInput, {profile::TrackKind::kInput, 0});
+  const bool more = next_step(per_replica);
+  if (more && profile::enabled()) {
+    int64_t examples = 0;
+    for (const Batch& b : per_replica) examples += b.batch_size();
+    waiting.set_bytes(examples);
+  }
+  return more;
+}
+
+bool DistributedDataset::next_step(std::vector<Batch>& per_replica) {
   State& s = *state_;
   if (!s.agree) {
     if (pull(per_replica)) return true;
@@ -235,6 +249,10 @@ bool DistributedDataset::next(std::vector<Batch>& per_replica) {
 
 void DistributedDataset::end_epoch() {
   State& s = *state_;
+  if (profile::enabled()) {
+    const int64_t now = profile::now_ns();
+    profile::record({profile::Phase::kEpochEnd, {profile::TrackKind::kInput, 0}, now, now, 0});
+  }
   s.iterator.reset();
   s.exhausted = false;
   ++s.epoch;

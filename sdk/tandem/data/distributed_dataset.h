@@ -132,6 +132,8 @@ class DistributedDataset {
 
  private:
   struct State;
+  /// next() without its timeline span.
+  bool next_step(std::vector<Batch>& per_replica);
   /// The next step's batches from this worker's input; false when it has none left.
   bool pull(std::vector<Batch>& per_replica);
   /// The epoch is over everywhere: the next call starts the next one.

@@ -7,6 +7,7 @@
 #include <chrono>
 
 #include "tandem/collectives/internal/replica_list.h"
+#include "tandem/core/profile.h"
 #include "tandem/core/threading.h"
 #include "tandem/distribute/internal/state.h"
 
@@ -112,6 +113,7 @@ void ReplicaThreads::thread_main(int id) {
   // too; code that creates them lazily does so once, under its own lock, not once per replica.
   set_variable_creator(options_.creator);
   t_thread_of = this;
+  profile::set_current_track({profile::TrackKind::kReplica, id});
   ReplicaContext& ctx = *options_.contexts[static_cast<size_t>(id)];
   set_current_replica_context(&ctx);
 
@@ -138,6 +140,7 @@ void ReplicaThreads::thread_main(int id) {
         // thread starts is created with its mode and parallel loops pass it on.
         const ScopedFloatMode float_mode;
         run_start_[static_cast<size_t>(id)].wait();
+        const profile::Span step(profile::Phase::kStep);
         task.call(task.object, ctx);
         run_end_[static_cast<size_t>(id)].record(ctx.device());
       } catch (...) {
@@ -177,18 +180,24 @@ void ReplicaThreads::run(const ReplicaTask& task) {
   // No replica is inside a collective between runs, so the group can restart its call numbers
   // (#1 is the first collective of this run) and forget the previous run's abort.
   options_.group->reset();
+  // The run on the training loop's timeline; each replica marks its own task on its track.
+  const profile::Span run_span(profile::Phase::kStep, {profile::TrackKind::kLoop, 0});
 
   if (options_.on_calling_thread) {
     const ReplicaBinding saved = current_replica_binding();
+    const profile::Track saved_track = profile::current_track();
+    profile::set_current_track({profile::TrackKind::kReplica, 0});
     set_current_replica_binding({0, 1, 0});
     set_current_replica_context(options_.contexts[0]);
     set_current_run_index(++generation_);
     try {
       const ScopedFloatMode float_mode;  // as on replica threads; restored for the caller
+      const profile::Span step(profile::Phase::kStep);
       task.call(task.object, *options_.contexts[0]);
     } catch (...) {
       errors_[0] = std::current_exception();
     }
+    profile::set_current_track(saved_track);
     set_current_replica_context(nullptr);
     set_current_replica_binding(saved);
   } else {

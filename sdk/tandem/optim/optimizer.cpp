@@ -7,6 +7,7 @@
 #include "tandem/core/check_numerics.h"
 #include "tandem/core/error.h"
 #include "tandem/core/logging.h"
+#include "tandem/core/profile.h"
 #include "tandem/ops/ops.h"
 #include "tandem/optim/clip.h"
 #include "tandem/optim/internal/json_number.h"
@@ -193,6 +194,7 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
 void Optimizer::apply_update(const std::vector<Tensor>& gradients,
                              const std::vector<Variable>& variables) {
   autograd::NoRecordGuard no_record;  // updates are never differentiated
+  const profile::Span span(profile::Phase::kOptimizer);
   std::vector<Tensor> grads = gradients;
   if (global_clipnorm_) grads = clip_by_global_norm(grads, *global_clipnorm_).gradients;
 

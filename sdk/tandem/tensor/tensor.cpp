@@ -4,8 +4,10 @@
 #include <cmath>
 #include <functional>
 #include <iomanip>
+#include <optional>
 #include <sstream>
 
+#include "tandem/core/profile.h"
 #include "tandem/tensor/internal/device_memory.h"
 #include "tandem/tensor/philox.h"
 
@@ -133,6 +135,9 @@ Tensor Tensor::normal(const Shape& shape, Generator& generator, double mean, dou
 
 Tensor Tensor::to(Device device) const {
   if (this->device() == device) return *this;
+  // A GPU value read back waits for the GPU's queued work: the timeline's host synchronisation.
+  std::optional<profile::Span> sync;
+  if (this->device().is_cuda() && device.is_cpu()) sync.emplace(profile::Phase::kHostSync);
   Tensor out = empty(shape(), dtype(), device);
   copy_bytes(out.raw_data(), device, raw_data(), this->device(), nbytes());
   return out;

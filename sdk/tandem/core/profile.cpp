@@ -1,0 +1,95 @@
+// Span recording (core/profile.h): one flag read when off; when on, spans go to one shared
+// buffer under a lock (a step records a few dozen spans, so the lock is never contended long).
+#include "tandem/core/profile.h"
+
+#include <algorithm>
+#include <atomic>
+#include <mutex>
+#include <utility>
+
+namespace tandem::profile {
+namespace {
+
+std::atomic<bool> g_enabled{false};
+
+struct Buffer {
+  std::mutex mutex;
+  std::vector<Event> events;
+  std::function<void()> epoch_listener;
+};
+
+Buffer& buffer() {
+  static Buffer* b = new Buffer;  // never destroyed: threads may record while the process exits
+  return *b;
+}
+
+thread_local Track t_track{};
+
+}  // namespace
+
+std::string_view phase_name(Phase phase) {
+  switch (phase) {
+    case Phase::kStep: return "step";
+    case Phase::kInput: return "input";
+    case Phase::kCommWait: return "comm_wait";
+    case Phase::kCommData: return "comm_data";
+    case Phase::kOptimizer: return "optimizer";
+    case Phase::kHostSync: return "host_sync";
+    case Phase::kCheckpoint: return "checkpoint";
+    case Phase::kEpochEnd: return "epoch_end";
+  }
+  return "unknown";
+}
+
+bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
+
+Track current_track() { return t_track; }
+void set_current_track(Track track) { t_track = track; }
+
+void record(const Event& event) {
+  if (!enabled()) return;
+  Buffer& b = buffer();
+  std::function<void()> listener;
+  {
+    std::lock_guard<std::mutex> lock(b.mutex);
+    b.events.push_back(event);
+    if (event.phase == Phase::kEpochEnd) listener = b.epoch_listener;
+  }
+  if (listener) listener();
+}
+
+void set_epoch_listener(std::function<void()> listener) {
+  Buffer& b = buffer();
+  std::lock_guard<std::mutex> lock(b.mutex);
+  b.epoch_listener = std::move(listener);
+}
+
+void start_recording() {
+  Buffer& b = buffer();
+  {
+    std::lock_guard<std::mutex> lock(b.mutex);
+    b.events.clear();
+  }
+  g_enabled.store(true, std::memory_order_relaxed);
+}
+
+std::vector<Event> take_events() {
+  Buffer& b = buffer();
+  std::vector<Event> out;
+  {
+    std::lock_guard<std::mutex> lock(b.mutex);
+    out.swap(b.events);
+    b.events.reserve(out.size());
+  }
+  // Spans are recorded when they end; the timeline wants them by start.
+  std::stable_sort(out.begin(), out.end(),
+                   [](const Event& a, const Event& b) { return a.begin_ns < b.begin_ns; });
+  return out;
+}
+
+std::vector<Event> stop_recording() {
+  g_enabled.store(false, std::memory_order_relaxed);
+  return take_events();
+}
+
+}  // namespace tandem::profile

@@ -1,0 +1,113 @@
+// The step timeline's recording side: spans (a phase of a step, on a track, from one time to
+// another) that any layer marks where its work happens. Recording is off unless a
+// profile::Profiler (tandem/profile/profiler.h) turned it on; off, a span costs one relaxed
+// atomic load. The profiler reads the spans back, splits them into steps and writes the trace.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <functional>
+#include <string_view>
+#include <vector>
+
+namespace tandem::profile {
+
+/// Where time goes in a step. Compute is what is left of a replica's task once the others are
+/// taken out, so it is never recorded as such.
+enum class Phase : uint8_t {
+  kStep,        ///< strategy.run on the calling thread; a replica's whole task on its thread
+  kInput,       ///< the training loop waited for the next distributed batch
+  kCommWait,    ///< inside a collective, waiting for slower peers to arrive
+  kCommData,    ///< inside a collective, moving and reducing data
+  kOptimizer,   ///< the optimizer's update (after its gradients were reduced)
+  kHostSync,    ///< a value read back to the host (Tensor::item, metric results)
+  kCheckpoint,  ///< a checkpoint save
+  kEpochEnd,    ///< an instant: a distributed dataset ran out of data (the epoch ended)
+};
+/// "step", "input", "comm_wait", "comm_data", "optimizer", "host_sync", "checkpoint",
+/// "epoch_end".
+std::string_view phase_name(Phase phase);
+
+/// A timeline: the training loop, a replica, a replica's communicator, the input pipeline.
+enum class TrackKind : uint8_t { kLoop, kReplica, kCommunicator, kInput };
+
+struct Track {
+  TrackKind kind = TrackKind::kLoop;
+  int index = 0;  ///< the local replica for kReplica and kCommunicator; 0 otherwise
+};
+
+/// One recorded span. Times are steady_clock nanoseconds.
+struct Event {
+  Phase phase;
+  Track track;
+  int64_t begin_ns, end_ns;
+  int64_t bytes;  ///< data a collective moved (this rank's tensors); an input wait's examples
+};
+
+/// steady_clock now, in nanoseconds.
+inline int64_t now_ns() {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(
+             std::chrono::steady_clock::now().time_since_epoch())
+      .count();
+}
+
+/// True while a profiler records. One relaxed load: spans test it before anything else.
+bool enabled();
+
+/// The calling thread's track: replica threads are kReplica (set by the strategy), every other
+/// thread kLoop unless it says otherwise.
+Track current_track();
+void set_current_track(Track track);
+
+/// Records a finished span (nothing when recording is off).
+void record(const Event& event);
+
+/// Marks `phase` on the calling thread's track (or `track`) from construction to destruction.
+/// Collectives are marked on the communicator track of the calling replica.
+class Span {
+ public:
+  explicit Span(Phase phase) : Span(phase, current_track()) {}
+  Span(Phase phase, Track track) : on_(enabled()), phase_(phase), track_(track) {
+    if (on_) begin_ns_ = now_ns();
+  }
+  ~Span() {
+    if (on_) record({phase_, track_, begin_ns_, now_ns(), bytes_});
+  }
+  Span(const Span&) = delete;
+  Span& operator=(const Span&) = delete;
+
+  /// Data moved, for a collective's span.
+  void set_bytes(int64_t bytes) { bytes_ = bytes; }
+  /// Ends the span now (the destructor then records nothing more).
+  void end() {
+    if (on_) record({phase_, track_, begin_ns_, now_ns(), bytes_});
+    on_ = false;
+  }
+
+ private:
+  bool on_;
+  Phase phase_;
+  Track track_;
+  int64_t begin_ns_ = 0;
+  int64_t bytes_ = 0;
+};
+
+/// The communicator track of the calling thread's replica (kLoop's 0 off replica threads).
+inline Track communicator_track() {
+  const Track t = current_track();
+  return {TrackKind::kCommunicator, t.kind == TrackKind::kReplica ? t.index : 0};
+}
+
+// ---- the profiler's side (tandem/profile) -------------------------------------------------
+
+/// Starts recording (events recorded before are dropped).
+void start_recording();
+/// Stops recording; returns what was recorded since the last take_events() or start.
+std::vector<Event> stop_recording();
+/// What was recorded since the last call, by start time; recording goes on.
+std::vector<Event> take_events();
+/// Called after each kEpochEnd event is recorded, on the recording thread and outside any lock
+/// (the profiler summarises the epoch there). An empty function removes it.
+void set_epoch_listener(std::function<void()> listener);
+
+}  // namespace tandem::profile
