@@ -41,6 +41,7 @@
 #include "tandem/optim/optimizer.h"
 #include "tandem/optim/schedules.h"
 #include "tandem/optim/sgd.h"
+#include "tandem/profile/profiler.h"
 #include "tandem/tensor/allocator.h"
 #include "tandem/tensor/random.h"
 #include "tandem/tensor/tensor.h"

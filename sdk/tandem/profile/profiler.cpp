@@ -1,0 +1,248 @@
+// The Profiler (profile/profiler.h): turns recording on, summarises each epoch when a
+// distributed dataset reports its end, and writes the Chrome trace when it ends (with several
+// workers, the chief gathers every worker's events first).
+#include "tandem/profile/profiler.h"
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <mutex>
+#include <sstream>
+#include <utility>
+
+#include "tandem/core/error.h"
+#include "tandem/core/logging.h"
+#include "tandem/distribute/internal/strategy_access.h"
+
+namespace tandem::profile {
+namespace {
+
+std::atomic<bool> g_profiler_alive{false};
+
+// Thread ids of the tracks in the trace, ordered as they are shown.
+constexpr int kLoopTid = 1, kInputTid = 2, kReplicaTid = 100, kCommunicatorTid = 200;
+
+int tid(Track track) {
+  switch (track.kind) {
+    case TrackKind::kLoop: return kLoopTid;
+    case TrackKind::kInput: return kInputTid;
+    case TrackKind::kReplica: return kReplicaTid + track.index;
+    case TrackKind::kCommunicator: return kCommunicatorTid + track.index;
+  }
+  return kLoopTid;
+}
+
+/// A string as a JSON string literal.
+std::string json_string(std::string_view text) {
+  std::string out = "\"";
+  for (const char c : text) {
+    if (c == '"' || c == '\\') {
+      out += '\\';
+      out += c;
+    } else if (static_cast<unsigned char>(c) < 0x20) {
+      char escape[8];
+      std::snprintf(escape, sizeof(escape), "\\u%04x", c);
+      out += escape;
+    } else {
+      out += c;
+    }
+  }
+  return out + "\"";
+}
+
+std::string microseconds(int64_t ns) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.3f", static_cast<double>(ns) / 1000.0);
+  return text;
+}
+
+/// The trace's event objects for one worker, comma-separated (no enclosing brackets): names of
+/// the process and its tracks first, then every span by start, timestamps from the worker's
+/// first event.
+std::string trace_events(std::vector<Event> events, const std::vector<std::string>& devices,
+                         int worker) {
+  // By start: a span still open when earlier ones were taken (the input wait that found the
+  // end of an epoch) was recorded after them.
+  std::stable_sort(events.begin(), events.end(),
+                   [](const Event& a, const Event& b) { return a.begin_ns < b.begin_ns; });
+  std::ostringstream out;
+  const std::string pid = std::to_string(worker);
+  bool first = true;
+  auto object = [&](const std::string& body) {
+    out << (first ? "" : ",\n") << "{" << body << "}";
+    first = false;
+  };
+  auto name_track = [&](int thread, const std::string& name) {
+    object("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + pid + ",\"tid\":" +
+           std::to_string(thread) + ",\"args\":{\"name\":" + json_string(name) + "}");
+    object("\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" + pid + ",\"tid\":" +
+           std::to_string(thread) + ",\"args\":{\"sort_index\":" + std::to_string(thread) + "}");
+  };
+  object("\"ph\":\"M\",\"name\":\"process_name\",\"pid\":" + pid +
+         ",\"tid\":0,\"args\":{\"name\":" + json_string(detail::str_cat("worker ", worker)) + "}");
+  name_track(kLoopTid, "training loop");
+  name_track(kInputTid, "input pipeline");
+  int replicas = static_cast<int>(devices.size());
+  for (const Event& e : events)
+    if (e.track.kind == TrackKind::kReplica || e.track.kind == TrackKind::kCommunicator)
+      replicas = std::max(replicas, e.track.index + 1);
+  for (int r = 0; r < replicas; ++r) {
+    const std::string device =
+        r < static_cast<int>(devices.size()) ? " (" + devices[static_cast<size_t>(r)] + ")" : "";
+    name_track(kReplicaTid + r, detail::str_cat("replica ", r, device));
+    name_track(kCommunicatorTid + r, detail::str_cat("communicator ", r));
+  }
+  const int64_t origin = events.empty() ? 0 : events.front().begin_ns;
+  for (const Event& e : events) {
+    std::string body = "\"name\":" + json_string(phase_name(e.phase)) + ",\"cat\":\"tandem\",\"pid\":" +
+                       pid + ",\"tid\":" + std::to_string(tid(e.track)) +
+                       ",\"ts\":" + microseconds(e.begin_ns - origin);
+    if (e.phase == Phase::kEpochEnd)
+      body += ",\"ph\":\"i\",\"s\":\"t\"";
+    else
+      body += ",\"ph\":\"X\",\"dur\":" + microseconds(e.end_ns - e.begin_ns);
+    if (e.bytes > 0) body += ",\"args\":{\"bytes\":" + std::to_string(e.bytes) + "}";
+    object(body);
+  }
+  return out.str();
+}
+
+std::string wrap_trace(const std::string& events) {
+  return "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n" + events + "\n]}\n";
+}
+
+/// Every worker's `mine` on the chief, in worker order (the others get theirs back): lengths,
+/// then the bytes, each summed across workers into zeros elsewhere. Every worker must call it.
+std::vector<std::string> gather_to_chief(const Strategy& strategy, const std::string& mine) {
+  const int workers = strategy.num_workers(), me = strategy.worker_index();
+  if (workers == 1) return {mine};
+  std::vector<int64_t> lengths(static_cast<size_t>(workers), 0);
+  lengths[static_cast<size_t>(me)] = static_cast<int64_t>(mine.size());
+  const Tensor summed_lengths = detail::StrategyAccess::reduce_across_workers(
+      strategy, ReduceOp::kSum, Tensor::from_vector(lengths, Shape{workers}));
+  lengths = summed_lengths.to_vector<int64_t>();
+  int64_t total = 0, offset = 0;
+  for (int w = 0; w < workers; ++w) {
+    if (w == me) offset = total;
+    total += lengths[static_cast<size_t>(w)];
+  }
+  std::vector<int32_t> bytes(static_cast<size_t>(total), 0);
+  for (size_t i = 0; i < mine.size(); ++i)
+    bytes[static_cast<size_t>(offset) + i] = static_cast<unsigned char>(mine[i]);
+  const std::vector<int32_t> all =
+      detail::StrategyAccess::reduce_across_workers(
+          strategy, ReduceOp::kSum, Tensor::from_vector(bytes, Shape{total}))
+          .to_vector<int32_t>();
+  std::vector<std::string> out;
+  int64_t at = 0;
+  for (int w = 0; w < workers; ++w) {
+    std::string piece(static_cast<size_t>(lengths[static_cast<size_t>(w)]), '\0');
+    for (char& c : piece) c = static_cast<char>(all[static_cast<size_t>(at++)]);
+    out.push_back(std::move(piece));
+  }
+  return out;
+}
+
+/// Writes `text` to `path` through a temporary file, so a reader never sees half a trace.
+void write_file(const std::string& path, const std::string& text) {
+  const std::filesystem::path target(path);
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+  const std::string temporary = path + ".tmp";
+  {
+    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
+    TANDEM_CHECK(file.good(), "Profiler: cannot write the trace file \"", temporary, "\"");
+    file << text;
+    file.close();
+    TANDEM_CHECK(file.good(), "Profiler: writing the trace file \"", temporary, "\" failed");
+  }
+  std::filesystem::rename(temporary, target);
+}
+
+}  // namespace
+
+std::string chrome_trace(const std::vector<Event>& events, const std::vector<std::string>& devices,
+                         int worker) {
+  return wrap_trace(trace_events(events, devices, worker));
+}
+
+struct Profiler::Impl {
+  const Strategy& strategy;
+  ProfilerOptions options;
+  std::vector<std::string> devices;
+  std::mutex mutex;
+  std::vector<Event> events;
+  size_t summarised = 0;  // events[0, summarised) are in a summary already
+  std::vector<Summary> summaries;
+  int64_t steps_summarised = 0;
+
+  Impl(const Strategy& s, ProfilerOptions o) : strategy(s), options(std::move(o)) {
+    for (const Device& d : s.devices()) devices.push_back(d.to_string());
+  }
+
+  Summary summarise_new(std::vector<Event> fresh) {
+    std::lock_guard<std::mutex> lock(mutex);
+    events.insert(events.end(), fresh.begin(), fresh.end());
+    const std::vector<Event> window(events.begin() + static_cast<std::ptrdiff_t>(summarised),
+                                    events.end());
+    summarised = events.size();
+    Summary summary = summarize(window, devices);
+    if (summary.steps == 0) return summary;
+    if (options.print_summaries)
+      TANDEM_LOG_INFO("steps ", steps_summarised + 1, "-", steps_summarised + summary.steps,
+                      " (a dataset's epoch ended) ", summary.to_string());
+    steps_summarised += summary.steps;
+    summaries.push_back(summary);
+    return summary;
+  }
+};
+
+Profiler::Profiler(const Strategy& strategy, ProfilerOptions options) {
+  TANDEM_CHECK(!g_profiler_alive.exchange(true), "Profiler: another profiler is recording; end it "
+                                                 "before creating a new one");
+  impl_ = std::make_unique<Impl>(strategy, std::move(options));
+  start_recording();
+  set_epoch_listener([impl = impl_.get()] { impl->summarise_new(take_events()); });
+}
+
+std::unique_ptr<Profiler> Profiler::from_environment(const Strategy& strategy) {
+  const char* file = std::getenv("TANDEM_PROFILE");
+  if (file == nullptr || *file == '\0') return nullptr;
+  return std::make_unique<Profiler>(strategy, ProfilerOptions{.trace_file = file, .print_summaries = true});
+}
+
+Profiler::~Profiler() {
+  set_epoch_listener({});
+  std::vector<Event> rest = stop_recording();
+  try {
+    impl_->summarise_new(std::move(rest));
+    if (!impl_->options.trace_file.empty()) {
+      const std::string mine =
+          trace_events(impl_->events, impl_->devices, impl_->strategy.worker_index());
+      const std::vector<std::string> all = gather_to_chief(impl_->strategy, mine);
+      if (impl_->strategy.is_chief()) {
+        std::string joined;
+        for (const std::string& piece : all) {
+          if (piece.empty()) continue;
+          joined += (joined.empty() ? "" : ",\n") + piece;
+        }
+        write_file(impl_->options.trace_file, wrap_trace(joined));
+        TANDEM_LOG_INFO("profile: trace written to ", impl_->options.trace_file,
+                        " (open it in https://ui.perfetto.dev or chrome://tracing)");
+      }
+    }
+  } catch (const std::exception& e) {
+    TANDEM_LOG_ERROR("profile: the trace was not written: ", e.what());
+  }
+  g_profiler_alive.store(false);
+}
+
+Summary Profiler::end_epoch() { return impl_->summarise_new(take_events()); }
+
+const std::vector<Summary>& Profiler::summaries() const { return impl_->summaries; }
+
+const std::vector<Event>& Profiler::events() const { return impl_->events; }
+
+}  // namespace tandem::profile

@@ -1,0 +1,244 @@
+// The step timeline: synthetic runs with known answers (a slow input pipeline, a slow replica,
+// a large all-reduce for little compute, a healthy run) against the profiler's figures and
+// advice, and the Chrome trace it writes.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <unistd.h>
+
+#include "support/json.h"
+#include "tandem/tandem.h"
+
+namespace td = tandem;
+namespace profile = tandem::profile;
+using tandem::testing::Json;
+using tandem::testing::JsonReader;
+
+namespace {
+
+void sleep_ms(double ms) {
+  std::this_thread::sleep_for(std::chrono::microseconds(static_cast<int64_t>(ms * 1000)));
+}
+
+const profile::Advice* find_advice(const profile::Summary& s, const std::string& rule) {
+  for (const profile::Advice& a : s.advice)
+    if (a.rule == rule) return &a;
+  return nullptr;
+}
+
+/// `steps` runs of `step` on `strategy` under a profiler; the summary of them.
+template <typename Step>
+profile::Summary profile_steps(td::Strategy& strategy, int steps, const Step& step) {
+  profile::Profiler profiler(strategy, {.trace_file = "", .print_summaries = false});
+  for (int i = 0; i < steps; ++i) strategy.run(step);
+  return profiler.end_epoch();
+}
+
+}  // namespace
+
+TEST_CASE("spans are recorded only while a profiler records", "[cpu][profile]") {
+  REQUIRE_FALSE(profile::enabled());
+  { const profile::Span span(profile::Phase::kOptimizer); }
+  td::OneDeviceStrategy strategy;
+  profile::Profiler profiler(strategy, {.trace_file = "", .print_summaries = false});
+  REQUIRE(profile::enabled());
+  { const profile::Span span(profile::Phase::kOptimizer); }
+  const profile::Summary s = profiler.end_epoch();
+  CHECK(s.steps == 0);
+  REQUIRE(profiler.events().size() == 1);
+  CHECK(profiler.events()[0].phase == profile::Phase::kOptimizer);
+  CHECK(profiler.events()[0].end_ns >= profiler.events()[0].begin_ns);
+  CHECK_THROWS_WITH(profile::Profiler(strategy), Catch::Contains("another profiler is recording"));
+}
+
+TEST_CASE("a slow input pipeline: the input wait is its share of the step, and input-bound advice",
+          "[cpu][profile]") {
+  // Each batch takes 20 ms to produce (no prefetch, so the loop waits for all of it) and each
+  // step 20 ms to compute: the loop waits for data half of each step.
+  constexpr double kProduceMs = 20, kComputeMs = 20;
+  td::MirroredStrategy strategy = td::MirroredStrategy::cpu(2);
+  const td::Tensor x = td::Tensor::zeros({96, 4}, td::DType::kFloat32);
+  td::data::Dataset data = td::data::from_tensor_slices({x}).batch(8).map([](td::data::Element e) {
+    sleep_ms(kProduceMs);
+    return e;
+  });
+  td::data::DistributedDataset batches = strategy.distribute_dataset(data);
+  profile::Profiler profiler(strategy, {.trace_file = "", .print_summaries = false});
+  for (const td::PerReplica<td::data::Batch>& batch : batches)
+    strategy.run([](td::ReplicaContext&, const td::data::Batch&) { sleep_ms(kComputeMs); }, batch);
+  // The epoch ended inside the loop: the profiler summarised it by itself.
+  REQUIRE(profiler.summaries().size() == 1);
+  const profile::Summary& s = profiler.summaries()[0];
+  CHECK(s.steps == 12);
+  CHECK(s.examples_per_step == Approx(8));
+  const double injected = kProduceMs / (kProduceMs + kComputeMs);
+  CAPTURE(s.to_string());
+  CHECK(s.input_share == Approx(injected).margin(0.1 * injected));
+  CHECK(s.compute_share == Approx(1 - injected).margin(0.1 * injected));
+  const profile::Advice* advice = find_advice(s, "input-bound");
+  REQUIRE(advice != nullptr);
+  CHECK(advice->figure == Approx(s.input_share));
+  CHECK_THAT(advice->message, Catch::Contains("waited for data") && Catch::Contains("prefetch"));
+  CHECK(find_advice(s, "straggler") == nullptr);
+}
+
+TEST_CASE("a slow replica is named as the straggler with the share the others waited",
+          "[cpu][profile]") {
+  // Replica 1 computes 30 ms per step, replica 0 15 ms: it is 100% slower, and replica 0 waits
+  // for it at the all-reduce half of each step.
+  td::MirroredStrategy strategy = td::MirroredStrategy::cpu(2);
+  const profile::Summary s = profile_steps(strategy, 10, [](td::ReplicaContext& ctx) {
+    sleep_ms(ctx.replica_id_in_sync_group() == 1 ? 30 : 15);
+    ctx.all_reduce(td::ReduceOp::kSum, td::Tensor::ones({16}, td::DType::kFloat32));
+  });
+  CAPTURE(s.to_string());
+  REQUIRE(s.steps == 10);
+  const profile::Advice* advice = find_advice(s, "straggler");
+  REQUIRE(advice != nullptr);
+  CHECK_THAT(advice->message, Catch::StartsWith("replica 1 (cpu:1) was"));
+  CHECK(advice->figure == Approx(1.0).margin(0.1));
+  CHECK(s.per_replica[0].comm_wait_ms / s.step_ms_mean == Approx(0.5).margin(0.05));
+  CHECK(s.per_replica[1].comm_wait_ms / s.step_ms_mean < 0.05);
+  CHECK(find_advice(s, "communication-bound") == nullptr);
+}
+
+TEST_CASE("a large model's gradients for a tiny batch on 4 replicas: communication-bound",
+          "[cpu][profile]") {
+  td::MirroredStrategy strategy = td::MirroredStrategy::cpu(4);
+  // 4M float gradients (16 MB) per replica, and a 2x8 by 8x8 product of compute.
+  td::PerReplica<td::Tensor> gradients(
+      std::vector<td::Tensor>(4, td::Tensor::ones({int64_t{1} << 22}, td::DType::kFloat32)));
+  for (int r = 0; r < 4; ++r) gradients.values()[static_cast<size_t>(r)] = gradients.values()[0].clone();
+  const td::Tensor a = td::Tensor::ones({2, 8}, td::DType::kFloat32);
+  const td::Tensor b = td::Tensor::ones({8, 8}, td::DType::kFloat32);
+  profile::Profiler profiler(strategy, {.trace_file = "", .print_summaries = false});
+  for (int i = 0; i < 5; ++i)
+    strategy.run(
+        [&](td::ReplicaContext& ctx, const td::Tensor& g) {
+          (void)td::ops::matmul(a, b);
+          ctx.all_reduce(td::ReduceOp::kSum, g);
+        },
+        gradients);
+  const profile::Summary s = profiler.end_epoch();
+  CAPTURE(s.to_string());
+  const profile::Advice* advice = find_advice(s, "communication-bound");
+  REQUIRE(advice != nullptr);
+  CHECK_THAT(advice->message, Catch::Contains("16.8 MB of gradients per replica") &&
+                                  Catch::Contains("gradient accumulation"));
+  CHECK(s.comm_data_share > 0.2);
+  CHECK(s.per_replica[0].comm_bytes == Approx(4.0 * (1 << 22)));
+}
+
+TEST_CASE("a healthy run gets no advice", "[cpu][profile]") {
+  td::MirroredStrategy strategy = td::MirroredStrategy::cpu(2);
+  const profile::Summary s = profile_steps(strategy, 10, [](td::ReplicaContext& ctx) {
+    sleep_ms(20);
+    ctx.all_reduce(td::ReduceOp::kSum, td::Tensor::ones({16}, td::DType::kFloat32));
+  });
+  CAPTURE(s.to_string());
+  CHECK(s.advice.empty());
+  CHECK(s.compute_share > 0.9);
+  CHECK(s.speedup == Approx(2.0).margin(0.2));
+  CHECK_THAT(s.to_string(), Catch::Contains("advice: none"));
+}
+
+TEST_CASE("the trace follows the Chrome Trace Event Format, a track per replica and communicator",
+          "[cpu][profile]") {
+  const std::filesystem::path dir =
+      std::filesystem::temp_directory_path() / ("tandem_trace_" + std::to_string(::getpid()));
+  const std::string file = (dir / "trace.json").string();
+  constexpr int kSteps = 4;
+  {
+    td::MirroredStrategy strategy = td::MirroredStrategy::cpu(2);
+    const td::Tensor x = td::Tensor::zeros({8 * kSteps, 4}, td::DType::kFloat32);
+    td::data::DistributedDataset batches =
+        strategy.distribute_dataset(td::data::from_tensor_slices({x}).batch(8));
+    profile::Profiler profiler(strategy, {.trace_file = file, .print_summaries = false});
+    for (const auto& batch : batches)
+      strategy.run(
+          [](td::ReplicaContext& ctx, const td::data::Batch&) {
+            ctx.all_reduce(td::ReduceOp::kSum, td::Tensor::ones({16}, td::DType::kFloat32));
+          },
+          batch);
+  }
+  std::ifstream in(file);
+  REQUIRE(in.good());
+  std::stringstream text;
+  text << in.rdbuf();
+  const Json trace = JsonReader::parse(text.str());
+  REQUIRE(trace["traceEvents"].kind == Json::Kind::kArray);
+  CHECK(trace["displayTimeUnit"].string == "ms");
+
+  std::map<int, std::string> track_names;
+  std::map<std::pair<int, std::string>, int> counts;  // (tid, name) -> complete events
+  std::map<int, double> last_ts;
+  for (const Json& e : trace["traceEvents"].array) {
+    const std::string ph = e["ph"].string;
+    REQUIRE(e["pid"].kind == Json::Kind::kNumber);
+    REQUIRE(e["tid"].kind == Json::Kind::kNumber);
+    const int tid = static_cast<int>(e["tid"].number);
+    if (ph == "M") {
+      if (e["name"].string == "thread_name") track_names[tid] = e["args"]["name"].string;
+      continue;
+    }
+    REQUIRE((ph == "X" || ph == "i"));
+    REQUIRE(e["ts"].kind == Json::Kind::kNumber);
+    CHECK(e["cat"].string == "tandem");
+    CHECK(e["ts"].number >= last_ts[tid]);  // monotone per track
+    last_ts[tid] = e["ts"].number;
+    if (ph == "X") {
+      REQUIRE(e["dur"].kind == Json::Kind::kNumber);
+      CHECK(e["dur"].number >= 0);
+      ++counts[{tid, e["name"].string}];
+    } else {
+      CHECK(e["s"].string == "t");
+      CHECK(e["name"].string == "epoch_end");
+    }
+  }
+  // Named tracks: the loop, the input pipeline, each replica and each communicator.
+  std::map<std::string, int> tid_of;
+  for (const auto& [tid, name] : track_names) tid_of[name] = tid;
+  for (const char* name : {"training loop", "input pipeline", "replica 0 (cpu:0)",
+                           "replica 1 (cpu:1)", "communicator 0", "communicator 1"})
+    REQUIRE(tid_of.count(name) == 1);
+  for (const auto& [key, count] : counts) REQUIRE(track_names.count(key.first) == 1);
+  // One event per phase per step: a run on the loop, a task per replica, one all-reduce each
+  // (a wait to open it, the data, a wait to close it); one input wait per step plus the last,
+  // which found the end of the data.
+  CHECK(counts[{tid_of["training loop"], "step"}] == kSteps);
+  CHECK(counts[{tid_of["input pipeline"], "input"}] == kSteps + 1);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(counts[{tid_of["replica " + std::to_string(r) + " (cpu:" + std::to_string(r) + ")"],
+                  "step"}] == kSteps);
+    CHECK(counts[{tid_of["communicator " + std::to_string(r)], "comm_data"}] == kSteps);
+    CHECK(counts[{tid_of["communicator " + std::to_string(r)], "comm_wait"}] == 2 * kSteps);
+  }
+  std::filesystem::remove_all(dir);
+}
+
+TEST_CASE("the optimizer's update is a phase of its own", "[cpu][profile]") {
+  td::OneDeviceStrategy strategy;
+  td::Variable w = td::make_variable("w", td::Tensor::ones({4}));
+  td::optim::SGD sgd;
+  profile::Profiler profiler(strategy, {.trace_file = "", .print_summaries = false});
+  for (int i = 0; i < 3; ++i)
+    strategy.run([&](td::ReplicaContext& ctx) {
+      sgd.apply_gradients(ctx, {td::Tensor::ones({4})}, {w});
+    });
+  const profile::Summary s = profiler.end_epoch();
+  REQUIRE(s.steps == 3);
+  int optimizer_spans = 0;
+  for (const profile::Event& e : profiler.events())
+    optimizer_spans += e.phase == profile::Phase::kOptimizer &&
+                       e.track.kind == profile::TrackKind::kReplica;
+  CHECK(optimizer_spans == 3);
+  CHECK(s.per_replica[0].optimizer_ms > 0);
+  CHECK(s.per_replica[0].compute_ms >= 0);
+}

@@ -1,0 +1,170 @@
+// A strict JSON reader for tests that check what the SDK writes (Chrome traces): values as a
+// tree; anything that is not JSON (trailing commas, bare words, unterminated strings, text
+// after the value) throws std::runtime_error naming the offset.
+#pragma once
+
+#include <cctype>
+#include <cstdlib>
+#include <map>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace tandem::testing {
+
+struct Json {
+  enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = Kind::kNull;
+  bool boolean = false;
+  double number = 0;
+  std::string string;
+  std::vector<Json> array;
+  std::map<std::string, Json> object;
+
+  bool has(const std::string& key) const { return object.count(key) > 0; }
+  const Json& operator[](const std::string& key) const {
+    auto it = object.find(key);
+    if (it == object.end()) throw std::runtime_error("json: no key \"" + key + "\"");
+    return it->second;
+  }
+};
+
+class JsonReader {
+ public:
+  static Json parse(std::string_view text) {
+    JsonReader reader(text);
+    Json value = reader.value();
+    reader.space();
+    if (reader.at_ != text.size()) reader.fail("text after the value");
+    return value;
+  }
+
+ private:
+  explicit JsonReader(std::string_view text) : text_(text) {}
+
+  [[noreturn]] void fail(const std::string& what) const {
+    throw std::runtime_error("json: " + what + " at offset " + std::to_string(at_));
+  }
+  void space() {
+    while (at_ < text_.size() && std::isspace(static_cast<unsigned char>(text_[at_]))) ++at_;
+  }
+  char peek() {
+    space();
+    if (at_ >= text_.size()) fail("unexpected end");
+    return text_[at_];
+  }
+  void expect(char c) {
+    if (peek() != c) fail(std::string("expected '") + c + "'");
+    ++at_;
+  }
+  void word(std::string_view w) {
+    if (text_.substr(at_, w.size()) != w) fail("bad literal");
+    at_ += w.size();
+  }
+
+  std::string string() {
+    expect('"');
+    std::string out;
+    while (true) {
+      if (at_ >= text_.size()) fail("unterminated string");
+      const char c = text_[at_++];
+      if (c == '"') return out;
+      if (static_cast<unsigned char>(c) < 0x20) fail("control character in a string");
+      if (c != '\\') {
+        out += c;
+        continue;
+      }
+      if (at_ >= text_.size()) fail("unterminated escape");
+      const char e = text_[at_++];
+      switch (e) {
+        case '"': case '\\': case '/': out += e; break;
+        case 'b': out += '\b'; break;
+        case 'f': out += '\f'; break;
+        case 'n': out += '\n'; break;
+        case 'r': out += '\r'; break;
+        case 't': out += '\t'; break;
+        case 'u': {
+          if (at_ + 4 > text_.size()) fail("short \\u escape");
+          const std::string hex(text_.substr(at_, 4));
+          at_ += 4;
+          out += static_cast<char>(std::strtol(hex.c_str(), nullptr, 16) & 0x7f);
+          break;
+        }
+        default: fail("bad escape");
+      }
+    }
+  }
+
+  Json value() {
+    Json v;
+    const char c = peek();
+    if (c == '{') {
+      v.kind = Json::Kind::kObject;
+      ++at_;
+      if (peek() == '}') {
+        ++at_;
+        return v;
+      }
+      while (true) {
+        std::string key = string();
+        expect(':');
+        v.object[key] = value();
+        if (peek() == ',') {
+          ++at_;
+          continue;
+        }
+        expect('}');
+        return v;
+      }
+    }
+    if (c == '[') {
+      v.kind = Json::Kind::kArray;
+      ++at_;
+      if (peek() == ']') {
+        ++at_;
+        return v;
+      }
+      while (true) {
+        v.array.push_back(value());
+        if (peek() == ',') {
+          ++at_;
+          continue;
+        }
+        expect(']');
+        return v;
+      }
+    }
+    if (c == '"') {
+      v.kind = Json::Kind::kString;
+      v.string = string();
+      return v;
+    }
+    if (c == 't') return word("true"), v.kind = Json::Kind::kBool, v.boolean = true, v;
+    if (c == 'f') return word("false"), v.kind = Json::Kind::kBool, v;
+    if (c == 'n') return word("null"), v;
+    // A number: -?digits(.digits)?([eE][+-]?digits)?
+    const size_t start = at_;
+    if (text_[at_] == '-') ++at_;
+    auto digits = [&] {
+      const size_t from = at_;
+      while (at_ < text_.size() && std::isdigit(static_cast<unsigned char>(text_[at_]))) ++at_;
+      if (at_ == from) fail("bad number");
+    };
+    digits();
+    if (at_ < text_.size() && text_[at_] == '.') ++at_, digits();
+    if (at_ < text_.size() && (text_[at_] == 'e' || text_[at_] == 'E')) {
+      ++at_;
+      if (at_ < text_.size() && (text_[at_] == '+' || text_[at_] == '-')) ++at_;
+      digits();
+    }
+    v.kind = Json::Kind::kNumber;
+    v.number = std::strtod(std::string(text_.substr(start, at_ - start)).c_str(), nullptr);
+    return v;
+  }
+
+  std::string_view text_;
+  size_t at_ = 0;
+};
+
+}  // namespace tandem::testing
