@@ -120,6 +120,10 @@ Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
       const std::string_view v = value();
       if (v.empty()) bad_value(flag, v, "a file name");
       flags.metrics_json = std::string(v);
+    } else if (flag == "--profile") {
+      const std::string_view v = value();
+      if (v.empty()) bad_value(flag, v, "a file name");
+      flags.profile = std::string(v);
     } else if (flag == "--accumulation-steps") {
       flags.accumulation_steps = parse_int<int>(flag, value(), 1, 1'000'000, "a whole number >= 1");
     } else if (flag == "--max-steps") {
@@ -164,6 +168,10 @@ std::string usage(const SampleInfo& info) {
       << "  --metrics-json FILE       write one JSON object per line per epoch: epoch, loss,\n"
       << "                            train_accuracy, test_accuracy, samples_per_sec, replicas,\n"
       << "                            epoch_seconds (appended to when the run resumes)\n"
+      << "  --profile FILE            record the step timeline: at each epoch's end print where\n"
+      << "                            each replica's time went (input, compute, waiting for\n"
+      << "                            peers, communication, optimizer) with advice; write a\n"
+      << "                            Chrome trace to FILE at the end (TANDEM_PROFILE=FILE too)\n"
       << "  --accumulation-steps N    accumulate the gradients of N steps (micro-batches) and\n"
       << "                            update once with their mean: the effective batch is\n"
       << "                            N x the global batch, with the memory of one step and\n"

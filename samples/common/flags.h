@@ -39,6 +39,9 @@ struct Flags {
   bool fresh = false;
   /// JSON-lines file of per-epoch metrics; empty: none.
   std::string metrics_json;
+  /// Chrome trace of the step timeline, with a breakdown and advice printed at each epoch's end;
+  /// empty: TANDEM_PROFILE's file, or no profiling.
+  std::string profile;
   /// Micro-steps per optimizer update (gradient accumulation); 1: update every step.
   int accumulation_steps = 1;
   /// Cap on training steps per epoch (smoke tests); unset: whole epochs.

@@ -40,6 +40,14 @@ std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags) {
   return strategy;
 }
 
+std::unique_ptr<tandem::profile::Profiler> make_profiler(const Flags& flags,
+                                                         const tandem::Strategy& strategy) {
+  if (flags.profile.empty()) return tandem::profile::Profiler::from_environment(strategy);
+  return std::make_unique<tandem::profile::Profiler>(
+      strategy, tandem::profile::ProfilerOptions{.trace_file = flags.profile,
+                                                 .print_summaries = true});
+}
+
 void print_setup(const SampleInfo& info, const tandem::Strategy& strategy, int64_t global_batch,
                  double learning_rate, int accumulation_steps) {
   const int replicas = strategy.num_replicas_in_sync();

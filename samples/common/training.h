@@ -22,6 +22,11 @@ inline constexpr int64_t kEvalBatch = 1000;
 /// GPU, else TANDEM_CPU_REPLICAS CPU replicas), which logs one line saying which and why.
 std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags);
 
+/// The step-timeline profiler of --profile FILE (else of TANDEM_PROFILE), or null. It must end
+/// before the strategy does.
+std::unique_ptr<tandem::profile::Profiler> make_profiler(const Flags& flags,
+                                                         const tandem::Strategy& strategy);
+
 /// Prints the replicas and their devices, the thread budget, the global batch and the learning
 /// rate on one line; with gradient accumulation (accumulation_steps > 1) a second line gives the
 /// effective batch of one update.

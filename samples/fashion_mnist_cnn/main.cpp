@@ -39,6 +39,8 @@ int train_and_evaluate(const samples::Flags& flags) {
   // --devices, --replicas, or the best for how it was started (mpirun: every process a worker).
   const std::unique_ptr<td::Strategy> strategy_owner = samples::make_strategy(flags);
   td::Strategy& strategy = *strategy_owner;
+  // --profile: where each step's time went, printed at each epoch's end (ends before the strategy).
+  const std::unique_ptr<td::profile::Profiler> profiler = samples::make_profiler(flags, strategy);
   const int num_replicas = strategy.num_replicas_in_sync();
   const int64_t global_batch = flags.per_replica_batch * num_replicas;
   const double learning_rate = flags.scaled_learning_rate(num_replicas);
