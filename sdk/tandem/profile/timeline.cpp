@@ -127,8 +127,9 @@ void add_advice(Summary& s) {
   if (s.input_share >= kInputBound)
     s.advice.push_back({"input-bound",
                         detail::str_cat("replicas waited for data ", percent(s.input_share),
-                                        " of each step: raise prefetch, parallelise map "
-                                        "(num_parallel_calls), or cache the decoded data"),
+                                        " of each step: prefetch more (Dataset::prefetch), "
+                                        "make the map functions cheaper, or decode the data "
+                                        "once before training"),
                         s.input_share});
 
   if (n >= 2) {
