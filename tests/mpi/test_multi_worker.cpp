@@ -10,12 +10,15 @@
 #include <cmath>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <memory>
 #include <optional>
+#include <sstream>
 #include <string>
 #include <vector>
 
 #include "support/compare.h"
+#include "support/json.h"
 #include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/io/internal/hdf5_file.h"
 #include "tandem/tandem.h"
@@ -703,4 +706,49 @@ TEST_CASE("multi-worker fault: a stuck or dead worker", "[.fault]") {
     std::_Exit(3);  // non-zero: mpirun ends the job (and the stuck worker)
   }
   FAIL("the collective with a missing worker returned");
+}
+
+TEST_CASE("multi-worker: the chief's trace holds every worker's timeline, a process each",
+          "[mpi]") {
+  td::Strategy& s = strategy();
+  const std::string dir = shared_temp_dir(s);
+  const std::string file = dir + "/trace.json";
+  constexpr int kSteps = 3;
+  {
+    td::profile::Profiler profiler(s, {.trace_file = file, .print_summaries = false});
+    for (int i = 0; i < kSteps; ++i)
+      s.run([](td::ReplicaContext& ctx) {
+        ctx.all_reduce(td::ReduceOp::kSum, td::Tensor::ones({2000}));
+      });
+    const td::profile::Summary summary = profiler.end_epoch();
+    CHECK(summary.steps == kSteps);
+    CHECK(summary.per_replica.size() == static_cast<size_t>(s.num_local_replicas()));
+    // Each stage counts what this replica passed in: the in-process reduction, with several
+    // local replicas the cross-worker one (replica 0) and the local broadcast.
+    CHECK(summary.per_replica[0].comm_bytes >= 2000 * 4);
+  }  // every worker ends its profiler: the chief gathers the events and writes the file
+  if (s.is_chief()) {
+    std::ifstream in(file);
+    REQUIRE(in.good());
+    std::stringstream text;
+    text << in.rdbuf();
+    const tandem::testing::Json trace = tandem::testing::JsonReader::parse(text.str());
+    std::vector<int> runs(static_cast<size_t>(s.num_workers()), 0);
+    std::vector<std::string> names(static_cast<size_t>(s.num_workers()));
+    for (const tandem::testing::Json& e : trace["traceEvents"].array) {
+      const int pid = static_cast<int>(e["pid"].number);
+      REQUIRE(pid >= 0);
+      REQUIRE(pid < s.num_workers());
+      if (e["ph"].string == "M" && e["name"].string == "process_name")
+        names[static_cast<size_t>(pid)] = e["args"]["name"].string;
+      // The loop's runs (tid 1): one per step in every worker.
+      if (e["ph"].string == "X" && e["name"].string == "step" && e["tid"].number == 1)
+        ++runs[static_cast<size_t>(pid)];
+    }
+    for (int w = 0; w < s.num_workers(); ++w) {
+      CHECK(names[static_cast<size_t>(w)] == "worker " + std::to_string(w));
+      CHECK(runs[static_cast<size_t>(w)] == kSteps);
+    }
+    std::filesystem::remove_all(dir);
+  }
 }
