@@ -24,6 +24,7 @@ Buffer& buffer() {
 }
 
 thread_local Track t_track{};
+std::atomic<const RangeHooks*> g_range_hooks{nullptr};
 
 }  // namespace
 
@@ -62,6 +63,24 @@ void set_epoch_listener(std::function<void()> listener) {
   Buffer& b = buffer();
   std::lock_guard<std::mutex> lock(b.mutex);
   b.epoch_listener = std::move(listener);
+}
+
+void set_range_hooks(const RangeHooks* hooks) {
+  g_range_hooks.store(hooks, std::memory_order_release);
+}
+
+const RangeHooks* range_hooks() { return g_range_hooks.load(std::memory_order_acquire); }
+
+void Span::begin() {
+  // The range is pushed once recording was seen on, and popped by finish() on this thread, so
+  // pushes and pops pair up even if recording stops in between.
+  if (const RangeHooks* hooks = range_hooks()) hooks->push(phase_name(phase_).data());
+  begin_ns_ = now_ns();
+}
+
+void Span::finish() {
+  record({phase_, track_, begin_ns_, now_ns(), bytes_});
+  if (const RangeHooks* hooks = range_hooks()) hooks->pop();
 }
 
 void start_recording() {

@@ -62,16 +62,25 @@ void set_current_track(Track track);
 /// Records a finished span (nothing when recording is off).
 void record(const Event& event);
 
+/// Named ranges opened and closed on the calling thread as spans begin and end while recording
+/// (NVTX with CUDA, so Nsight Systems shows the same phases); null: none.
+struct RangeHooks {
+  void (*push)(const char* name);
+  void (*pop)();
+};
+void set_range_hooks(const RangeHooks* hooks);
+const RangeHooks* range_hooks();
+
 /// Marks `phase` on the calling thread's track (or `track`) from construction to destruction.
 /// Collectives are marked on the communicator track of the calling replica.
 class Span {
  public:
   explicit Span(Phase phase) : Span(phase, current_track()) {}
   Span(Phase phase, Track track) : on_(enabled()), phase_(phase), track_(track) {
-    if (on_) begin_ns_ = now_ns();
+    if (on_) begin();
   }
   ~Span() {
-    if (on_) record({phase_, track_, begin_ns_, now_ns(), bytes_});
+    if (on_) finish();
   }
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;
@@ -80,11 +89,14 @@ class Span {
   void set_bytes(int64_t bytes) { bytes_ = bytes; }
   /// Ends the span now (the destructor then records nothing more).
   void end() {
-    if (on_) record({phase_, track_, begin_ns_, now_ns(), bytes_});
+    if (on_) finish();
     on_ = false;
   }
 
  private:
+  void begin();
+  void finish();
+
   bool on_;
   Phase phase_;
   Track track_;

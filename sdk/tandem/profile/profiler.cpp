@@ -16,6 +16,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/logging.h"
 #include "tandem/distribute/internal/strategy_access.h"
+#include "tandem/tensor/device_runtime.h"
 
 namespace tandem::profile {
 namespace {
@@ -203,6 +204,7 @@ Profiler::Profiler(const Strategy& strategy, ProfilerOptions options) {
   TANDEM_CHECK(!g_profiler_alive.exchange(true), "Profiler: another profiler is recording; end it "
                                                  "before creating a new one");
   impl_ = std::make_unique<Impl>(strategy, std::move(options));
+  install_device_ranges();  // NVTX ranges with CUDA
   start_recording();
   set_epoch_listener([impl = impl_.get()] { impl->summarise_new(take_events()); });
 }

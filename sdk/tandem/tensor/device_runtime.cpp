@@ -1,4 +1,4 @@
-// Device synchronisation, event timing and the TF32 switch. A dispatch point: the CUDA half
+// Device synchronisation, event timing, the TF32 switch and the timeline's NVTX ranges. A dispatch point: the CUDA half
 // exists only when CUDA is built; the CPU half (and a build without CUDA) uses the host.
 #include "tandem/tensor/device_runtime.h"
 
@@ -7,8 +7,11 @@
 #include <string_view>
 
 #include "tandem/core/error.h"
+#include "tandem/core/profile.h"
 
 #if TANDEM_WITH_CUDA
+#include <nvtx3/nvToolsExt.h>
+
 #include "tandem/core/internal/cuda_check.h"
 #include "tandem/core/logging.h"
 #include "tandem/tensor/internal/cuda_context.h"
@@ -34,6 +37,14 @@ std::atomic<bool>& tf32_flag() {
 }
 
 }  // namespace
+
+void install_device_ranges() {
+#if TANDEM_WITH_CUDA
+  static const profile::RangeHooks nvtx{[](const char* name) { nvtxRangePushA(name); },
+                                        [] { nvtxRangePop(); }};
+  profile::set_range_hooks(&nvtx);
+#endif
+}
 
 void synchronize(Device device) {
   if (device.is_cpu()) return;

@@ -13,6 +13,10 @@ namespace tandem {
 /// A no-op for CPU devices.
 void synchronize(Device device);
 
+/// With CUDA built, makes the timeline's spans (core/profile.h) NVTX ranges of the same names
+/// while a profiler records, so Nsight Systems shows them next to the kernels; a no-op otherwise.
+void install_device_ranges();
+
 /// Times the work the calling thread queues on a device between start() and stop(): with a
 /// pair of CUDA events on the thread's current stream for a GPU, with the host clock on CPU.
 class DeviceTimer {
