@@ -3,7 +3,9 @@
 #include "tandem/data/distributed_dataset.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
+#include <utility>
 
 #include "tandem/core/profile.h"
 #include "tandem/data/internal/node.h"
@@ -121,6 +123,7 @@ Dataset auto_shard(const Dataset& dataset, AutoShardPolicy policy, int64_t num_w
 
 struct DistributedDataset::State {
   enum class Mode { kSplitGlobalBatches, kPerReplicaBatches };
+  State(Mode m, Dataset d, int64_t n) : mode(m), dataset(std::move(d)), num_replicas(n) {}
   Mode mode;
   Dataset dataset;
   int64_t num_replicas;
@@ -130,6 +133,13 @@ struct DistributedDataset::State {
   std::vector<Device> devices;       // per replica, when batches go to GPUs; else empty
   std::function<bool(bool)> agree;   // several workers: does any worker still have data?
   bool exhausted = false;            // this worker ran out; others still had data
+  // SplitPolicy::kBySpeed: the strategy's measurements, the run counter when the latest step was
+  // pulled, each replica's smoothed examples per second of compute (0: not measured yet).
+  SplitPolicy split = SplitPolicy::kEven;
+  std::function<ReplicaTimes()> timing;
+  std::optional<uint64_t> pulled_at_run;
+  std::vector<double> speeds;
+  std::vector<int64_t> last_sizes;  // the latest step's split
 };
 
 namespace {
@@ -168,35 +178,91 @@ void check_batched(const Element& batch, const char* who) {
 
 }  // namespace
 
+std::vector<int64_t> proportional_split(int64_t rows, const std::vector<double>& weights) {
+  TANDEM_CHECK(!weights.empty(), "proportional_split: no weights");
+  TANDEM_CHECK(rows >= 0, "proportional_split: rows must be >= 0, got ", rows);
+  double total = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    TANDEM_CHECK(weights[i] > 0 && std::isfinite(weights[i]), "proportional_split: weight ", i,
+                 " is ", weights[i], "; weights must be positive and finite");
+    total += weights[i];
+  }
+  const auto n = static_cast<int64_t>(weights.size());
+  // While there are enough rows, each replica keeps one and the rest is shared out.
+  const int64_t floor_each = rows >= n ? 1 : 0;
+  const int64_t shared = rows - floor_each * n;
+  std::vector<int64_t> sizes(weights.size(), floor_each);
+  std::vector<std::pair<double, size_t>> remainders;
+  int64_t given = 0;
+  for (size_t i = 0; i < weights.size(); ++i) {
+    const double exact = static_cast<double>(shared) * weights[i] / total;
+    const auto whole = static_cast<int64_t>(std::floor(exact));
+    sizes[i] += whole;
+    given += whole;
+    remainders.emplace_back(exact - static_cast<double>(whole), i);
+  }
+  // The rows left by rounding down go to the largest remainders, ties to the lower index.
+  std::stable_sort(remainders.begin(), remainders.end(),
+                   [](const auto& a, const auto& b) { return a.first > b.first; });
+  for (int64_t k = 0; k < shared - given; ++k)
+    ++sizes[remainders[static_cast<size_t>(k) % remainders.size()].second];
+  return sizes;
+}
+
+/// How a global batch of `rows` splits across the replicas this step. Even: sizes differ by at
+/// most one, larger first (7 on 2 -> 4, 3; 1 on 2 -> 1, 0). By speed: the latest measurement, if
+/// it is of the run that consumed this dataset's previous step, updates each replica's smoothed
+/// speed (half the old value, half the new), and once every replica has one the split follows
+/// them.
+std::vector<int64_t> DistributedDataset::split(int64_t rows) {
+  State& s = *state_;
+  const auto n = static_cast<size_t>(s.num_replicas);
+  std::vector<int64_t> even(n);
+  for (size_t r = 0; r < n; ++r)
+    even[r] = rows / s.num_replicas + (static_cast<int64_t>(r) < rows % s.num_replicas ? 1 : 0);
+  if (s.split != SplitPolicy::kBySpeed || !s.timing) return even;
+  const ReplicaTimes latest = s.timing();
+  if (s.pulled_at_run && latest.run == *s.pulled_at_run + 1 &&
+      latest.compute_seconds.size() == n && s.last_sizes.size() == n) {
+    for (size_t r = 0; r < n; ++r) {
+      const double seconds = latest.compute_seconds[r];
+      if (s.last_sizes[r] <= 0 || !(seconds > 0)) continue;  // no examples, nothing learnt
+      const double speed = static_cast<double>(s.last_sizes[r]) / seconds;
+      s.speeds[r] = s.speeds[r] > 0 ? 0.5 * s.speeds[r] + 0.5 * speed : speed;
+    }
+  }
+  s.pulled_at_run = latest.run;
+  for (double speed : s.speeds)
+    if (!(speed > 0)) return even;
+  return proportional_split(rows, s.speeds);
+}
+
 DistributedDataset::DistributedDataset(Dataset dataset, int64_t num_replicas,
                                        DistributeOptions options) {
   TANDEM_CHECK(num_replicas >= 1, "DistributedDataset: num_replicas must be at least 1, got ",
                num_replicas);
   Dataset local =
       auto_shard(dataset, options.auto_shard_policy, options.num_workers, options.worker_index);
-  state_ = std::make_shared<State>(State{
-      State::Mode::kSplitGlobalBatches, std::move(local), num_replicas, 0, {}, {}, {}, {}, false});
+  state_ = std::make_shared<State>(State::Mode::kSplitGlobalBatches, std::move(local), num_replicas);
+  state_->split = options.split;
+  state_->speeds.assign(static_cast<size_t>(num_replicas), 0.0);
 }
 
 DistributedDataset DistributedDataset::from_function(std::function<Dataset(const InputContext&)> fn,
                                                      int64_t num_replicas,
                                                      DistributeOptions options) {
   TANDEM_CHECK(fn != nullptr, "DistributedDataset::from_function: the function is empty");
+  TANDEM_CHECK(options.split == SplitPolicy::kEven,
+               "distribute_datasets_from_function: SplitPolicy::kBySpeed needs a global batch to "
+               "split (distribute_dataset); the function's dataset is batched per replica");
   TANDEM_CHECK(num_replicas >= 1, "DistributedDataset::from_function: num_replicas must be at ",
                "least 1, got ", num_replicas);
   check_workers(options.num_workers, options.worker_index);
   const InputContext context(options.num_workers, options.worker_index,
                              num_replicas * options.num_workers);
   Dataset dataset = fn(context);
-  return DistributedDataset(std::make_shared<State>(State{State::Mode::kPerReplicaBatches,
-                                                          std::move(dataset),
-                                                          num_replicas,
-                                                          0,
-                                                          {},
-                                                          {},
-                                                          {},
-                                                          {},
-                                                          false}));
+  return DistributedDataset(
+      std::make_shared<State>(State::Mode::kPerReplicaBatches, std::move(dataset), num_replicas));
 }
 
 int64_t DistributedDataset::num_replicas() const { return state_->num_replicas; }
@@ -258,6 +324,12 @@ void DistributedDataset::end_epoch() {
   ++s.epoch;
 }
 
+void DistributedDataset::set_replica_timing(std::function<ReplicaTimes()> latest_run) {
+  state_->timing = std::move(latest_run);
+}
+
+std::vector<int64_t> DistributedDataset::last_split() const { return state_->last_sizes; }
+
 void DistributedDataset::set_end_of_data_agreement(std::function<bool(bool)> any_worker_has_data) {
   state_->agree = std::move(any_worker_has_data);
 }
@@ -271,15 +343,13 @@ bool DistributedDataset::pull(std::vector<Batch>& per_replica) {
   if (s.mode == State::Mode::kSplitGlobalBatches) {
     if (!s.iterator->next(element)) return false;
     check_batched(element, "distribute_dataset");
-    // Sizes differ by at most one, larger first: 7 on 2 -> 4, 3; 1 on 2 -> 1, 0.
-    const int64_t rows = element[0].dim(0);
-    const int64_t base = rows / s.num_replicas, extra = rows % s.num_replicas;
+    const std::vector<int64_t> sizes = split(element[0].dim(0));
     int64_t begin = 0;
     for (size_t r = 0; r < replicas; ++r) {
-      const int64_t size = base + (static_cast<int64_t>(r) < extra ? 1 : 0);
-      per_replica[r] = Batch(rows_of(element, begin, size));
-      begin += size;
+      per_replica[r] = Batch(rows_of(element, begin, sizes[r]));
+      begin += sizes[r];
     }
+    s.last_sizes = sizes;
     s.last = std::move(element);
     place(per_replica, s.devices);
     return true;

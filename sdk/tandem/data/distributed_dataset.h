@@ -48,8 +48,35 @@ enum class AutoShardPolicy {
   kAuto,  ///< kFile when the source has at least one file per worker, else kData
 };
 
+/// How distribute_dataset splits each global batch across the local replicas.
+enum class SplitPolicy {
+  /// Sizes differ by at most one, larger first (tf.distribute's split).
+  kEven,
+  /// In proportion to each replica's measured speed (examples per second of compute, the
+  /// replica's task less its time in all-reduces), re-measured every step and smoothed; the
+  /// first step is even. For uneven devices: a slower replica gets fewer examples, so the
+  /// others stop waiting for it. Gradients stay exact: compute_average_loss divides by the
+  /// global batch, not by the replica's share. With several workers, each worker balances its
+  /// own replicas; every worker still reads global_batch / workers examples per step.
+  kBySpeed,
+};
+
+/// What a strategy measured of its latest run: the run's number and each local replica's
+/// seconds of compute in it.
+struct ReplicaTimes {
+  uint64_t run = 0;
+  std::vector<double> compute_seconds;
+};
+
+/// `rows` split into one size per weight, in proportion to the weights, by largest remainder
+/// (ties to the lower index): the sizes add up to `rows`, and each is at least 1 while `rows` is
+/// at least the number of weights. Raises unless every weight is positive and finite.
+std::vector<int64_t> proportional_split(int64_t rows, const std::vector<double>& weights);
+
 struct DistributeOptions {
   AutoShardPolicy auto_shard_policy = AutoShardPolicy::kAuto;
+  /// Even, or in proportion to the replicas' speed (distribute_dataset only).
+  SplitPolicy split = SplitPolicy::kEven;
   /// Workers (processes) reading this input, and this worker's index; set by the
   /// multi-worker strategy.
   int64_t num_workers = 1;
@@ -102,6 +129,13 @@ class DistributedDataset {
   std::vector<Batch> empty_batches() const;
   /// The epoch the next (or current) step belongs to.
   uint64_t epoch() const;
+  /// With SplitPolicy::kBySpeed, how the dataset learns the replicas' speed: `latest_run`
+  /// returns what the strategy measured of its latest run (strategy.distribute_dataset installs
+  /// it). A measurement counts when it is of the run right after this dataset's previous step,
+  /// so steps of other datasets in between (evaluation) do not mislead it.
+  void set_replica_timing(std::function<ReplicaTimes()> latest_run);
+  /// The sizes the latest step's batch was split into, one per replica.
+  std::vector<int64_t> last_split() const;
 
   /// The position: epoch, and within it the underlying iterator's state. Independent of
   /// the replica count for a split (global-batch) dataset.
@@ -132,6 +166,8 @@ class DistributedDataset {
 
  private:
   struct State;
+  /// The sizes this step's global batch of `rows` is split into (DistributeOptions::split).
+  std::vector<int64_t> split(int64_t rows);
   /// next() without its timeline span.
   bool next_step(std::vector<Batch>& per_replica);
   /// The next step's batches from this worker's input; false when it has none left.

@@ -50,6 +50,8 @@ ReplicaThreads::ReplicaThreads(Options options)
   worker_spin_ = num_replicas_ < hardware_cores() ? SpinPolicy::kPause : SpinPolicy::kYield;
   errors_.assign(static_cast<size_t>(num_replicas_), nullptr);
   finished_.assign(static_cast<size_t>(num_replicas_), 0);
+  task_seconds_.assign(static_cast<size_t>(num_replicas_), 0.0);
+  compute_seconds_.assign(static_cast<size_t>(num_replicas_), 0.0);
   run_start_.resize(static_cast<size_t>(num_replicas_));
   run_end_.resize(static_cast<size_t>(num_replicas_));
   if (options_.on_calling_thread) return;
@@ -115,6 +117,7 @@ void ReplicaThreads::thread_main(int id) {
   t_thread_of = this;
   profile::set_current_track({profile::TrackKind::kReplica, id});
   ReplicaContext& ctx = *options_.contexts[static_cast<size_t>(id)];
+  const collectives::Communicator& communicator = *options_.communicators[static_cast<size_t>(id)];
   set_current_replica_context(&ctx);
 
   uint64_t seen = 0;
@@ -140,8 +143,17 @@ void ReplicaThreads::thread_main(int id) {
         // thread starts is created with its mode and parallel loops pass it on.
         const ScopedFloatMode float_mode;
         run_start_[static_cast<size_t>(id)].wait();
+        const double collective_seconds_before = communicator.stats().all_reduce_seconds;
         const profile::Span step(profile::Phase::kStep);
+        const int64_t start_ns = profile::now_ns();
         task.call(task.object, ctx);
+        // Each thread writes its own slot; run() returns (and readers read) after the decrement.
+        task_seconds_[static_cast<size_t>(id)] =
+            static_cast<double>(profile::now_ns() - start_ns) * 1e-9;
+        const double in_collectives = communicator.stats().all_reduce_seconds;
+        compute_seconds_[static_cast<size_t>(id)] =
+            std::max(0.0, task_seconds_[static_cast<size_t>(id)] -
+                              (in_collectives - collective_seconds_before));
         run_end_[static_cast<size_t>(id)].record(ctx.device());
       } catch (...) {
         error = std::current_exception();

@@ -109,6 +109,7 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
                            impl.devices[static_cast<size_t>(r)], &impl.collectives->communicator(r),
                            &impl.collectives->local_group().communicator(r), &impl.merge)));
     threads.contexts.push_back(impl.contexts.back().get());
+    threads.communicators.push_back(&impl.collectives->communicator(r));
   }
   threads.name = impl.name;
   threads.devices = impl.devices;
@@ -210,6 +211,13 @@ data::DistributedDataset Strategy::distribute_dataset(const data::Dataset& datas
   data::DistributedDataset distributed(dataset, impl_->num_replicas(), options);
   distributed.set_devices(impl_->devices);
   install_end_of_data_agreement(distributed);
+  if (options.split == data::SplitPolicy::kBySpeed) {
+    // The replica threads' timing of the latest run (read between runs, on the loop's thread).
+    const detail::ReplicaThreads* replicas = impl_->replicas.get();
+    distributed.set_replica_timing([replicas] {
+      return data::ReplicaTimes{replicas->runs(), replicas->compute_seconds()};
+    });
+  }
   return distributed;
 }
 
