@@ -126,6 +126,17 @@ void one_hot(const L* labels, int64_t n, int64_t depth, T* y, cudaStream_t strea
 /// Copies n bytes between device buffers, ordered on `stream` (concat, clone in op bodies).
 void copy(void* dst, const void* src, size_t n, cudaStream_t stream);
 
+// ---- the dense layer's forward through cuBLASLt (ops/cuda/dense.cpp) ------------------------
+
+/// y[m, n] = act(x[m, k] kernel[k, n] + bias[n]), row-major, with the bias (null: none) and
+/// the ReLU (`relu`) optional. float32 is one cublasLtMatmul whose epilogue adds the bias and
+/// applies the ReLU, in the math mode gemm uses (full float32 unless TF32 is allowed); float64,
+/// and a float32 case cuBLASLt has no algorithm for, is gemm followed by the bias and the ReLU
+/// in place on y.
+template <typename T>
+void dense_forward(int64_t m, int64_t n, int64_t k, const T* x, const T* kernel, const T* bias,
+                   bool relu, T* y, cudaStream_t stream);
+
 // ---- GEMM through cuBLAS (ops/cuda/gemm.cpp) ----------------------------------------------
 
 /// C = alpha * op(A) @ op(B) + beta * C, row-major, with op(A) [m, k] and op(B) [k, n], as
