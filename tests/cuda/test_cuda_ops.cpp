@@ -456,6 +456,37 @@ TEST_CASE("matmul in every transpose combination, forward and backward", "[cuda]
   }
 }
 
+TEST_CASE("dense (cuBLASLt epilogues for float32) matches the CPU, forward and backward",
+          "[cuda]") {
+  TANDEM_REQUIRE_GPU();
+  struct Case {
+    int64_t m, k, n;
+  };
+  // Odd sizes (rows and bias at unusual alignments), a layer of the sample MLP, one output
+  // column, and an empty inner dimension (the output is act(bias)).
+  for (const Case c : {Case{37, 53, 29}, Case{64, 784, 256}, Case{3, 7, 1}, Case{5, 0, 3}}) {
+    for (DType dtype : kFloating) {
+      for (bool with_bias : {false, true}) {
+        for (ops::FusedActivation activation :
+             {ops::FusedActivation::kLinear, ops::FusedActivation::kRelu}) {
+          INFO("m " << c.m << ", k " << c.k << ", n " << c.n << ", " << dtype
+                    << (with_bias ? ", bias" : "")
+                    << (activation == ops::FusedActivation::kRelu ? ", relu" : ""));
+          std::vector<Tensor> inputs{random({c.m, c.k}, 120, dtype),
+                                     random({c.k, c.n}, 121, dtype)};
+          if (with_bias) inputs.push_back(random({c.n}, 122, dtype));
+          check_op(
+              "dense",
+              [=](const auto& v) {
+                return ops::dense(v[0], v[1], with_bias ? v[2] : Tensor(), activation);
+              },
+              inputs, /*backward=*/c.k > 0);
+        }
+      }
+    }
+  }
+}
+
 TEST_CASE("a 1024^3 float32 GEMM matches the CPU (TF32 off)", "[cuda]") {
   TANDEM_REQUIRE_GPU();
   REQUIRE_FALSE(cuda::allow_tf32());

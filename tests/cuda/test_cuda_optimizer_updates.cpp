@@ -1,13 +1,15 @@
 // [cuda] tests of the fused optimizer updates (ops/optimizer_updates.h): the CUDA kernel against
 // the CPU loop for SGD, momentum, Nesterov, Adam and AdamW over several steps, float32 and
-// float64, directly and through the optimizers on GPU variables. Without a GPU each test WARNs
-// why it was skipped and passes.
+// float64, directly and through the optimizers on GPU variables; the batched forms over
+// variables of many sizes, and one multi-tensor launch per optimizer step. Without a GPU each
+// test WARNs why it was skipped and passes.
 #include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <string>
 #include <vector>
 
+#include "tandem/ops/internal/update_launches.h"
 #include "tandem/tandem.h"
 #include "tandem/tensor/device_runtime.h"
 
@@ -115,4 +117,133 @@ TEST_CASE("Adam on GPU variables matches Adam on CPU variables", "[cuda][optim][
   CHECK(max_relative_difference(gpu_opt.slot(gpu_vars[0], "v").value(),
                                 cpu_opt.slot(cpu_vars[0], "v").value()) <= kTolerance);
   CHECK(max_relative_difference(cpu_vars[0].value(), w0) > 0.0);
+}
+
+namespace {
+
+/// Variables of many sizes in one batch: empty, one element, odd, and around the 65536-element
+/// chunk a block of the multi-tensor kernel updates (one chunk exactly, one element more, and
+/// several chunks with a partial last one).
+const std::vector<Shape> kBatchShapes{Shape{0},     Shape{1},     Shape{7},
+                                      Shape{65536}, Shape{65537}, Shape{3, 70001}};
+
+/// Uniform tensors of kBatchShapes, each on the CPU and on the GPU.
+std::vector<Pair> random_batch(Generator& generator, DType dtype, double low, double high) {
+  std::vector<Pair> out;
+  for (const Shape& shape : kBatchShapes)
+    out.push_back(pair(Tensor::uniform(shape, generator, low, high, dtype)));
+  return out;
+}
+
+std::vector<Pair> zeros_batch(DType dtype) {
+  std::vector<Pair> out;
+  for (const Shape& shape : kBatchShapes) out.push_back(pair(Tensor::zeros(shape, dtype)));
+  return out;
+}
+
+/// The CPU or the GPU half of each pair (handles sharing their storage).
+std::vector<Tensor> side(const std::vector<Pair>& pairs, bool gpu) {
+  std::vector<Tensor> out;
+  for (const Pair& p : pairs) out.push_back(gpu ? p.gpu : p.cpu);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("CUDA multi-tensor updates match the CPU over a batch of sizes", "[cuda][optim][fused]") {
+  TANDEM_REQUIRE_GPU();
+  enum class Kind { kSgd, kMomentum, kNesterov, kAdam, kAdamW };
+  for (DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    for (Kind kind : {Kind::kSgd, Kind::kMomentum, Kind::kNesterov, Kind::kAdam, Kind::kAdamW}) {
+      INFO(dtype << ", optimizer " << static_cast<int>(kind));
+      Generator generator(/*seed=*/13);
+      const std::vector<Pair> w = random_batch(generator, dtype, -1.0, 1.0);
+      const std::vector<Pair> m = zeros_batch(dtype), v = zeros_batch(dtype);
+      std::vector<Tensor> initial;
+      for (const Pair& p : w) initial.push_back(p.cpu.clone());
+      for (int step = 1; step <= 4; ++step) {
+        const std::vector<Pair> g = random_batch(generator, dtype, -1.0, 1.0);
+        const ops::AdamStep adam{
+            .alpha = 1e-2 * std::sqrt(1.0 - std::pow(0.999, step)) / (1.0 - std::pow(0.9, step)),
+            .one_minus_beta_1 = 0.1,
+            .one_minus_beta_2 = 1e-3,
+            .epsilon = 1e-7,
+            .weight_decay = kind == Kind::kAdamW ? 0.05 : 0.0,
+            .learning_rate = 1e-2};
+        for (bool gpu : {false, true}) {
+          std::vector<Tensor> ws = side(w, gpu), ms = side(m, gpu), vs = side(v, gpu);
+          const std::vector<Tensor> gs = side(g, gpu);
+          switch (kind) {
+            case Kind::kSgd:
+              ops::sgd_update_(ws, gs, 0.1);
+              break;
+            case Kind::kMomentum:
+            case Kind::kNesterov:
+              ops::sgd_momentum_update_(ws, gs, ms, 0.1, 0.9, kind == Kind::kNesterov);
+              break;
+            case Kind::kAdam:
+            case Kind::kAdamW:
+              ops::adam_update_(ws, gs, ms, vs, adam);
+              break;
+          }
+        }
+        for (size_t i = 0; i < kBatchShapes.size(); ++i) {
+          INFO("step " << step << ", variable " << kBatchShapes[i]);
+          CHECK(max_relative_difference(w[i].gpu, w[i].cpu) <= kTolerance);
+          CHECK(max_relative_difference(m[i].gpu, m[i].cpu) <= kTolerance);
+          CHECK(max_relative_difference(v[i].gpu, v[i].cpu) <= kTolerance);
+        }
+      }
+      for (size_t i = 1; i < kBatchShapes.size(); ++i)
+        CHECK(max_relative_difference(w[i].cpu, initial[i]) > 0.0);
+    }
+  }
+}
+
+TEST_CASE("One optimizer step on GPU variables is one update launch", "[cuda][optim][fused]") {
+  TANDEM_REQUIRE_GPU();
+  Generator generator(/*seed=*/17);
+  // An MLP's kernels and biases, and one variable without elements.
+  const std::vector<Shape> shapes{Shape{784, 256}, Shape{256}, Shape{256, 128}, Shape{128},
+                                  Shape{128, 10},  Shape{10},  Shape{0}};
+  auto make = [&] {
+    std::vector<Variable> vars;
+    for (size_t i = 0; i < shapes.size(); ++i) {
+      vars.push_back(Variable(std::string("w").append(std::to_string(i)),
+                              Tensor::uniform(shapes[i], generator, -1.0, 1.0).to(kGpu)));
+    }
+    return vars;
+  };
+  auto gradients = [&] {
+    std::vector<Tensor> grads;
+    for (const Shape& shape : shapes)
+      grads.push_back(Tensor::uniform(shape, generator, -1.0, 1.0).to(kGpu));
+    return grads;
+  };
+  auto launches_of = [&](optim::Optimizer& optimizer, std::vector<Variable>& vars) {
+    const std::vector<Tensor> grads = gradients();
+    const uint64_t before = ops::internal::optimizer_update_launches();
+    optimizer.apply_gradients(grads, vars);
+    return ops::internal::optimizer_update_launches() - before;
+  };
+
+  std::vector<Variable> sgd_vars = make(), momentum_vars = make(), adam_vars = make(),
+                        adamw_vars = make(), accumulated_vars = make();
+  optim::SGD sgd({.learning_rate = 0.1});
+  optim::SGD momentum({.learning_rate = 0.1, .momentum = 0.9, .nesterov = true});
+  optim::Adam adam({.learning_rate = 1e-3});
+  optim::AdamW adamw({.learning_rate = 1e-3, .global_clipnorm = 1.0});
+  optim::Adam accumulated({.learning_rate = 1e-3, .gradient_accumulation_steps = 2});
+  for (int step = 0; step < 2; ++step) {
+    INFO("step " << step + 1);
+    CHECK(launches_of(sgd, sgd_vars) == 1);
+    CHECK(launches_of(momentum, momentum_vars) == 1);
+    CHECK(launches_of(adam, adam_vars) == 1);
+    CHECK(launches_of(adamw, adamw_vars) == 1);
+    // Accumulation: the first micro-step only adds, the second updates in one launch.
+    CHECK(launches_of(accumulated, accumulated_vars) == 0);
+    CHECK(launches_of(accumulated, accumulated_vars) == 1);
+  }
+  CHECK(adam.iterations() == 2);
+  CHECK(accumulated.iterations() == 2);
 }

@@ -8,6 +8,7 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -71,15 +72,26 @@ void reference_adam_step(const td::Tensor& gradient, td::Tensor& variable,
   ops::add_(variable, ops::div(ops::mul(m, alpha), ops::add(ops::sqrt(v), h.epsilon)), -1.0);
 }
 
+/// The slots of variable i (handles sharing storage with the optimizer's slots).
+std::vector<td::Tensor> slots_of(const std::vector<std::vector<td::Tensor>>& slots, size_t i) {
+  std::vector<td::Tensor> own;
+  for (const std::vector<td::Tensor>& kind : slots) own.push_back(kind[i]);
+  return own;
+}
+
 class ReferenceSgd final : public optim::SGD {
  public:
   explicit ReferenceSgd(Options options) : SGD(std::move(options)) {}
 
  protected:
-  void update_step(const td::Tensor& gradient, td::Tensor& variable, std::vector<td::Tensor>& slots,
-                   double learning_rate, int64_t) override {
-    reference_sgd_step(gradient, variable, slots, learning_rate, options().momentum,
-                       options().nesterov);
+  void update_step(std::span<const td::Tensor> gradients, std::span<td::Tensor> variables,
+                   std::vector<std::vector<td::Tensor>>& slots, double learning_rate,
+                   int64_t) override {
+    for (size_t i = 0; i < variables.size(); ++i) {
+      std::vector<td::Tensor> own = slots_of(slots, i);
+      reference_sgd_step(gradients[i], variables[i], own, learning_rate, options().momentum,
+                         options().nesterov);
+    }
   }
 };
 
@@ -89,9 +101,13 @@ class ReferenceAdam final : public optim::Adam {
       : Adam(options), hyper_{options.beta_1, options.beta_2, options.epsilon, 0.0} {}
 
  protected:
-  void update_step(const td::Tensor& gradient, td::Tensor& variable, std::vector<td::Tensor>& slots,
-                   double learning_rate, int64_t step) override {
-    reference_adam_step(gradient, variable, slots, learning_rate, step, hyper_);
+  void update_step(std::span<const td::Tensor> gradients, std::span<td::Tensor> variables,
+                   std::vector<std::vector<td::Tensor>>& slots, double learning_rate,
+                   int64_t step) override {
+    for (size_t i = 0; i < variables.size(); ++i) {
+      std::vector<td::Tensor> own = slots_of(slots, i);
+      reference_adam_step(gradients[i], variables[i], own, learning_rate, step, hyper_);
+    }
   }
 
  private:
@@ -105,9 +121,13 @@ class ReferenceAdamW final : public optim::AdamW {
         hyper_{options.beta_1, options.beta_2, options.epsilon, options.weight_decay} {}
 
  protected:
-  void update_step(const td::Tensor& gradient, td::Tensor& variable, std::vector<td::Tensor>& slots,
-                   double learning_rate, int64_t step) override {
-    reference_adam_step(gradient, variable, slots, learning_rate, step, hyper_);
+  void update_step(std::span<const td::Tensor> gradients, std::span<td::Tensor> variables,
+                   std::vector<std::vector<td::Tensor>>& slots, double learning_rate,
+                   int64_t step) override {
+    for (size_t i = 0; i < variables.size(); ++i) {
+      std::vector<td::Tensor> own = slots_of(slots, i);
+      reference_adam_step(gradients[i], variables[i], own, learning_rate, step, hyper_);
+    }
   }
 
  private:
@@ -254,6 +274,75 @@ TEST_CASE("Fused Adam and AdamW equal the separate ops bit for bit", "[cpu][opti
   }
 }
 
+TEST_CASE("Batched fused updates equal the single-variable updates bit for bit",
+          "[cpu][optim][fused]") {
+  // Mixed sizes (empty, one element, odd, split across threads) and both float dtypes in one
+  // call: the batched form must give each variable exactly its single-variable update.
+  struct Spec {
+    td::Shape shape;
+    td::DType dtype;
+  };
+  const std::vector<Spec> specs{{td::Shape{0}, td::DType::kFloat32},
+                                {td::Shape{1}, td::DType::kFloat32},
+                                {td::Shape{31, 9}, td::DType::kFloat64},
+                                {td::Shape{257, 513}, td::DType::kFloat32},
+                                {td::Shape{5}, td::DType::kFloat64}};
+  const size_t n = specs.size();
+  td::Generator generator(/*seed=*/21);
+  auto randoms = [&] {
+    std::vector<td::Tensor> out;
+    for (const Spec& s : specs)
+      out.push_back(td::Tensor::uniform(s.shape, generator, -1.0, 1.0, s.dtype));
+    return out;
+  };
+  auto clones = [](const std::vector<td::Tensor>& ts) {
+    std::vector<td::Tensor> out;
+    for (const td::Tensor& t : ts) out.push_back(t.clone());
+    return out;
+  };
+  // Batched (b_) and single (s_) copies of every variable and slot.
+  std::vector<td::Tensor> b_sgd = randoms(), b_mom = randoms(), b_nes = randoms(),
+                          b_adam = randoms(), b_vel = randoms(), b_nvel = randoms(),
+                          b_m = randoms(), b_v = clones(randoms());
+  for (td::Tensor& v : b_v) v = ops::abs(v);  // a second moment is not negative
+  std::vector<td::Tensor> s_sgd = clones(b_sgd), s_mom = clones(b_mom), s_nes = clones(b_nes),
+                          s_adam = clones(b_adam), s_vel = clones(b_vel), s_nvel = clones(b_nvel),
+                          s_m = clones(b_m), s_v = clones(b_v);
+  const std::vector<td::Tensor> initial_adam = clones(b_adam);
+  const ops::AdamStep adamw{.alpha = 1e-2,
+                            .one_minus_beta_1 = 0.1,
+                            .one_minus_beta_2 = 1e-3,
+                            .epsilon = 1e-7,
+                            .weight_decay = 0.05,
+                            .learning_rate = 1e-2};
+  for (int step = 0; step < 3; ++step) {
+    const std::vector<td::Tensor> g = randoms();
+    ops::sgd_update_(b_sgd, g, 0.1);
+    ops::sgd_momentum_update_(b_mom, g, b_vel, 0.1, 0.9, /*nesterov=*/false);
+    ops::sgd_momentum_update_(b_nes, g, b_nvel, 0.1, 0.9, /*nesterov=*/true);
+    ops::adam_update_(b_adam, g, b_m, b_v, adamw);
+    for (size_t i = 0; i < n; ++i) {
+      ops::sgd_update_(s_sgd[i], g[i], 0.1);
+      ops::sgd_momentum_update_(s_mom[i], g[i], s_vel[i], 0.1, 0.9, /*nesterov=*/false);
+      ops::sgd_momentum_update_(s_nes[i], g[i], s_nvel[i], 0.1, 0.9, /*nesterov=*/true);
+      ops::adam_update_(s_adam[i], g[i], s_m[i], s_v[i], adamw);
+    }
+    for (size_t i = 0; i < n; ++i) {
+      INFO("step " << step + 1 << ", variable " << i << " " << specs[i].shape << " "
+                   << specs[i].dtype);
+      CHECK(bitwise_equal(b_sgd[i], s_sgd[i]));
+      CHECK(bitwise_equal(b_mom[i], s_mom[i]));
+      CHECK(bitwise_equal(b_vel[i], s_vel[i]));
+      CHECK(bitwise_equal(b_nes[i], s_nes[i]));
+      CHECK(bitwise_equal(b_nvel[i], s_nvel[i]));
+      CHECK(bitwise_equal(b_adam[i], s_adam[i]));
+      CHECK(bitwise_equal(b_m[i], s_m[i]));
+      CHECK(bitwise_equal(b_v[i], s_v[i]));
+    }
+  }
+  for (size_t i = 1; i < n; ++i) CHECK(count_different(b_adam[i], initial_adam[i]) > 0);
+}
+
 TEST_CASE("Fused updates work in place and allocate nothing", "[cpu][optim][fused]") {
   td::Generator generator(/*seed=*/3);
   const td::Shape shape{257, 513};
@@ -318,4 +407,16 @@ TEST_CASE("Fused updates name the argument that does not match", "[cpu][optim][f
                     Contains("gradient is an undefined tensor"));
   CHECK_THROWS_WITH(ops::adam_update_(w, g, m, v, {.alpha = 1e-3, .weight_decay = -1.0}),
                     Contains("weight_decay must be >= 0, got -1"));
+
+  // The batched forms count their arguments and say which variable is wrong.
+  std::vector<td::Tensor> ws{w, td::Tensor::zeros(td::Shape{2})};
+  std::vector<td::Tensor> gs{g, td::Tensor::zeros(td::Shape{3})};
+  std::vector<td::Tensor> ms_short{m};
+  CHECK_THROWS_WITH(ops::sgd_update_(ws, gs, 0.1),
+                    Contains("gradient has shape [3]") && Contains("(variable 1 of 2)"));
+  CHECK_THROWS_WITH(ops::sgd_update_(ws, std::vector<td::Tensor>{g}, 0.1),
+                    Contains("2 variables but 1 gradients"));
+  CHECK_THROWS_WITH(
+      ops::sgd_momentum_update_(ws, std::vector<td::Tensor>{g, g}, ms_short, 0.1, 0.9, false),
+      Contains("2 variables but 1 of the velocity slots"));
 }

@@ -92,11 +92,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
 enum class FusedActivation { kLinear, kRelu };
 /// act(x @ kernel + bias): x [M, K], kernel [K, N], bias [N] (undefined: no bias) -> [M, N].
 /// One pass over the output: on the CPU, float32 is one oneDNN matmul whose bias and ReLU are
-/// applied to the accumulator. Its backward masks the output gradient and sums the bias
-/// gradient in one pass, then runs the kernel GEMM, and the input GEMM only when a tape
-/// tracked x when the op ran (a first layer's input needs none). float64 equals
-/// relu(add(matmul(x, kernel), bias)) bitwise; float32 may differ in the last bits, as oneDNN's
-/// matmul kernel sums the products in another order than matmul's.
+/// applied to the accumulator; on CUDA, one cuBLASLt matmul with a bias and ReLU epilogue. Its
+/// backward masks the output gradient and sums the bias gradient in one pass, then runs the
+/// kernel GEMM, and the input GEMM only when a tape tracked x when the op ran (a first layer's
+/// input needs none). float64 equals relu(add(matmul(x, kernel), bias)) bitwise; float32 may
+/// differ in the last bits, as oneDNN's (or cuBLASLt's) matmul kernel sums the products in
+/// another order than matmul's.
 Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(),
              FusedActivation activation = FusedActivation::kLinear);
 

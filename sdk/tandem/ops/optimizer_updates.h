@@ -1,8 +1,11 @@
 // Fused optimizer updates: SGD (plain, momentum, Nesterov) and Adam/AdamW, each one pass over a
 // variable that reads and writes it and its slots once, in place, with no temporary tensor. The
 // results are bit for bit those of the same update written with the separate ops of ops.h (the
-// Keras operation order the optimizers of optim/ follow). Not recorded on tapes.
+// Keras operation order the optimizers of optim/ follow). Not recorded on tapes. The batched
+// forms update all variables of an optimizer step at once: on CUDA in one multi-tensor launch.
 #pragma once
+
+#include <span>
 
 #include "tandem/tensor/tensor.h"
 
@@ -39,5 +42,19 @@ struct AdamStep {
 /// after AdamW's weight decay when step.weight_decay > 0.
 void adam_update_(Tensor& variable, const Tensor& gradient, Tensor& m, Tensor& v,
                   const AdamStep& step);
+
+// Batched forms: element i of every span belongs to variables[i], the spans have one length,
+// and each variable's tensors follow the rules above (variables may differ in shape, dtype and
+// device). The result is that of the single-variable form called on each variable. On the CPU
+// the variables are updated one after the other; on CUDA the variables of one dtype and GPU
+// are updated by one kernel launch (one per 64 variables).
+
+void sgd_update_(std::span<Tensor> variables, std::span<const Tensor> gradients,
+                 double learning_rate);
+void sgd_momentum_update_(std::span<Tensor> variables, std::span<const Tensor> gradients,
+                          std::span<Tensor> velocities, double learning_rate, double momentum,
+                          bool nesterov);
+void adam_update_(std::span<Tensor> variables, std::span<const Tensor> gradients,
+                  std::span<Tensor> m, std::span<Tensor> v, const AdamStep& step);
 
 }  // namespace tandem::ops

@@ -1,5 +1,6 @@
 // Adam/AdamW update step (keras/src/optimizers/adam.py and base_optimizer's
-// _apply_weight_decay, same float operation order), one fused pass per variable.
+// _apply_weight_decay, same float operation order), one fused pass per variable, all variables
+// of a dtype in one batched call.
 #include "tandem/optim/adam.h"
 
 #include <cmath>
@@ -44,14 +45,16 @@ Adam::Adam(std::string name, Options options, double weight_decay)
                weight_decay);
 }
 
-void Adam::update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
-                       double learning_rate, int64_t step) {
+void Adam::update_step(std::span<const Tensor> gradients, std::span<Tensor> variables,
+                       std::vector<std::vector<Tensor>>& slots, double learning_rate,
+                       int64_t step) {
   TANDEM_CHECK(slots.size() == 2, name(), ": expected the 2 slots m and v, got ", slots.size());
-  // Scalars in the variable's precision, as Keras computes them on tensors of that dtype:
-  // beta^t = pow(beta, t); (1 - beta) is the Python double rounded once.
+  if (variables.empty()) return;
+  // Scalars in the variables' precision (one dtype per call), as Keras computes them on
+  // tensors of that dtype: beta^t = pow(beta, t); (1 - beta) is the Python double rounded once.
   ops::AdamStep scalars{
       .epsilon = options_.epsilon, .weight_decay = weight_decay_, .learning_rate = learning_rate};
-  dispatch_floating(variable.dtype(), name(), [&]<typename T>() {
+  dispatch_floating(variables[0].dtype(), name(), [&]<typename T>() {
     const T lr = static_cast<T>(learning_rate);
     const T t = static_cast<T>(step);
     const T beta_1_power = std::pow(static_cast<T>(options_.beta_1), t);
@@ -63,7 +66,7 @@ void Adam::update_step(const Tensor& gradient, Tensor& variable, std::vector<Ten
   });
   // One pass: AdamW's w -= (w * weight_decay) * lr (on the weights before this step), then
   // m += (g - m) * (1 - beta_1); v += (g^2 - v) * (1 - beta_2); w -= m * alpha / (sqrt(v) + eps).
-  ops::adam_update_(variable, gradient, slots[0], slots[1], scalars);
+  ops::adam_update_(variables, gradients, slots[0], slots[1], scalars);
 }
 
 std::string Adam::config_json() const {

@@ -31,8 +31,9 @@ class Adam : public Optimizer {
  protected:
   /// AdamW's constructor: the same update after a decoupled weight decay.
   Adam(std::string name, Options options, double weight_decay);
-  void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
-                   double learning_rate, int64_t step) override;
+  void update_step(std::span<const Tensor> gradients, std::span<Tensor> variables,
+                   std::vector<std::vector<Tensor>>& slots, double learning_rate,
+                   int64_t step) override;
 
  private:
   Options options_;

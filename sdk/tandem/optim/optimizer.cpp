@@ -3,6 +3,9 @@
 // across the replicas (through GradientSync) before the same update.
 #include "tandem/optim/optimizer.h"
 
+#include <algorithm>
+#include <iterator>
+
 #include "tandem/autograd/tape.h"
 #include "tandem/core/check_numerics.h"
 #include "tandem/core/error.h"
@@ -200,17 +203,36 @@ void Optimizer::apply_update(const std::vector<Tensor>& gradients,
 
   const int64_t done = iterations();
   const double rate = learning_rate_(done);
+  // The variables with a gradient, one group per dtype (the update's scalars are rounded to
+  // it), each group updated by one update_step call.
+  struct Group {
+    std::vector<Tensor> gradients, values;
+    std::vector<std::vector<Tensor>> slots;
+  };
+  std::vector<std::pair<DType, Group>> groups;
   for (size_t i = 0; i < variables.size(); ++i) {
     if (!grads[i].defined()) continue;
     Entry& entry = entry_for(variables[i]);
     Tensor value = variables[i].value_untracked();
-    std::vector<Tensor> slots;
-    slots.reserve(entry.slots.size());
-    for (const Variable& s : entry.slots) slots.push_back(s.value_untracked());
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& g) { return g.first == value.dtype(); });
+    if (it == groups.end()) {
+      Group group;
+      group.slots.resize(entry.slots.size());
+      groups.emplace_back(value.dtype(), std::move(group));
+      it = std::prev(groups.end());
+    }
+    Group& group = it->second;
+    group.gradients.push_back(grads[i]);
+    group.values.push_back(std::move(value));
+    for (size_t k = 0; k < entry.slots.size(); ++k)
+      group.slots[k].push_back(entry.slots[k].value_untracked());
+  }
+  for (auto& [dtype, group] : groups) {
     // Keras casts the (float32) learning rate to the variable's dtype.
     const double lr =
-        value.dtype() == DType::kFloat32 ? static_cast<double>(static_cast<float>(rate)) : rate;
-    update_step(grads[i], value, slots, lr, done + 1);
+        dtype == DType::kFloat32 ? static_cast<double>(static_cast<float>(rate)) : rate;
+    update_step(group.gradients, group.values, group.slots, lr, done + 1);
   }
   iterations_.assign(Tensor::scalar(static_cast<double>(done + 1), DType::kInt64));
 }

@@ -7,6 +7,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <span>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
@@ -22,7 +23,7 @@ namespace tandem::optim {
 
 /// An optimizer. Structure of one update (apply_gradients):
 ///   check the pairs -> clip by global norm (if set) -> learning rate at iterations() ->
-///   update_step(gradient, variable, slots) per variable -> iterations += 1.
+///   update_step(gradients, variables, slots) per dtype of the variables -> iterations += 1.
 /// That is everything that happens after gradients are combined, so the replica-context form
 /// (apply_gradients(ctx, ...), with distribution) sums the gradients across the replicas through
 /// `ctx` (a GradientSync: a ReplicaContext) and then calls the same code; the counter is itself
@@ -106,12 +107,15 @@ class Optimizer {
   Optimizer(std::string name, LearningRate learning_rate, std::optional<double> global_clipnorm,
             int gradient_accumulation_steps, std::vector<std::string> slot_names);
 
-  /// The whole math of one update of one variable, in Keras' float32 operation order, in place
-  /// on this replica's tensors: `variable` and its `slots` (slot_names() order) are updated
-  /// from `gradient`. `learning_rate` is already rounded to the variable's float precision
-  /// (Keras casts it); `step` is the 1-based update number (iterations() + 1).
-  virtual void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
-                           double learning_rate, int64_t step) = 0;
+  /// The whole math of one update of the variables of one dtype, in Keras' float32 operation
+  /// order, in place on this replica's tensors: each of `variables` and its slots are updated
+  /// from its gradient (gradients[i] belongs to variables[i]; slots[k][i] is its slot
+  /// slot_names()[k]). `learning_rate` is already rounded to the variables' float precision
+  /// (Keras casts it); `step` is the 1-based update number (iterations() + 1). One call takes
+  /// all variables of a dtype, so that a GPU updates them in one kernel launch.
+  virtual void update_step(std::span<const Tensor> gradients, std::span<Tensor> variables,
+                           std::vector<std::vector<Tensor>>& slots, double learning_rate,
+                           int64_t step) = 0;
 
   /// "learning_rate": ..., "global_clipnorm": ... entries for config_json.
   std::string base_config_json() const;

@@ -1,5 +1,5 @@
 // SGD update step (keras/src/optimizers/sgd.py, same operation order), one fused pass per
-// variable.
+// variable, all variables of a dtype in one batched call.
 #include "tandem/optim/sgd.h"
 
 #include "tandem/core/error.h"
@@ -25,18 +25,18 @@ SGD::SGD(Options options)
                "SGD: momentum must be in [0, 1], got ", options_.momentum);
 }
 
-void SGD::update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
-                      double learning_rate, int64_t step) {
+void SGD::update_step(std::span<const Tensor> gradients, std::span<Tensor> variables,
+                      std::vector<std::vector<Tensor>>& slots, double learning_rate, int64_t step) {
   (void)step;
   const size_t expected = options_.momentum == 0.0 ? 0 : 1;
   TANDEM_CHECK(slots.size() == expected, "SGD: expected ", expected, " slot(s), got ",
                slots.size());
   if (slots.empty()) {
-    ops::sgd_update_(variable, gradient, learning_rate);  // w -= g * lr
+    ops::sgd_update_(variables, gradients, learning_rate);  // w -= g * lr
     return;
   }
   // m = m * momentum - g * lr; w += m, or with nesterov w += m * momentum - g * lr.
-  ops::sgd_momentum_update_(variable, gradient, slots[0], learning_rate, options_.momentum,
+  ops::sgd_momentum_update_(variables, gradients, slots[0], learning_rate, options_.momentum,
                             options_.nesterov);
 }
 

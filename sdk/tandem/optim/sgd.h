@@ -28,8 +28,9 @@ class SGD : public Optimizer {
   std::string config_json() const override;
 
  protected:
-  void update_step(const Tensor& gradient, Tensor& variable, std::vector<Tensor>& slots,
-                   double learning_rate, int64_t step) override;
+  void update_step(std::span<const Tensor> gradients, std::span<Tensor> variables,
+                   std::vector<std::vector<Tensor>>& slots, double learning_rate,
+                   int64_t step) override;
 
  private:
   Options options_;

@@ -17,6 +17,7 @@ struct ThreadDeviceState {
   cudaStream_t own_stream = nullptr;        ///< created on first use, owned
   cudaStream_t installed_stream = nullptr;  ///< set by StreamGuard, not owned
   cublasHandle_t cublas = nullptr;
+  cublasLtHandle_t cublaslt = nullptr;
   cudaStream_t cublas_stream = nullptr;  ///< the stream the handle is bound to
   bool cublas_tf32 = false;              ///< the math mode the handle is set to
   int multiprocessors = 0;               ///< 0: not asked yet
@@ -29,7 +30,7 @@ class ThreadState {
   ~ThreadState() {
     for (size_t device = 0; device < devices_.size(); ++device) {
       ThreadDeviceState& s = devices_[device];
-      if (s.own_stream == nullptr && s.cublas == nullptr) continue;
+      if (s.own_stream == nullptr && s.cublas == nullptr && s.cublaslt == nullptr) continue;
       // The handle and the stream are released on the device they belong to.
       if (cudaSetDevice(static_cast<int>(device)) != cudaSuccess) {
         (void)cudaGetLastError();
@@ -37,6 +38,8 @@ class ThreadState {
       }
       if (s.cublas != nullptr && cublasDestroy(s.cublas) != CUBLAS_STATUS_SUCCESS)
         TANDEM_LOG_WARNING("cuda:", device, ": cublasDestroy failed at thread exit");
+      if (s.cublaslt != nullptr && cublasLtDestroy(s.cublaslt) != CUBLAS_STATUS_SUCCESS)
+        TANDEM_LOG_WARNING("cuda:", device, ": cublasLtDestroy failed at thread exit");
       if (s.own_stream != nullptr) {
         const cudaError_t status = cudaStreamDestroy(s.own_stream);
         if (status != cudaSuccess) {
@@ -128,6 +131,12 @@ cublasHandle_t cublas_handle(cudaStream_t stream) {
     s.cublas_tf32 = tf32;
   }
   return s.cublas;
+}
+
+cublasLtHandle_t cublaslt_handle() {
+  ThreadDeviceState& s = t_state.at(current_device());
+  if (s.cublaslt == nullptr) TANDEM_CUBLAS_CHECK(cublasLtCreate(&s.cublaslt));
+  return s.cublaslt;
 }
 
 int multiprocessor_count() {

@@ -44,17 +44,35 @@ void fill(DType dtype, int64_t n, double value, void* y, cudaStream_t stream);
 
 // ---- fused optimizer updates (ops/cuda/optimizer_updates.cu) ------------------------------
 
-// f(w[i], g[i], slots[i]...) for i < n, in place on w and the slots (as the CPU loop
-// cpu::optimizer_update): one launch per variable; T is float or double.
+/// The tensors of one variable in a multi-tensor optimizer update: the variable, its gradient
+/// and up to two slots (null past the update's slot count), each of `numel` elements.
 template <typename T>
-void optimizer_update(const kernels::SgdUpdate<T>& f, int64_t n, T* w, const T* g,
-                      cudaStream_t stream);
+struct UpdateOperands {
+  T* variable;
+  const T* gradient;
+  T* slots[2];
+  int64_t numel;
+};
+
+/// Elements one block updates in a multi-tensor launch: a large variable spreads over many
+/// blocks, a bias takes one.
+inline constexpr int64_t kUpdateChunk = int64_t{1} << 16;
+/// Variables one multi-tensor launch takes. Their pointers and sizes travel as kernel
+/// arguments (no device table to allocate or upload), which stay under the 4 KiB limit.
+inline constexpr int kMaxUpdateTensors = 64;
+
+// f(w[i], g[i], slots[i]...) for every element of every variable of `operands`, in place on
+// the variables and their slots (as the CPU loop cpu::optimizer_update per variable): one
+// launch per kMaxUpdateTensors variables. T is float or double. Returns the launches issued.
 template <typename T>
-void optimizer_update(const kernels::SgdMomentumUpdate<T>& f, int64_t n, T* w, const T* g,
-                      T* velocity, cudaStream_t stream);
+int optimizer_update(const kernels::SgdUpdate<T>& f, const std::vector<UpdateOperands<T>>& operands,
+                     cudaStream_t stream);
 template <typename T>
-void optimizer_update(const kernels::AdamUpdate<T>& f, int64_t n, T* w, const T* g, T* m, T* v,
-                      cudaStream_t stream);
+int optimizer_update(const kernels::SgdMomentumUpdate<T>& f,
+                     const std::vector<UpdateOperands<T>>& operands, cudaStream_t stream);
+template <typename T>
+int optimizer_update(const kernels::AdamUpdate<T>& f,
+                     const std::vector<UpdateOperands<T>>& operands, cudaStream_t stream);
 
 // ---- reductions and softmax (ops/cuda/reduce.cu); x viewed as [outer, n, inner] -----------
 
@@ -107,6 +125,17 @@ void one_hot(const L* labels, int64_t n, int64_t depth, T* y, cudaStream_t strea
 
 /// Copies n bytes between device buffers, ordered on `stream` (concat, clone in op bodies).
 void copy(void* dst, const void* src, size_t n, cudaStream_t stream);
+
+// ---- the dense layer's forward through cuBLASLt (ops/cuda/dense.cpp) ------------------------
+
+/// y[m, n] = act(x[m, k] kernel[k, n] + bias[n]), row-major, with the bias (null: none) and
+/// the ReLU (`relu`) optional. float32 is one cublasLtMatmul whose epilogue adds the bias and
+/// applies the ReLU, in the math mode gemm uses (full float32 unless TF32 is allowed); float64,
+/// and a float32 case cuBLASLt has no algorithm for, is gemm followed by the bias and the ReLU
+/// in place on y.
+template <typename T>
+void dense_forward(int64_t m, int64_t n, int64_t k, const T* x, const T* kernel, const T* bias,
+                   bool relu, T* y, cudaStream_t stream);
 
 // ---- GEMM through cuBLAS (ops/cuda/gemm.cpp) ----------------------------------------------
 

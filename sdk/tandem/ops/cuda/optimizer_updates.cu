@@ -1,7 +1,11 @@
 // CUDA kernel of the fused optimizer updates: the functors of ops/kernels/optimizer_functors.h
-// over a grid-stride loop, one launch per variable. This file is compiled with --fmad=false
-// (CMakeLists.txt): nvcc would otherwise contract the functors' products and sums into
-// multiply-adds, and the updates would no longer round as the CPU loop and the separate ops do.
+// applied to all variables of a step in one multi-tensor launch (as PyTorch's
+// multi_tensor_apply): a table of pointers and sizes passed as kernel arguments, each block
+// updating one chunk of one variable. This file is compiled with --fmad=false (CMakeLists.txt):
+// nvcc would otherwise contract the functors' products and sums into multiply-adds, and the
+// updates would no longer round as the CPU loop and the separate ops do.
+#include <algorithm>
+
 #include "tandem/ops/cuda/cuda_kernels.h"
 #include "tandem/ops/cuda/device_utils.cuh"
 
@@ -9,46 +13,108 @@ namespace tandem::ops::cuda {
 
 namespace {
 
-template <typename F, typename T, typename... Slots>
-__global__ void optimizer_update_kernel(F f, int64_t n, T* w, const T* g, Slots*... slots) {
-  for (int64_t i = grid_start<int64_t>(); i < n; i += grid_step<int64_t>())
-    f(w[i], g[i], slots[i]...);
+/// Up to kMaxUpdateTensors variables with kSlots slots each. Variable i owns the chunks
+/// [first_chunk[i], first_chunk[i + 1]) of the launch.
+template <typename T, int kSlots>
+struct TensorTable {
+  T* variables[kMaxUpdateTensors];
+  const T* gradients[kMaxUpdateTensors];
+  T* slots[kSlots > 0 ? kSlots : 1][kMaxUpdateTensors];
+  int64_t numel[kMaxUpdateTensors];
+  int64_t first_chunk[kMaxUpdateTensors + 1];
+  int count;
+};
+static_assert(sizeof(TensorTable<double, 2>) + 64 <= 4096,
+              "the table and a functor must fit the kernel argument space");
+
+template <typename F, typename T, int kSlots>
+__global__ void multi_tensor_update_kernel(F f, TensorTable<T, kSlots> table) {
+  const int64_t chunks = table.first_chunk[table.count];
+  for (int64_t chunk = blockIdx.x; chunk < chunks; chunk += gridDim.x) {
+    // The variable owning this chunk: the last whose first chunk is <= chunk.
+    int lo = 0, hi = table.count - 1;
+    while (lo < hi) {
+      const int mid = (lo + hi + 1) / 2;
+      if (table.first_chunk[mid] <= chunk) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    const int64_t begin = (chunk - table.first_chunk[lo]) * kUpdateChunk;
+    const int64_t end = min(begin + kUpdateChunk, table.numel[lo]);
+    T* w = table.variables[lo];
+    const T* g = table.gradients[lo];
+    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
+      if constexpr (kSlots == 0) {
+        f(w[i], g[i]);
+      } else if constexpr (kSlots == 1) {
+        f(w[i], g[i], table.slots[0][lo][i]);
+      } else {
+        f(w[i], g[i], table.slots[0][lo][i], table.slots[1][lo][i]);
+      }
+    }
+  }
 }
 
-template <typename F, typename T, typename... Slots>
-void launch(const F& f, int64_t n, cudaStream_t stream, T* w, const T* g, Slots*... slots) {
-  if (n <= 0) return;
-  optimizer_update_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, n, w, g, slots...);
-  TANDEM_CUDA_LAUNCH_CHECK();
+/// Launches `f` over the variables of `operands` in groups of kMaxUpdateTensors; variables
+/// without elements are left out. Returns the launches issued.
+template <int kSlots, typename F, typename T>
+int launch(const F& f, const std::vector<UpdateOperands<T>>& operands, cudaStream_t stream) {
+  int launches = 0;
+  TensorTable<T, kSlots> table{};
+  auto flush = [&] {
+    if (table.count == 0) return;
+    // One block per chunk up to a full device; beyond that the blocks loop over the chunks.
+    const int64_t chunks = table.first_chunk[table.count];
+    const int64_t resident = int64_t{tandem::cuda::multiprocessor_count()} * (2048 / kThreads);
+    const int blocks = static_cast<int>(std::min(chunks, resident));
+    multi_tensor_update_kernel<<<blocks, kThreads, 0, stream>>>(f, table);
+    TANDEM_CUDA_LAUNCH_CHECK();
+    ++launches;
+    table = TensorTable<T, kSlots>{};
+  };
+  for (const UpdateOperands<T>& o : operands) {
+    if (o.numel <= 0) continue;
+    const int i = table.count;
+    table.variables[i] = o.variable;
+    table.gradients[i] = o.gradient;
+    for (int s = 0; s < kSlots; ++s) table.slots[s][i] = o.slots[s];
+    table.numel[i] = o.numel;
+    table.first_chunk[i + 1] = table.first_chunk[i] + (o.numel + kUpdateChunk - 1) / kUpdateChunk;
+    if (++table.count == kMaxUpdateTensors) flush();
+  }
+  flush();
+  return launches;
 }
 
 }  // namespace
 
 template <typename T>
-void optimizer_update(const kernels::SgdUpdate<T>& f, int64_t n, T* w, const T* g,
-                      cudaStream_t stream) {
-  launch(f, n, stream, w, g);
+int optimizer_update(const kernels::SgdUpdate<T>& f, const std::vector<UpdateOperands<T>>& operands,
+                     cudaStream_t stream) {
+  return launch<0>(f, operands, stream);
 }
 
 template <typename T>
-void optimizer_update(const kernels::SgdMomentumUpdate<T>& f, int64_t n, T* w, const T* g,
-                      T* velocity, cudaStream_t stream) {
-  launch(f, n, stream, w, g, velocity);
+int optimizer_update(const kernels::SgdMomentumUpdate<T>& f,
+                     const std::vector<UpdateOperands<T>>& operands, cudaStream_t stream) {
+  return launch<1>(f, operands, stream);
 }
 
 template <typename T>
-void optimizer_update(const kernels::AdamUpdate<T>& f, int64_t n, T* w, const T* g, T* m, T* v,
-                      cudaStream_t stream) {
-  launch(f, n, stream, w, g, m, v);
+int optimizer_update(const kernels::AdamUpdate<T>& f,
+                     const std::vector<UpdateOperands<T>>& operands, cudaStream_t stream) {
+  return launch<2>(f, operands, stream);
 }
 
-#define TANDEM_CUDA_OPTIMIZER_UPDATES(T)                                                          \
-  template void optimizer_update<T>(const kernels::SgdUpdate<T>&, int64_t, T*, const T*,          \
-                                    cudaStream_t);                                                \
-  template void optimizer_update<T>(const kernels::SgdMomentumUpdate<T>&, int64_t, T*, const T*,  \
-                                    T*, cudaStream_t);                                            \
-  template void optimizer_update<T>(const kernels::AdamUpdate<T>&, int64_t, T*, const T*, T*, T*, \
-                                    cudaStream_t);
+#define TANDEM_CUDA_OPTIMIZER_UPDATES(T)                                                 \
+  template int optimizer_update<T>(const kernels::SgdUpdate<T>&,                         \
+                                   const std::vector<UpdateOperands<T>>&, cudaStream_t); \
+  template int optimizer_update<T>(const kernels::SgdMomentumUpdate<T>&,                 \
+                                   const std::vector<UpdateOperands<T>>&, cudaStream_t); \
+  template int optimizer_update<T>(const kernels::AdamUpdate<T>&,                        \
+                                   const std::vector<UpdateOperands<T>>&, cudaStream_t);
 
 TANDEM_CUDA_OPTIMIZER_UPDATES(float)
 TANDEM_CUDA_OPTIMIZER_UPDATES(double)

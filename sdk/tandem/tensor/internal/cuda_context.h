@@ -1,8 +1,10 @@
 // Per-thread CUDA state: a guard for the current device, the calling thread's current stream on
-// each device, its cuBLAS handle (TF32 off unless allowed), and launch-size helpers.
+// each device, its cuBLAS and cuBLASLt handles (TF32 off unless allowed), and launch-size
+// helpers.
 // Internal header: CUDA builds only, included by CUDA sources and dispatch points.
 #pragma once
 
+#include <cublasLt.h>
 #include <cublas_v2.h>
 #include <cuda_runtime_api.h>
 
@@ -52,6 +54,10 @@ class StreamGuard {
 /// that device) and set to the math mode tandem::cuda::allow_tf32() selects:
 /// CUBLAS_DEFAULT_MATH (full float32) by default, CUBLAS_TF32_TENSOR_OP_MATH when allowed.
 cublasHandle_t cublas_handle(cudaStream_t stream);
+
+/// The calling thread's cuBLASLt handle for the current device (cuBLASLt takes the stream and
+/// the math mode with each matmul, so the handle carries neither).
+cublasLtHandle_t cublaslt_handle();
 
 /// Streaming multiprocessors of the current device (cached per device).
 int multiprocessor_count();
