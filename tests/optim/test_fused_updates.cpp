@@ -138,8 +138,9 @@ class ReferenceAdamW final : public optim::AdamW {
 
 /// True when both CPU tensors hold the same bytes (NaN patterns and signed zeros included).
 bool bitwise_equal(const td::Tensor& a, const td::Tensor& b) {
+  // An empty tensor may have no storage at all: memcmp must not see its null pointer.
   return a.shape() == b.shape() && a.dtype() == b.dtype() &&
-         std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0;
+         (a.nbytes() == 0 || std::memcmp(a.raw_data(), b.raw_data(), a.nbytes()) == 0);
 }
 
 /// How many elements differ by value (for the failure message).
