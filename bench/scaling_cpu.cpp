@@ -42,21 +42,21 @@ Row run(int replicas, const Options& options) {
   std::vector<td::Tensor> features, labels;
   for (int r = 0; r < replicas; ++r) {
     features.push_back(td::Tensor::uniform({per_replica, 28, 28}, generator, 0, 1));
-    labels.push_back(td::ops::cast(
-        td::Tensor::uniform({per_replica}, generator, 0, 10, td::DType::kFloat64),
-        td::DType::kInt64));
+    labels.push_back(
+        td::ops::cast(td::Tensor::uniform({per_replica}, generator, 0, 10, td::DType::kFloat64),
+                      td::DType::kInt64));
   }
   const td::PerReplica<td::Tensor> x(features), y(labels);
 
   auto scope = strategy.scope();
   const td::nn::Activation relu = td::nn::Activation::kRelu;
-  td::nn::Sequential model({td::nn::Flatten(), td::nn::Dense(256, relu), td::nn::Dense(128, relu),
-                            td::nn::Dense(10)});
+  td::nn::Sequential model(
+      {td::nn::Flatten(), td::nn::Dense(256, relu), td::nn::Dense(128, relu), td::nn::Dense(10)});
   model.set_seed(42);
   model.build({28, 28});
   const std::vector<td::Variable> variables = model.trainable_variables();
-  td::optim::Adam optimizer({.learning_rate = 1e-3, .beta_1 = 0.9, .beta_2 = 0.999,
-                             .epsilon = 1e-7});
+  td::optim::Adam optimizer(
+      {.learning_rate = 1e-3, .beta_1 = 0.9, .beta_2 = 0.999, .epsilon = 1e-7});
   optimizer.build(variables);
   const td::losses::SparseCategoricalCrossentropy loss_fn(
       {.from_logits = true, .reduction = td::losses::Reduction::kNone});
@@ -134,10 +134,11 @@ int main(int argc, char** argv) {
   std::vector<Row> rows;
   for (int replicas : options.replicas) rows.push_back(run(replicas, options));
 
-  std::printf("sample MLP 784-256-128-10, Adam, global batch %lld, %d cores; %d rounds of %d steps "
-              "with the profiler off then on; step = median\n\n",
-              static_cast<long long>(options.global_batch), td::hardware_cores(), options.rounds,
-              options.steps);
+  std::printf(
+      "sample MLP 784-256-128-10, Adam, global batch %lld, %d cores; %d rounds of %d steps "
+      "with the profiler off then on; step = median\n\n",
+      static_cast<long long>(options.global_batch), td::hardware_cores(), options.rounds,
+      options.steps);
   std::printf("%8s %7s %10s %8s %10s %8s | %8s %8s %6s %9s %6s %6s | %9s\n", "replicas", "threads",
               "samples/s", "step_ms", "speed-up", "effic.", "compute", "waiting", "comm",
               "optimizer", "input", "other", "profiling");
@@ -153,16 +154,18 @@ int main(int argc, char** argv) {
                 pct(s.other_share + s.host_sync_share + s.checkpoint_share).c_str(),
                 (r.on_ms / r.off_ms - 1) * 100);
   }
-  std::printf("\nspeed-up and efficiency against 1 replica at the same global batch; the middle "
-              "columns are the profiler's shares of the step (waiting = for slower peers, comm = "
-              "moving data); profiling = step time with the profiler on vs off\n");
+  std::printf(
+      "\nspeed-up and efficiency against 1 replica at the same global batch; the middle "
+      "columns are the profiler's shares of the step (waiting = for slower peers, comm = "
+      "moving data); profiling = step time with the profiler on vs off\n");
   for (const Row& r : rows) {
     for (const td::profile::Advice& a : r.summary.advice)
       std::printf("%d replicas, advice (%s): %s\n", r.replicas, a.rule.c_str(), a.message.c_str());
     if (r.summary.advice.empty()) std::printf("%d replicas: no advice\n", r.replicas);
   }
-  std::printf("\nreproduce: cmake --build build --target bench_scaling_cpu && "
-              "build/bench/bench_scaling_cpu --batch %lld --steps %d --rounds %d\n",
-              static_cast<long long>(options.global_batch), options.steps, options.rounds);
+  std::printf(
+      "\nreproduce: cmake --build build --target bench_scaling_cpu && "
+      "build/bench/bench_scaling_cpu --batch %lld --steps %d --rounds %d\n",
+      static_cast<long long>(options.global_batch), options.steps, options.rounds);
   return 0;
 }

@@ -154,9 +154,9 @@ Result run_config(const Config& c, const Options& options) {
   shape.dims().insert(shape.dims().begin(), per_replica);
   for (int r = 0; r < c.replicas; ++r) {
     features.push_back(td::Tensor::uniform(shape, generator, 0, 1));
-    labels.push_back(td::ops::cast(
-        td::Tensor::uniform({per_replica}, generator, 0, 10, td::DType::kFloat64),
-        td::DType::kInt64));
+    labels.push_back(
+        td::ops::cast(td::Tensor::uniform({per_replica}, generator, 0, 10, td::DType::kFloat64),
+                      td::DType::kInt64));
   }
   const td::PerReplica<td::Tensor> replica_features(features), replica_labels(labels);
 
@@ -165,8 +165,8 @@ Result run_config(const Config& c, const Options& options) {
   model.set_seed(42);
   model.build(example_shape(c.kind));
   const std::vector<td::Variable> variables = model.trainable_variables();
-  td::optim::Adam optimizer({.learning_rate = 1e-3, .beta_1 = 0.9, .beta_2 = 0.999,
-                             .epsilon = 1e-7});
+  td::optim::Adam optimizer(
+      {.learning_rate = 1e-3, .beta_1 = 0.9, .beta_2 = 0.999, .epsilon = 1e-7});
   optimizer.build(variables);
   const td::losses::SparseCategoricalCrossentropy loss_fn(
       {.from_logits = true, .reduction = td::losses::Reduction::kNone});
@@ -180,9 +180,9 @@ Result run_config(const Config& c, const Options& options) {
     optimizer.apply_gradients(ctx, grads, variables);  // SUM across replicas
     return loss;
   };
-  const double step_seconds = median_seconds(
-      [&] { strategy.run(train_step, replica_features, replica_labels); }, options.warmup_steps,
-      options.timed_steps);
+  const double step_seconds =
+      median_seconds([&] { strategy.run(train_step, replica_features, replica_labels); },
+                     options.warmup_steps, options.timed_steps);
 
   // The same GEMMs and convolutions on every replica at once, on the replica threads, timed the
   // same way.
@@ -191,10 +191,10 @@ Result run_config(const Config& c, const Options& options) {
   std::vector<std::vector<td::Tensor>> a(c.replicas), b(c.replicas);
   for (int r = 0; r < c.replicas; ++r) {
     for (const Gemm& g : gemms) {
-      a[r].push_back(td::Tensor::uniform(
-          g.transpose_a ? td::Shape{g.k, g.m} : td::Shape{g.m, g.k}, generator, -1, 1));
-      b[r].push_back(td::Tensor::uniform(
-          g.transpose_b ? td::Shape{g.n, g.k} : td::Shape{g.k, g.n}, generator, -1, 1));
+      a[r].push_back(td::Tensor::uniform(g.transpose_a ? td::Shape{g.k, g.m} : td::Shape{g.m, g.k},
+                                         generator, -1, 1));
+      b[r].push_back(td::Tensor::uniform(g.transpose_b ? td::Shape{g.n, g.k} : td::Shape{g.k, g.n},
+                                         generator, -1, 1));
     }
     for (const Conv& conv : convs) {
       a[r].push_back(td::Tensor::uniform(conv.x, generator, -1, 1));
@@ -218,12 +218,12 @@ Result run_config(const Config& c, const Options& options) {
       tape.watch(kernel);
       if (!convs[i].first) tape.watch(x);
       const td::Tensor y = td::ops::conv2d(x, kernel, {1, 1}, td::ops::Padding::kSame);
-      tape.gradient(y, convs[i].first ? std::vector<td::Tensor>{kernel}
-                                      : std::vector<td::Tensor>{x, kernel});
+      tape.gradient(
+          y, convs[i].first ? std::vector<td::Tensor>{kernel} : std::vector<td::Tensor>{x, kernel});
     }
   };
-  const double gemm_seconds = median_seconds([&] { strategy.run(gemm_pass); },
-                                             options.warmup_steps, options.timed_steps);
+  const double gemm_seconds =
+      median_seconds([&] { strategy.run(gemm_pass); }, options.warmup_steps, options.timed_steps);
   return {step_seconds, gemm_seconds, threads[0]};
 }
 
@@ -290,8 +290,7 @@ int main(int argc, char** argv) {
   std::vector<Config> configs;
   for (const Config& c : all_configs()) {
     if (options.configs.empty() ||
-        std::find(options.configs.begin(), options.configs.end(), c.name) !=
-            options.configs.end())
+        std::find(options.configs.begin(), options.configs.end(), c.name) != options.configs.end())
       configs.push_back(c);
   }
   td::bench::BackgroundLoad load;
@@ -317,8 +316,8 @@ int main(int argc, char** argv) {
     const double fraction = r.gemm_seconds / r.step_seconds;
     if (options.csv) {
       std::printf("%s,%d,%lld,%d,%.1f,%.4f,%.4f,%.4f\n", c.name.c_str(), c.replicas,
-                  static_cast<long long>(c.batch), r.threads, samples_per_s,
-                  r.step_seconds * 1e3, r.gemm_seconds * 1e3, fraction);
+                  static_cast<long long>(c.batch), r.threads, samples_per_s, r.step_seconds * 1e3,
+                  r.gemm_seconds * 1e3, fraction);
     } else {
       // Two replicas against one on the same global batch, when both rows ran.
       char versus[16] = "-";

@@ -44,8 +44,8 @@ std::unique_ptr<tandem::profile::Profiler> make_profiler(const Flags& flags,
                                                          const tandem::Strategy& strategy) {
   if (flags.profile.empty()) return tandem::profile::Profiler::from_environment(strategy);
   return std::make_unique<tandem::profile::Profiler>(
-      strategy, tandem::profile::ProfilerOptions{.trace_file = flags.profile,
-                                                 .print_summaries = true});
+      strategy,
+      tandem::profile::ProfilerOptions{.trace_file = flags.profile, .print_summaries = true});
 }
 
 void print_setup(const SampleInfo& info, const tandem::Strategy& strategy, int64_t global_batch,

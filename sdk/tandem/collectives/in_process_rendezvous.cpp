@@ -218,8 +218,10 @@ void wait_for_commit(State& s, std::unique_lock<std::mutex>& lock, uint64_t call
 int64_t payload_bytes(const Call& call) {
   int64_t bytes = 0;
   if (call.inputs != nullptr)
-    for (const Tensor& t : *call.inputs) bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
-  if (call.input != nullptr && call.input->defined()) bytes += static_cast<int64_t>(call.input->nbytes());
+    for (const Tensor& t : *call.inputs)
+      bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  if (call.input != nullptr && call.input->defined())
+    bytes += static_cast<int64_t>(call.input->nbytes());
   return bytes;
 }
 

@@ -30,14 +30,22 @@ std::atomic<const RangeHooks*> g_range_hooks{nullptr};
 
 std::string_view phase_name(Phase phase) {
   switch (phase) {
-    case Phase::kStep: return "step";
-    case Phase::kInput: return "input";
-    case Phase::kCommWait: return "comm_wait";
-    case Phase::kCommData: return "comm_data";
-    case Phase::kOptimizer: return "optimizer";
-    case Phase::kHostSync: return "host_sync";
-    case Phase::kCheckpoint: return "checkpoint";
-    case Phase::kEpochEnd: return "epoch_end";
+    case Phase::kStep:
+      return "step";
+    case Phase::kInput:
+      return "input";
+    case Phase::kCommWait:
+      return "comm_wait";
+    case Phase::kCommData:
+      return "comm_data";
+    case Phase::kOptimizer:
+      return "optimizer";
+    case Phase::kHostSync:
+      return "host_sync";
+    case Phase::kCheckpoint:
+      return "checkpoint";
+    case Phase::kEpochEnd:
+      return "epoch_end";
   }
   return "unknown";
 }

@@ -222,8 +222,8 @@ std::vector<int64_t> DistributedDataset::split(int64_t rows) {
     even[r] = rows / s.num_replicas + (static_cast<int64_t>(r) < rows % s.num_replicas ? 1 : 0);
   if (s.split != SplitPolicy::kBySpeed || !s.timing) return even;
   const ReplicaTimes latest = s.timing();
-  if (s.pulled_at_run && latest.run == *s.pulled_at_run + 1 &&
-      latest.compute_seconds.size() == n && s.last_sizes.size() == n) {
+  if (s.pulled_at_run && latest.run == *s.pulled_at_run + 1 && latest.compute_seconds.size() == n &&
+      s.last_sizes.size() == n) {
     for (size_t r = 0; r < n; ++r) {
       const double seconds = latest.compute_seconds[r];
       if (s.last_sizes[r] <= 0 || !(seconds > 0)) continue;  // no examples, nothing learnt
@@ -243,7 +243,8 @@ DistributedDataset::DistributedDataset(Dataset dataset, int64_t num_replicas,
                num_replicas);
   Dataset local =
       auto_shard(dataset, options.auto_shard_policy, options.num_workers, options.worker_index);
-  state_ = std::make_shared<State>(State::Mode::kSplitGlobalBatches, std::move(local), num_replicas);
+  state_ =
+      std::make_shared<State>(State::Mode::kSplitGlobalBatches, std::move(local), num_replicas);
   state_->split = options.split;
   state_->speeds.assign(static_cast<size_t>(num_replicas), 0.0);
 }

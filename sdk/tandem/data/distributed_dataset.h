@@ -11,9 +11,9 @@
 #include <vector>
 
 #include "tandem/core/device.h"
+#include "tandem/core/per_replica.h"
 #include "tandem/data/batch.h"
 #include "tandem/data/dataset.h"
-#include "tandem/core/per_replica.h"
 
 namespace tandem::data {
 

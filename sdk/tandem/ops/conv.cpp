@@ -235,8 +235,8 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<
           if (y.numel() > 0) cpu::max_pool2d_forward(geo, x.data<T>(), y.data<T>());
         },
         TANDEM_ON_CUDA(index = Tensor::empty(out_shape, DType::kInt64, x.device());
-                       if (y.numel() > 0) cuda::max_pool2d_forward(
-                           geo, ptr<T>(x), ptr<T>(y), ptr<int64_t>(index), stream)));
+                       if (y.numel() > 0) cuda::max_pool2d_forward(geo, ptr<T>(x), ptr<T>(y),
+                                                                   ptr<int64_t>(index), stream)));
   });
   if (tracked(y, {&x}))
     record_op(kPool, {x}, y, [x, y, geo, index](const Tensor& g) {
@@ -246,8 +246,7 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<
             kPool, g.device(),
             [&] {
               if (dx.numel() > 0)
-                cpu::max_pool2d_backward(geo, x.data<T>(), y.data<T>(), g.data<T>(),
-                                         dx.data<T>());
+                cpu::max_pool2d_backward(geo, x.data<T>(), y.data<T>(), g.data<T>(), dx.data<T>());
             },
             TANDEM_ON_CUDA(if (dx.numel() > 0) cuda::max_pool2d_backward(
                 geo, ptr<T>(g), ptr<int64_t>(index), ptr<T>(dx), stream)));
