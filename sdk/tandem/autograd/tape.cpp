@@ -3,9 +3,11 @@
 // a recorded op).
 #include "tandem/autograd/tape.h"
 
+#include <limits>
 #include <string>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "tandem/ops/ops.h"
 
@@ -41,6 +43,14 @@ struct GradientTape::Record final : ops::Recorder {
 namespace autograd {
 
 void watch_on_active_tapes(const Tensor& value) { ops::watch_on_active_recorders(value); }
+
+namespace {
+thread_local GradientListener* t_listener = nullptr;
+}  // namespace
+
+GradientListener* set_gradient_listener(GradientListener* listener) {
+  return std::exchange(t_listener, listener);
+}
 
 }  // namespace autograd
 
@@ -107,7 +117,41 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target,
     }
   };
 
+  // With a listener: each source's gradient is final once the walk has passed the first node
+  // that reads it (nodes are visited last to first). final_at[k]: the sources final after node
+  // k; sources no node reads are final at the end.
+  autograd::GradientListener* listener = autograd::t_listener;
+  const bool tell = listener != nullptr && listener->begin(sources);
+  std::vector<std::vector<size_t>> final_at;
+  std::vector<size_t> final_at_end;
+  auto gradient_of = [&](const Tensor& s) {
+    auto it = s.defined() ? grads.find(s.id()) : grads.end();
+    return it == grads.end() ? Tensor() : it->second.value;
+  };
+  if (tell) {
+    std::unordered_map<const TensorImpl*, size_t> first_use;
+    for (const Tensor& s : sources)
+      if (s.defined()) first_use.emplace(s.id(), std::numeric_limits<size_t>::max());
+    for (size_t k = 0; k < record_->nodes.size(); ++k)
+      for (const Tensor& in : record_->nodes[k].inputs) {
+        auto it = in.defined() ? first_use.find(in.id()) : first_use.end();
+        if (it != first_use.end() && k < it->second) it->second = k;
+      }
+    final_at.resize(record_->nodes.size());
+    for (size_t i = 0; i < sources.size(); ++i) {
+      const Tensor& s = sources[i];
+      const size_t k = s.defined() ? first_use.at(s.id()) : std::numeric_limits<size_t>::max();
+      (k < final_at.size() ? final_at[k] : final_at_end).push_back(i);
+    }
+  }
+
   for (auto node = record_->nodes.rbegin(); node != record_->nodes.rend(); ++node) {
+    if (tell) {
+      // Sources first read by the node visited last are final now (tell before this node).
+      const size_t visited = static_cast<size_t>(record_->nodes.rend() - node);
+      if (visited < final_at.size())
+        for (size_t i : final_at[visited]) listener->ready(i, gradient_of(sources[i]));
+    }
     std::vector<Tensor> grad_outputs;
     grad_outputs.reserve(node->outputs.size());
     bool any = false;
@@ -123,12 +167,15 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target,
     for (size_t i = 0; i < grad_inputs.size(); ++i) accumulate(node->inputs[i], grad_inputs[i]);
   }
 
+  if (tell) {
+    if (!final_at.empty())
+      for (size_t i : final_at[0]) listener->ready(i, gradient_of(sources[i]));
+    for (size_t i : final_at_end) listener->ready(i, gradient_of(sources[i]));
+  }
   std::vector<Tensor> result;
   result.reserve(sources.size());
-  for (const Tensor& s : sources) {
-    auto it = s.defined() ? grads.find(s.id()) : grads.end();
-    result.push_back(it == grads.end() ? Tensor() : it->second.value);
-  }
+  for (const Tensor& s : sources) result.push_back(gradient_of(s));
+  if (tell) listener->end(result);
   if (!options_.persistent) {
     // Free the intermediates as soon as the one allowed call is done, and stop tracking:
     // freed tensors' addresses may be reused by unrelated tensors.

@@ -22,6 +22,29 @@ using ops::record;
 /// Lets every active tape that watches accessed variables watch `value`.
 void watch_on_active_tapes(const Tensor& value);
 
+/// Told of each source's final gradient while GradientTape::gradient walks the record backwards:
+/// as soon as no node still to be visited can add to it (the reverse order of the sources' first
+/// use), not after the whole walk. What a gradient reducer needs to start communicating while
+/// the backward pass goes on. One listener per thread (set_gradient_listener); it is told of
+/// every gradient() call made on that thread.
+class GradientListener {
+ public:
+  /// A gradient() call begins. Returns whether to be told of each gradient (ready()).
+  virtual bool begin(const std::vector<Tensor>& sources) = 0;
+  /// sources[index]'s gradient is final (undefined: the target does not depend on it). Each
+  /// index is told once per call, in the order gradients become final.
+  virtual void ready(size_t index, const Tensor& gradient) = 0;
+  /// The call returns `gradients` (one per source, the tensors ready() was given). Not called
+  /// when the walk raised.
+  virtual void end(const std::vector<Tensor>& gradients) = 0;
+
+ protected:
+  ~GradientListener() = default;
+};
+
+/// Sets the calling thread's listener (nullptr: none); returns the previous one.
+GradientListener* set_gradient_listener(GradientListener* listener);
+
 }  // namespace autograd
 
 class GradientTape {

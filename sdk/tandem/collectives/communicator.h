@@ -76,6 +76,11 @@ class Communicator {
   virtual int size() const = 0;
   /// The backend: "in_process", "nccl", "mpi".
   virtual std::string name() const = 0;
+  /// True when a collective only queues its work on the device (NCCL: on the communication
+  /// stream, ordered after the work already queued on the replica's stream) and returns at
+  /// once; false when the calling thread moves the data and the collective has completed when
+  /// the call returns.
+  virtual bool queues_on_device() const { return false; }
 
   /// Reduces every tensor of `tensors` across ranks, in place, in ONE batched call. The list may
   /// mix shapes and numeric dtypes; every rank passes the same shapes and dtypes in the same order.

@@ -4,6 +4,7 @@
 #include "tandem/distribute/replica_context.h"
 
 #include "tandem/collectives/in_process.h"
+#include "tandem/distribute/internal/gradient_reducer.h"
 #include "tandem/distribute/internal/host_reduce.h"
 #include "tandem/distribute/internal/state.h"
 
@@ -36,7 +37,26 @@ std::string describe_exception(const std::exception_ptr& error) {
 
 }  // namespace detail
 
+ReplicaContext::ReplicaContext(Strategy* strategy, int replica_id, int num_replicas, Device device,
+                               collectives::Communicator* communicator,
+                               collectives::InProcessCommunicator* sync, detail::MergeState* merge)
+    : strategy_(strategy),
+      replica_id_(replica_id),
+      num_replicas_(num_replicas),
+      device_(device),
+      communicator_(communicator),
+      sync_(sync),
+      merge_(merge),
+      reducer_(std::make_unique<detail::GradientReducer>(*communicator, sync->rank(), replica_id)) {
+}
+
+ReplicaContext::~ReplicaContext() = default;
+
 int ReplicaContext::local_replica_id() const { return sync_->rank(); }
+
+size_t ReplicaContext::num_gradient_buckets() const { return reducer_->num_buckets(); }
+
+uint64_t ReplicaContext::bucketed_steps() const { return reducer_->bucketed_steps(); }
 
 Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
   TANDEM_CHECK(value.defined(), "ctx.all_reduce: the value is undefined");
@@ -46,6 +66,7 @@ Tensor ReplicaContext::all_reduce(ReduceOp op, const Tensor& value) {
 
 std::vector<Tensor> ReplicaContext::all_reduce(ReduceOp op, const std::vector<Tensor>& values) {
   if (num_replicas_ == 1) return values;
+  reducer_->wait_in_flight();  // collectives keep one order on every replica
   std::vector<Tensor> inputs;
   std::vector<Tensor> outputs;
   inputs.reserve(values.size());
@@ -65,12 +86,16 @@ std::vector<Tensor> ReplicaContext::all_reduce(ReduceOp op, const std::vector<Te
 }
 
 std::vector<Tensor> ReplicaContext::sum_across_replicas(const std::vector<Tensor>& gradients) {
-  return all_reduce(ReduceOp::kSum, gradients);
+  if (num_replicas_ == 1) return gradients;
+  return reducer_->sum(gradients, [&](const std::vector<Tensor>& values) {
+    return all_reduce(ReduceOp::kSum, values);
+  });
 }
 
 Tensor ReplicaContext::all_gather(const Tensor& value, int64_t axis) {
   TANDEM_CHECK(value.defined(), "ctx.all_gather: the value is undefined");
   if (num_replicas_ == 1) return value;
+  reducer_->wait_in_flight();
   std::vector<Tensor> parts;
   communicator_->all_gather(parts, value)->wait();
   return detail::concat_along(parts, axis, "ctx.all_gather");
@@ -81,6 +106,7 @@ Tensor ReplicaContext::broadcast(const Tensor& value, int root) {
   TANDEM_CHECK(root >= 0 && root < num_replicas_, "ctx.broadcast: root ", root, " is outside [0, ",
                num_replicas_, ")");
   if (num_replicas_ == 1) return value;
+  reducer_->wait_in_flight();
   std::vector<Tensor> tensors{replica_id_ == root ? value.clone() : Tensor::empty_like(value)};
   communicator_->broadcast(tensors, root)->wait();
   return tensors[0];
@@ -93,6 +119,7 @@ std::shared_ptr<void> ReplicaContext::merge_call_erased(const void* my_arguments
                "on its own thread (not from inside another merge_call)");
   // merge_call meets this worker's replicas (local indices; with several workers each worker
   // runs the merge function on its own replicas' values).
+  reducer_->wait_in_flight();
   const int local_id = sync_->rank();
   const int local_replicas = sync_->size();
   detail::MergeState& merge = *merge_;

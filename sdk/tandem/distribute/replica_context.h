@@ -35,6 +35,8 @@ struct MergeFn {
 };
 /// What the replicas of one strategy share for merge_call (internal/state.h).
 struct MergeState;
+class GradientReducer;  // internal/gradient_reducer.h
+class ReplicaThreads;   // internal/replica_threads.h
 }  // namespace detail
 
 /// Replica `replica_id_in_sync_group()` of the strategy running the current strategy.run.
@@ -42,9 +44,12 @@ struct MergeState;
 /// merge_call) in the same order; a mismatch or a replica that never arrives raises on every
 /// waiting replica (after at most TANDEM_COLLECTIVE_TIMEOUT seconds), never hangs.
 /// Collectives here are not recorded on gradient tapes. As an optim::GradientSync it is what
-/// optimizer.apply_gradients(ctx, ...) sums the gradients through.
+/// optimizer.apply_gradients(ctx, ...) sums the gradients through: with gradient buckets
+/// (Strategy::set_communication_options), the sums the replica's buckets computed during the
+/// backward pass.
 class ReplicaContext final : public optim::GradientSync {
  public:
+  ~ReplicaContext();
   ReplicaContext(const ReplicaContext&) = delete;
   ReplicaContext& operator=(const ReplicaContext&) = delete;
 
@@ -83,18 +88,17 @@ class ReplicaContext final : public optim::GradientSync {
   /// This replica's endpoint of the strategy's collectives (for call counters, or direct use).
   collectives::Communicator& communicator() const { return *communicator_; }
 
+  /// Gradient buckets currently laid out (0: gradients are reduced after the backward pass)
+  /// and the steps whose gradients were reduced in buckets so far.
+  size_t num_gradient_buckets() const;
+  uint64_t bucketed_steps() const;
+
  private:
   friend class Strategy;
+  friend class detail::ReplicaThreads;
   ReplicaContext(Strategy* strategy, int replica_id, int num_replicas, Device device,
                  collectives::Communicator* communicator, collectives::InProcessCommunicator* sync,
-                 detail::MergeState* merge)
-      : strategy_(strategy),
-        replica_id_(replica_id),
-        num_replicas_(num_replicas),
-        device_(device),
-        communicator_(communicator),
-        sync_(sync),
-        merge_(merge) {}
+                 detail::MergeState* merge);
 
   std::shared_ptr<void> merge_call_erased(const void* my_arguments, detail::MergeFn fn);
   /// optim::GradientSync: all_reduce(kSum, gradients).
@@ -107,6 +111,7 @@ class ReplicaContext final : public optim::GradientSync {
   collectives::Communicator* communicator_;
   collectives::InProcessCommunicator* sync_;  // thread rendezvous for merge_call
   detail::MergeState* merge_;
+  std::unique_ptr<detail::GradientReducer> reducer_;  // this replica's gradient buckets
 };
 
 /// The replica context of the calling thread inside strategy.run, or nullptr in cross-replica

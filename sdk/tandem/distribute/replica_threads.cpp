@@ -6,9 +6,11 @@
 #include <algorithm>
 #include <chrono>
 
+#include "tandem/autograd/tape.h"
 #include "tandem/collectives/internal/replica_list.h"
 #include "tandem/core/profile.h"
 #include "tandem/core/threading.h"
+#include "tandem/distribute/internal/gradient_reducer.h"
 #include "tandem/distribute/internal/state.h"
 
 namespace tandem::detail {
@@ -119,6 +121,9 @@ void ReplicaThreads::thread_main(int id) {
   ReplicaContext& ctx = *options_.contexts[static_cast<size_t>(id)];
   const collectives::Communicator& communicator = *options_.communicators[static_cast<size_t>(id)];
   set_current_replica_context(&ctx);
+  // This thread's backward passes hand their gradients to the replica's buckets as they
+  // become final.
+  autograd::set_gradient_listener(ctx.reducer_.get());
 
   uint64_t seen = 0;
   for (;;) {
@@ -147,6 +152,7 @@ void ReplicaThreads::thread_main(int id) {
         const profile::Span step(profile::Phase::kStep);
         const int64_t start_ns = profile::now_ns();
         task.call(task.object, ctx);
+        ctx.reducer_->finish_run(/*raise=*/true);  // buckets of a step never applied
         // Each thread writes its own slot; run() returns (and readers read) after the decrement.
         task_seconds_[static_cast<size_t>(id)] =
             static_cast<double>(profile::now_ns() - start_ns) * 1e-9;
@@ -163,6 +169,11 @@ void ReplicaThreads::thread_main(int id) {
         // will never join raises AbortedError at once instead of waiting for the timeout.
         options_.group->abort(
             str_cat("replica ", id, " raised an exception: ", describe_exception(error)));
+        // Its buckets in flight end at once in the aborted group; none may outlive the run.
+        try {
+          ctx.reducer_->finish_run(/*raise=*/false);
+        } catch (...) {
+        }
         errors_[static_cast<size_t>(id)] = std::move(error);
       } else {
         // Peers still waiting for a collective this replica never made raise at once.

@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "tandem/core/logging.h"
+#include "tandem/distribute/internal/gradient_reducer.h"
 #include "tandem/distribute/internal/strategy_impl.h"
 #include "tandem/tensor/device_runtime.h"
 
@@ -119,6 +120,24 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   threads.group = &impl.collectives->local_group();
   threads.creator = mirrored_creator(impl.devices);
   impl.replicas = std::make_unique<detail::ReplicaThreads>(std::move(threads));
+  set_communication_options({});
+}
+
+void Strategy::set_communication_options(const CommunicationOptions& options) {
+  detail::check_cross_replica("set_communication_options");
+  TANDEM_CHECK(options.bytes_per_pack >= 0 && options.first_bytes_per_pack >= 0, name(),
+               ".set_communication_options: bytes_per_pack (", options.bytes_per_pack,
+               ") and first_bytes_per_pack (", options.first_bytes_per_pack,
+               ") must not be negative");
+  impl_->communication = options;
+  const int64_t first =
+      options.first_bytes_per_pack > 0 ? options.first_bytes_per_pack : options.bytes_per_pack;
+  for (const std::unique_ptr<ReplicaContext>& ctx : impl_->contexts)
+    ctx->reducer_->set_bucket_bytes(first, options.bytes_per_pack);
+}
+
+const CommunicationOptions& Strategy::communication_options() const {
+  return impl_->communication;
 }
 
 Strategy::~Strategy() {

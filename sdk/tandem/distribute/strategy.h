@@ -61,6 +61,27 @@ class StrategyScope {
   std::thread::id thread_;
 };
 
+/// How gradients travel between replicas (tf.distribute.experimental.CommunicationOptions'
+/// bytes_per_pack; PyTorch DDP's bucket_cap_mb). optimizer.apply_gradients(ctx, ...) sums
+/// gradients across the replicas; with buckets (bytes_per_pack > 0, the default) each
+/// replica's backward pass (GradientTape::gradient) copies every gradient into a bucket as soon
+/// as it is final, and a full bucket's all-reduce starts at once, while the backward pass goes
+/// on: communication overlaps compute. The first step lays the buckets out (in the order its
+/// backward pass produced the gradients, one dtype per bucket) and reduces after its backward
+/// pass; later steps use the buckets. Results are bitwise those of one all-reduce after the
+/// backward pass (each element sums the same replicas' values in the same order).
+/// Buckets are used when apply_gradients gets the very tensors tape.gradient returned, with
+/// the same variables getting a gradient every step (a change raises, naming the variable's
+/// index; turn buckets off for such models). With gradient accumulation only the boundary
+/// micro-step reduces (the accumulators, after the backward pass). Loss scaling needs no
+/// extra step: compute_average_loss already divides by the global batch.
+struct CommunicationOptions {
+  /// Bytes per bucket; 0: no buckets (one batched all-reduce in apply_gradients).
+  int64_t bytes_per_pack = int64_t{25} << 20;
+  /// The first bucket's bytes: small, so that communication starts early in the backward pass.
+  int64_t first_bytes_per_pack = int64_t{1} << 20;
+};
+
 /// What every strategy offers (binding names from tf.distribute). Strategies own threads and
 /// are neither copied nor moved.
 class Strategy {
@@ -82,6 +103,11 @@ class Strategy {
   const std::vector<Device>& devices() const;
   /// True in the process that writes checkpoints: worker 0 (always, in one process).
   bool is_chief() const { return worker_index() == 0; }
+
+  /// Gradient buckets (see CommunicationOptions). Call outside run; the next step lays the
+  /// buckets out again. Raises on negative sizes.
+  void set_communication_options(const CommunicationOptions& options);
+  const CommunicationOptions& communication_options() const;
 
   /// Variables created (tandem::make_variable) while the returned scope lives are mirrored.
   [[nodiscard]] StrategyScope scope() const;

@@ -31,6 +31,7 @@ class NcclCommunicator final : public Communicator {
   int rank() const override;
   int size() const override;
   std::string name() const override { return "nccl"; }
+  bool queues_on_device() const override { return true; }
   /// The GPU of this rank.
   Device device() const;
 

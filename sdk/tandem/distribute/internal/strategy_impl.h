@@ -28,6 +28,7 @@ struct Strategy::Impl {
   // thread, in scope()).
   std::function<Tensor(const Tensor&)> broadcast_initial;
   std::shared_ptr<WorkerGroup> previous_worker_group;  // given back when this strategy ends
+  CommunicationOptions communication;
   detail::MergeState merge;
   std::vector<std::unique_ptr<ReplicaContext>> contexts;
   std::unique_ptr<detail::ReplicaThreads> replicas;  // last: its threads use everything above

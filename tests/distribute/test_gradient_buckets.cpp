@@ -1,0 +1,358 @@
+// Gradient buckets reduced during the backward pass: bitwise the weights of the unbucketed
+// all-reduce (1, 2, 4 replicas; SGD, Adam, clipping, accumulation), bucket boundaries (one,
+// two, one per variable, a variable larger than a bucket, mixed dtypes), variables without a
+// gradient, a replica failing with buckets in flight, and buckets on the timeline while the
+// backward pass still runs.
+#include <catch2/catch.hpp>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "tandem/tandem.h"
+
+namespace td = tandem;
+namespace optim = tandem::optim;
+
+namespace {
+
+constexpr int64_t kBatch = 48;  // global batch per step
+constexpr int64_t kFeatures = 8;
+constexpr int64_t kClasses = 4;
+constexpr int kSteps = 5;
+
+class ScopedTimeout {
+ public:
+  explicit ScopedTimeout(std::chrono::milliseconds timeout)
+      : previous_(td::collectives::set_collective_timeout(timeout)) {}
+  ~ScopedTimeout() { td::collectives::set_collective_timeout(previous_); }
+
+ private:
+  std::chrono::milliseconds previous_;
+};
+
+struct Data {
+  td::Tensor features, labels;
+};
+
+Data make_data(int steps) {
+  td::Generator generator(/*seed=*/11);
+  Data d;
+  d.features = td::Tensor::normal({steps * kBatch, kFeatures}, generator);
+  std::vector<int64_t> labels(static_cast<size_t>(steps * kBatch));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>((i * 7 + 3) % 4);
+  d.labels = td::Tensor::from_vector(labels);
+  return d;
+}
+
+enum class Kind { kSgd, kAdam, kAdamClipped };
+
+std::unique_ptr<optim::Optimizer> make_optimizer(Kind kind, int accumulation) {
+  switch (kind) {
+    case Kind::kSgd:
+      return std::make_unique<optim::SGD>(optim::SGD::Options{
+          .learning_rate = 0.1, .momentum = 0.9, .gradient_accumulation_steps = accumulation});
+    case Kind::kAdam:
+      return std::make_unique<optim::Adam>(
+          optim::Adam::Options{.learning_rate = 0.01, .gradient_accumulation_steps = accumulation});
+    case Kind::kAdamClipped:
+      return std::make_unique<optim::Adam>(
+          optim::Adam::Options{.learning_rate = 0.01,
+                               .global_clipnorm = 0.05,
+                               .gradient_accumulation_steps = accumulation});
+  }
+  return nullptr;
+}
+
+struct Trained {
+  std::vector<std::vector<float>> weights;  // replica 0's
+  bool replicas_identical = true;
+  size_t buckets = 0;           // replica 0's layout at the end
+  uint64_t bucketed_steps = 0;  // replica 0's
+};
+
+/// kSteps steps of an 8 -> 32 -> 32 -> 4 MLP (kernels of 1 KiB, 4 KiB and 512 B) on `replicas`
+/// CPU replicas with `communication`.
+Trained train(int replicas, td::CommunicationOptions communication, Kind kind, int accumulation,
+              const Data& data, int steps = kSteps) {
+  auto strategy = td::MirroredStrategy::cpu(replicas);
+  strategy.set_communication_options(communication);
+  td::nn::Sequential model({td::nn::Dense(32, td::nn::Activation::kRelu),
+                            td::nn::Dense(32, td::nn::Activation::kRelu), td::nn::Dense(kClasses)});
+  std::unique_ptr<optim::Optimizer> optimizer;
+  {
+    auto scope = strategy.scope();
+    model.set_seed(3);
+    model.build({kFeatures});
+    optimizer = make_optimizer(kind, accumulation);
+  }
+  const std::vector<td::Variable> variables = model.trainable_variables();
+  const int64_t per_replica = kBatch / replicas;
+  Trained out;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<td::Tensor> xs, ys;
+    for (int r = 0; r < replicas; ++r) {
+      const int64_t begin = s * kBatch + r * per_replica;
+      xs.push_back(data.features.slice(begin, begin + per_replica));
+      ys.push_back(data.labels.slice(begin, begin + per_replica));
+    }
+    strategy.run(
+        [&](td::ReplicaContext& ctx, const td::Tensor& x, const td::Tensor& y) {
+          td::GradientTape tape;
+          const td::Tensor logits = model(x, /*training=*/true);
+          const td::Tensor loss = td::compute_average_loss(
+              td::losses::sparse_categorical_crossentropy(y, logits, /*from_logits=*/true), kBatch);
+          optimizer->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+          if (ctx.replica_id_in_sync_group() == 0) {
+            out.buckets = ctx.num_gradient_buckets();
+            out.bucketed_steps = ctx.bucketed_steps();
+          }
+        },
+        td::PerReplica<td::Tensor>(xs), td::PerReplica<td::Tensor>(ys));
+  }
+  for (const td::Variable& v : variables) {
+    out.weights.push_back(v.copy(0).to_vector<float>());
+    for (int r = 1; r < v.num_copies(); ++r)
+      out.replicas_identical =
+          out.replicas_identical && v.copy(r).to_vector<float>() == out.weights.back();
+  }
+  return out;
+}
+
+constexpr td::CommunicationOptions kOff{.bytes_per_pack = 0, .first_bytes_per_pack = 0};
+// First bucket: the last layer (528 B); then buckets of 2 KiB: the 4 KiB kernel alone, ...
+constexpr td::CommunicationOptions kSmall{.bytes_per_pack = 2048, .first_bytes_per_pack = 600};
+
+}  // namespace
+
+TEST_CASE("gradient buckets: the weights of the unbucketed all-reduce, bit for bit",
+          "[cpu][distribute][buckets]") {
+  const Data data = make_data(kSteps);
+  for (Kind kind : {Kind::kSgd, Kind::kAdam, Kind::kAdamClipped}) {
+    for (int accumulation : {1, 3}) {
+      for (int replicas : {1, 2, 4}) {
+        INFO("optimizer " << static_cast<int>(kind) << ", accumulation " << accumulation << ", "
+                          << replicas << " replicas");
+        const Trained plain = train(replicas, kOff, kind, accumulation, data);
+        const Trained bucketed = train(replicas, kSmall, kind, accumulation, data);
+        CHECK(plain.replicas_identical);
+        CHECK(bucketed.replicas_identical);
+        CHECK(bucketed.weights == plain.weights);
+        CHECK(plain.buckets == 0);
+        if (replicas > 1 && accumulation == 1) {
+          // Laid out at step 1, used from step 2 on.
+          CHECK(bucketed.buckets >= 3);
+          CHECK(bucketed.bucketed_steps == static_cast<uint64_t>(kSteps - 1));
+        } else {
+          // One replica has nothing to reduce; with accumulation the boundary reduces the
+          // accumulators after the backward pass.
+          CHECK(bucketed.bucketed_steps == 0);
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gradient buckets: one, two and one per variable; a variable larger than a bucket",
+          "[cpu][distribute][buckets]") {
+  const Data data = make_data(kSteps);
+  const Trained plain = train(2, kOff, Kind::kAdam, 1, data);
+  struct Case {
+    const char* name;
+    td::CommunicationOptions options;
+    size_t buckets;
+  };
+  // Gradients become final last layer first: kernel 2 (512 B) and bias 2 (16 B), then kernel 1
+  // (4 KiB) and bias 1 (128 B), then kernel 0 (1 KiB) and bias 0 (128 B): 5,904 bytes.
+  for (const Case& c : {
+           Case{"everything in one bucket",
+                {.bytes_per_pack = 1 << 20, .first_bytes_per_pack = 1 << 20},
+                1},
+           Case{"a small first bucket, then one",
+                {.bytes_per_pack = 1 << 20, .first_bytes_per_pack = 600},
+                2},
+           Case{"one byte: a bucket per variable",
+                {.bytes_per_pack = 1, .first_bytes_per_pack = 1},
+                6},
+           Case{"2 KiB: the 4 KiB kernel alone in its bucket", kSmall, 3},
+       }) {
+    INFO(c.name);
+    const Trained bucketed = train(2, c.options, Kind::kAdam, 1, data);
+    CHECK(bucketed.buckets == c.buckets);
+    CHECK(bucketed.bucketed_steps == static_cast<uint64_t>(kSteps - 1));
+    CHECK(bucketed.weights == plain.weights);
+  }
+}
+
+TEST_CASE("gradient buckets: float32 and float64 variables go to buckets of their own dtype",
+          "[cpu][distribute][buckets]") {
+  auto run = [](td::CommunicationOptions options) {
+    auto strategy = td::MirroredStrategy::cpu(2);
+    strategy.set_communication_options(options);
+    td::Variable w32, w64;
+    {
+      auto scope = strategy.scope();
+      td::Generator g(5);
+      w32 = td::make_variable("w32", td::Tensor::normal({4, 3}, g));
+      w64 =
+          td::make_variable("w64", td::ops::cast(td::Tensor::normal({3}, g), td::DType::kFloat64));
+    }
+    auto scope = strategy.scope();
+    td::optim::SGD optimizer({.learning_rate = 0.05, .momentum = 0.5});
+    size_t buckets = 0;
+    for (int step = 0; step < 4; ++step) {
+      strategy.run([&](td::ReplicaContext& ctx) {
+        td::Generator g(static_cast<uint64_t>(100 + step * 2 + ctx.replica_id_in_sync_group()));
+        const td::Tensor x = td::Tensor::normal({5, 4}, g);
+        td::GradientTape tape;
+        const td::Tensor h = td::ops::matmul(x, w32.value());  // [5, 3] float32
+        const td::Tensor h64 = td::ops::mul(td::ops::cast(h, td::DType::kFloat64), w64.value());
+        const td::Tensor loss =
+            td::ops::cast(td::ops::sum(td::ops::mul(h64, h64)), td::DType::kFloat32) / 10.0;
+        optimizer.apply_gradients(ctx, tape.gradient(loss, {w32, w64}), {w32, w64});
+        if (ctx.replica_id_in_sync_group() == 0) buckets = ctx.num_gradient_buckets();
+      });
+    }
+    return std::make_pair(
+        buckets, std::make_pair(w32.copy(1).to_vector<float>(), w64.copy(1).to_vector<double>()));
+  };
+  const auto plain = run(kOff);
+  const auto bucketed = run({.bytes_per_pack = 1 << 20, .first_bytes_per_pack = 1 << 20});
+  CHECK(bucketed.first == 2);  // one bucket per dtype, though both would fit in one
+  CHECK(bucketed.second == plain.second);
+}
+
+TEST_CASE("gradient buckets: variables without a gradient", "[cpu][distribute][buckets]") {
+  const ScopedTimeout timeout(std::chrono::milliseconds(3000));
+  auto strategy = td::MirroredStrategy::cpu(2);
+  strategy.set_communication_options({.bytes_per_pack = 64, .first_bytes_per_pack = 64});
+  td::Variable used, unused;
+  {
+    auto scope = strategy.scope();
+    used = td::make_variable("used", td::Tensor::full({6}, 1.0));
+    unused = td::make_variable("unused", td::Tensor::full({6}, 2.0));
+  }
+  auto scope = strategy.scope();
+  td::optim::SGD optimizer({.learning_rate = 0.1});
+  auto step = [&](bool use_both) {
+    strategy.run([&](td::ReplicaContext& ctx) {
+      td::GradientTape tape;
+      td::Tensor loss = td::ops::sum(td::ops::mul(used.value(), used.value()));
+      if (use_both) loss = loss + td::ops::sum(unused.value());
+      optimizer.apply_gradients(ctx, tape.gradient(loss, {used, unused}), {used, unused});
+    });
+  };
+  SECTION("a variable never used keeps its value; the others are bucketed") {
+    for (int s = 0; s < 4; ++s) step(false);
+    CHECK(unused.copy(0).to_vector<float>() == std::vector<float>(6, 2.0f));
+    CHECK(used.copy(0).to_vector<float>() != std::vector<float>(6, 1.0f));
+    CHECK(used.copy(0).to_vector<float>() == used.copy(1).to_vector<float>());
+  }
+  SECTION("a variable that stops getting a gradient: a clear error naming it, no hang") {
+    step(true);
+    step(true);
+    const auto start = std::chrono::steady_clock::now();
+    CHECK_THROWS_WITH(step(false), Catch::Contains("source 1") &&
+                                       Catch::Contains("has no gradient now") &&
+                                       Catch::Contains("bytes_per_pack = 0"));
+    CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2500));
+    // The strategy stays usable: the next steps lay the buckets out again.
+    step(false);
+    step(false);
+    CHECK(used.copy(0).to_vector<float>() == used.copy(1).to_vector<float>());
+  }
+}
+
+TEST_CASE("gradient buckets: a replica that fails while buckets are in flight",
+          "[cpu][distribute][buckets][faults]") {
+  const ScopedTimeout timeout(std::chrono::milliseconds(3000));
+  const Data data = make_data(8);
+  auto strategy = td::MirroredStrategy::cpu(4);
+  strategy.set_communication_options(kSmall);
+  td::nn::Sequential model({td::nn::Dense(32, td::nn::Activation::kRelu), td::nn::Dense(kClasses)});
+  std::unique_ptr<optim::Optimizer> optimizer;
+  {
+    auto scope = strategy.scope();
+    model.build({kFeatures});
+    optimizer = make_optimizer(Kind::kAdam, 1);
+  }
+  const std::vector<td::Variable> variables = model.trainable_variables();
+  auto step = [&](int s, int failing) {
+    strategy.run([&](td::ReplicaContext& ctx) {
+      const int64_t begin = s * kBatch + ctx.replica_id_in_sync_group() * (kBatch / 4);
+      td::GradientTape tape;
+      const td::Tensor logits = model(data.features.slice(begin, begin + kBatch / 4), true);
+      const td::Tensor loss =
+          td::compute_average_loss(td::losses::sparse_categorical_crossentropy(
+                                       data.labels.slice(begin, begin + kBatch / 4), logits, true),
+                                   kBatch);
+      std::vector<td::Tensor> grads = tape.gradient(loss, variables);
+      // The buckets of this backward pass are in flight now.
+      if (ctx.replica_id_in_sync_group() == failing) throw std::runtime_error("replica died");
+      optimizer->apply_gradients(ctx, grads, variables);
+    });
+  };
+  step(0, -1);
+  step(1, -1);
+  const auto start = std::chrono::steady_clock::now();
+  CHECK_THROWS_WITH(step(2, 2), Catch::Contains("replica 2") && Catch::Contains("replica died"));
+  // Released at once by the failure, not by the timeout.
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::milliseconds(2500));
+  step(3, -1);
+  step(4, -1);
+  for (const td::Variable& v : variables)
+    for (int r = 1; r < 4; ++r) CHECK(v.copy(r).to_vector<float>() == v.copy(0).to_vector<float>());
+}
+
+TEST_CASE("gradient buckets: all-reduces start on the communicator track during the backward pass",
+          "[cpu][distribute][buckets][profile]") {
+  const Data data = make_data(6);
+  auto strategy = td::MirroredStrategy::cpu(2);
+  strategy.set_communication_options({.bytes_per_pack = 1, .first_bytes_per_pack = 1});
+  td::nn::Sequential model({td::nn::Dense(2048, td::nn::Activation::kRelu),
+                            td::nn::Dense(2048, td::nn::Activation::kRelu),
+                            td::nn::Dense(kClasses)});
+  std::unique_ptr<optim::Optimizer> optimizer;
+  {
+    auto scope = strategy.scope();
+    model.build({kFeatures});
+    optimizer = make_optimizer(Kind::kSgd, 1);
+  }
+  const std::vector<td::Variable> variables = model.trainable_variables();
+  std::vector<int64_t> step_start(6, 0), backward_end(6, 0);  // replica 0's, per step
+  td::profile::Profiler profiler(strategy, {.trace_file = "", .print_summaries = false});
+  for (int s = 0; s < 6; ++s) {
+    strategy.run([&](td::ReplicaContext& ctx) {
+      if (ctx.replica_id_in_sync_group() == 0)
+        step_start[static_cast<size_t>(s)] = td::profile::now_ns();
+      const int64_t begin = s * kBatch + ctx.replica_id_in_sync_group() * (kBatch / 2);
+      td::GradientTape tape;
+      const td::Tensor logits = model(data.features.slice(begin, begin + kBatch / 2), true);
+      const td::Tensor loss =
+          td::compute_average_loss(td::losses::sparse_categorical_crossentropy(
+                                       data.labels.slice(begin, begin + kBatch / 2), logits, true),
+                                   kBatch);
+      std::vector<td::Tensor> grads = tape.gradient(loss, variables);
+      if (ctx.replica_id_in_sync_group() == 0)
+        backward_end[static_cast<size_t>(s)] = td::profile::now_ns();
+      optimizer->apply_gradients(ctx, grads, variables);
+    });
+  }
+  profiler.end_epoch();
+  // From step 2 on, replica 0's communicator track has all-reduces that began before its
+  // backward pass returned (the first buckets went out while later gradients were computed;
+  // the 16 MiB kernel of the middle layer is computed after the last layer's bucket left).
+  int steps_overlapping = 0;
+  for (int s = 1; s < 6; ++s) {
+    const int64_t start = step_start[static_cast<size_t>(s)];
+    const int64_t end = backward_end[static_cast<size_t>(s)];
+    bool early = false;
+    for (const td::profile::Event& e : profiler.events())
+      if (e.track.kind == td::profile::TrackKind::kCommunicator && e.track.index == 0 &&
+          e.begin_ns > start && e.begin_ns < end)
+        early = true;
+    steps_overlapping += early ? 1 : 0;
+  }
+  CHECK(steps_overlapping == 5);
+}
