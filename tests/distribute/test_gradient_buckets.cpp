@@ -121,8 +121,9 @@ Trained train(int replicas, td::CommunicationOptions communication, Kind kind, i
 }
 
 constexpr td::CommunicationOptions kOff{.bytes_per_pack = 0, .first_bytes_per_pack = 0};
-// First bucket: the last layer (528 B); then buckets of 2 KiB: the 4 KiB kernel alone, ...
-constexpr td::CommunicationOptions kSmall{.bytes_per_pack = 2048, .first_bytes_per_pack = 600};
+// Buckets close once they hold their size: {kernel 2}, {bias 2, kernel 1}, {bias 1, kernel 0},
+// {bias 0} (see the bucket boundaries below).
+constexpr td::CommunicationOptions kSmall{.bytes_per_pack = 1024, .first_bytes_per_pack = 1};
 
 }  // namespace
 
@@ -142,7 +143,7 @@ TEST_CASE("gradient buckets: the weights of the unbucketed all-reduce, bit for b
         CHECK(plain.buckets == 0);
         if (replicas > 1 && accumulation == 1) {
           // Laid out at step 1, used from step 2 on.
-          CHECK(bucketed.buckets >= 3);
+          CHECK(bucketed.buckets == 4);
           CHECK(bucketed.bucketed_steps == static_cast<uint64_t>(kSteps - 1));
         } else {
           // One replica has nothing to reduce; with accumulation the boundary reduces the
@@ -164,18 +165,23 @@ TEST_CASE("gradient buckets: one, two and one per variable; a variable larger th
     size_t buckets;
   };
   // Gradients become final last layer first: kernel 2 (512 B) and bias 2 (16 B), then kernel 1
-  // (4 KiB) and bias 1 (128 B), then kernel 0 (1 KiB) and bias 0 (128 B): 5,904 bytes.
+  // (4 KiB) and bias 1 (128 B), then kernel 0 (1 KiB) and bias 0 (128 B): 5,904 bytes. A
+  // bucket closes once it holds its size.
   for (const Case& c : {
            Case{"everything in one bucket",
                 {.bytes_per_pack = 1 << 20, .first_bytes_per_pack = 1 << 20},
                 1},
+           // {kernel 2, bias 2, kernel 1}, {the rest}
            Case{"a small first bucket, then one",
                 {.bytes_per_pack = 1 << 20, .first_bytes_per_pack = 600},
                 2},
            Case{"one byte: a bucket per variable",
                 {.bytes_per_pack = 1, .first_bytes_per_pack = 1},
                 6},
-           Case{"2 KiB: the 4 KiB kernel alone in its bucket", kSmall, 3},
+           // {kernel 2}, {bias 2, kernel 1}, {bias 1, kernel 0}, {bias 0}
+           Case{"1 KiB: the 4 KiB kernel overfills its bucket", kSmall, 4},
+           // {kernel 2, bias 2, kernel 1}, {bias 1, kernel 0, bias 0}
+           Case{"2 KiB after 600 bytes", {.bytes_per_pack = 2048, .first_bytes_per_pack = 600}, 2},
        }) {
     INFO(c.name);
     const Trained bucketed = train(2, c.options, Kind::kAdam, 1, data);
@@ -339,7 +345,15 @@ TEST_CASE("gradient buckets: all-reduces start on the communicator track during 
       optimizer->apply_gradients(ctx, grads, variables);
     });
   }
-  profiler.end_epoch();
+  const td::profile::Summary summary = profiler.end_epoch();
+  // The summary keeps the buckets' all-reduces out of the step's breakdown (they overlapped
+  // the compute) and reports them beside it, with the replica's wait for them.
+  REQUIRE(summary.per_replica.size() == 2);
+  const td::profile::ReplicaBreakdown& replica0 = summary.per_replica[0];
+  CHECK(replica0.comm_overlapped_ms > 0);
+  CHECK(replica0.bucket_wait_ms <= replica0.comm_wait_ms);
+  CHECK(replica0.comm_bytes > 16.0 * 1024 * 1024);  // the 16 MiB kernel's bucket, every step
+  CHECK_THAT(summary.to_string(), Catch::Contains("gradient buckets: replica 0's all-reduces"));
   // From step 2 on, replica 0's communicator track has all-reduces that began before its
   // backward pass returned (the first buckets went out while later gradients were computed;
   // the 16 MiB kernel of the middle layer is computed after the last layer's bucket left).

@@ -269,7 +269,7 @@ TEST_CASE("multi-worker: W workers x L replicas train like one replica on the sa
 }
 
 TEST_CASE("multi-worker: gradient buckets give the weights of the unbucketed all-reduce", "[mpi]") {
-  // Buckets of 64 and 256 bytes: the gradients of the 8 -> 16 -> 4 MLP go out in 4 buckets,
+  // Buckets of 64 and 256 bytes: the gradients of the 8 -> 16 -> 4 MLP go out in 3 buckets,
   // during the backward pass, through each worker's communication threads (in-process among
   // its replicas, then MPI between the workers).
   td::Strategy& s = strategy();

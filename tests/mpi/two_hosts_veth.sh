@@ -8,6 +8,10 @@
 #
 # Passes when every test case passes on both workers and the veth carried at least 1 MiB each
 # way. Exits 77 (CTest's skip code) when namespaces cannot be made here (no CAP_NET_ADMIN).
+#
+# TANDEM_VETH_RATE (e.g. 5gbit): limits each direction of the link to that rate with a token
+# bucket filter (tc qdisc tbf), a network slower than memory (bench/overlap_veth.sh).
+# TANDEM_VETH_PIN=1: worker A runs on CPU 0 and worker B on CPU 1, like two one-core hosts.
 set -euo pipefail
 
 mpirun="$1"
@@ -55,13 +59,28 @@ done
 ip -n "$ns_a" link set "$dev_a" up
 ip -n "$ns_b" link set "$dev_b" up
 say "hosts $ns_a ($addr_a, $dev_a) and $ns_b ($addr_b, $dev_b), joined by a veth pair"
+if [[ -n "${TANDEM_VETH_RATE:-}" ]]; then
+  # A small bucket (1 MiB), so that a step's tens of MiB go at the rate, not in one burst.
+  ip netns exec "$ns_a" tc qdisc add dev "$dev_a" root tbf rate "$TANDEM_VETH_RATE" \
+    burst 1mb latency 400ms
+  ip netns exec "$ns_b" tc qdisc add dev "$dev_b" root tbf rate "$TANDEM_VETH_RATE" \
+    burst 1mb latency 400ms
+  say "each direction limited to $TANDEM_VETH_RATE (tc tbf)"
+fi
+pin_a="" pin_b="" bind=()
+if [[ "${TANDEM_VETH_PIN:-0}" == 1 ]]; then
+  pin_a="taskset -c 0" pin_b="taskset -c 1" bind=(--bind-to none)
+fi
 
 # The rsh agent: mpirun calls it as `agent HOST COMMAND...`, like ssh. HOST names a namespace;
 # the command runs there with its own UTS namespace whose hostname is HOST.
-cat >"$scratch/agent" <<'EOF'
+cat >"$scratch/agent" <<EOF
 #!/bin/sh
-host="$1"; shift
-exec ip netns exec "$host" unshare --uts /bin/sh -c "hostname $host; $*"
+host="\$1"; shift
+pin=""
+[ "\$host" = "$ns_a" ] && pin="$pin_a"
+[ "\$host" = "$ns_b" ] && pin="$pin_b"
+exec ip netns exec "\$host" unshare --uts \$pin /bin/sh -c "hostname \$host; \$*"
 EOF
 chmod +x "$scratch/agent"
 printf '%s slots=1\n%s slots=1\n' "$ns_a" "$ns_b" >"$scratch/hosts"
@@ -71,9 +90,10 @@ bytes() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 status=0
 ip netns exec "$ns_a" "$mpirun" \
-  --mca plm_rsh_agent "$scratch/agent" --hostfile "$scratch/hosts" -np 2 \
+  --mca plm_rsh_agent "$scratch/agent" --hostfile "$scratch/hosts" -np 2 "${bind[@]}" \
   --mca btl tcp,self --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" \
   -x TANDEM_TEST_LOCAL_REPLICAS -x TANDEM_LOG_LEVEL -x TANDEM_COLLECTIVE_TIMEOUT \
+  -x TANDEM_CPU_REPLICAS \
   -x OMP_NUM_THREADS \
   "$program" "$@" || status=$?
 

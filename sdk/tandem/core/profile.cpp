@@ -24,6 +24,7 @@ Buffer& buffer() {
 }
 
 thread_local Track t_track{};
+thread_local bool t_overlaps = false;
 std::atomic<const RangeHooks*> g_range_hooks{nullptr};
 
 }  // namespace
@@ -54,6 +55,7 @@ bool enabled() { return g_enabled.load(std::memory_order_relaxed); }
 
 Track current_track() { return t_track; }
 void set_current_track(Track track) { t_track = track; }
+void set_current_thread_overlaps(bool overlaps) { t_overlaps = overlaps; }
 
 void record(const Event& event) {
   if (!enabled()) return;
@@ -87,7 +89,7 @@ void Span::begin() {
 }
 
 void Span::finish() {
-  record({phase_, track_, begin_ns_, now_ns(), bytes_});
+  record({phase_, track_, begin_ns_, now_ns(), bytes_, t_overlaps});
   if (const RangeHooks* hooks = range_hooks()) hooks->pop();
 }
 

@@ -42,6 +42,9 @@ struct Event {
   Track track;
   int64_t begin_ns, end_ns;
   int64_t bytes;  ///< data a collective moved (this rank's tensors); an input wait's examples
+  /// Recorded by a thread that communicates while its replica computes (a gradient bucket's
+  /// all-reduce): the time overlaps the replica's task instead of being part of it.
+  bool overlapped;
 };
 
 /// steady_clock now, in nanoseconds.
@@ -58,6 +61,10 @@ bool enabled();
 /// thread kLoop unless it says otherwise.
 Track current_track();
 void set_current_track(Track track);
+
+/// Marks the calling thread as one whose collectives overlap its replica's compute (the
+/// replica's communication thread for gradient buckets); its spans say so (Event::overlapped).
+void set_current_thread_overlaps(bool overlaps);
 
 /// Records a finished span (nothing when recording is off).
 void record(const Event& event);

@@ -155,15 +155,7 @@ void GradientReducer::learn(const std::vector<Tensor>& gradients) {
     }
     slot.shape = g.shape();
     slot.dtype = g.dtype();
-    const int64_t size = static_cast<int64_t>(g.nbytes());
     auto it = open.find(g.dtype());
-    if (it != open.end()) {
-      const int64_t cap = it->second == 0 ? first_bucket_bytes_ : bucket_bytes_;
-      if (bytes[it->second] > 0 && bytes[it->second] + size > cap) {
-        open.erase(it);
-        it = open.end();
-      }
-    }
     if (it == open.end()) {
       it = open.emplace(g.dtype(), layout.buckets.size()).first;
       layout.buckets.push_back({});
@@ -176,7 +168,11 @@ void GradientReducer::learn(const std::vector<Tensor>& gradients) {
     slot.offset_bytes = static_cast<size_t>(bucket.numel) * dtype_size(g.dtype());
     bucket.numel += g.numel();
     ++bucket.members;
-    bytes[it->second] += size;
+    // A bucket closes once it holds its size (as DDP's): a gradient larger than a bucket
+    // fills one alone or with what came before it, and small ones never trail alone.
+    bytes[it->second] += static_cast<int64_t>(g.nbytes());
+    if (bytes[it->second] >= (it->second == 0 ? first_bucket_bytes_ : bucket_bytes_))
+      open.erase(it);
   }
   if (layout.buckets.empty()) return;
   // Every replica must have made the same layout (same order of readiness, shapes, dtypes):
@@ -235,6 +231,7 @@ void GradientReducer::communication_thread() {
   // Its collectives appear on the replica's communicator track; sums flush subnormals as the
   // replica threads do, so the results are those of the unbucketed all-reduce.
   profile::set_current_track({profile::TrackKind::kReplica, local_replica_});
+  profile::set_current_thread_overlaps(true);
   set_compute_threads(1);
   const ScopedFloatMode float_mode;
   std::unique_lock<std::mutex> lock(mutex_);

@@ -120,7 +120,12 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   threads.group = &impl.collectives->local_group();
   threads.creator = mirrored_creator(impl.devices);
   impl.replicas = std::make_unique<detail::ReplicaThreads>(std::move(threads));
-  set_communication_options({});
+  // Buckets on GPUs, where their all-reduces queue on the communication stream; off on CPU
+  // replicas, whose communication thread takes a core from the compute (bench_overlap_cpu).
+  const bool gpus = !impl.devices.empty() && impl.devices.front().is_cuda();
+  set_communication_options(gpus ? CommunicationOptions{}
+                                 : CommunicationOptions{.bytes_per_pack = 0,
+                                                        .first_bytes_per_pack = 0});
 }
 
 void Strategy::set_communication_options(const CommunicationOptions& options) {

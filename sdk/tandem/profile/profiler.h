@@ -24,6 +24,12 @@ struct ReplicaBreakdown {
   double compute_ms = 0;    ///< forward, backward, the loss: the task minus what follows
   double comm_wait_ms = 0;  ///< in collectives waiting for slower peers
   double comm_data_ms = 0;  ///< in collectives moving and reducing data
+  /// Gradient buckets: waiting in apply_gradients for buckets still in flight (the
+  /// communication the backward pass did not hide; part of comm_wait_ms too).
+  double bucket_wait_ms = 0;
+  /// Gradient buckets: their all-reduces on the replica's communication thread, overlapping
+  /// its compute (not part of the step's breakdown: the replica computed meanwhile).
+  double comm_overlapped_ms = 0;
   double optimizer_ms = 0;
   double host_sync_ms = 0;
   double checkpoint_ms = 0;

@@ -51,6 +51,8 @@ class SpanList {
 
 struct ReplicaSpans {
   SpanList task, comm_wait, comm_data, optimizer, host_sync, checkpoint;
+  SpanList bucket_wait;     // the replica waiting for gradient buckets (exposed communication)
+  SpanList comm_overlapped;  // its communication thread's collectives, overlapping the task
 };
 
 double quantile(std::vector<double> values, double q) {
@@ -199,10 +201,16 @@ Summary summarize(const std::vector<Event>& events, const std::vector<std::strin
         if (e.phase == Phase::kOptimizer) per[r].optimizer.add(e);
         if (e.phase == Phase::kHostSync) per[r].host_sync.add(e);
         if (e.phase == Phase::kCheckpoint) per[r].checkpoint.add(e);
+        if (e.phase == Phase::kCommWait) per[r].bucket_wait.add(e);
         break;
       case TrackKind::kCommunicator:
-        if (e.phase == Phase::kCommWait) per[r].comm_wait.add(e);
-        if (e.phase == Phase::kCommData) per[r].comm_data.add(e);
+        if (e.overlapped) {
+          if (e.phase == Phase::kCommWait || e.phase == Phase::kCommData)
+            per[r].comm_overlapped.add(e);
+        } else {
+          if (e.phase == Phase::kCommWait) per[r].comm_wait.add(e);
+          if (e.phase == Phase::kCommData) per[r].comm_data.add(e);
+        }
         break;
     }
   }
@@ -238,8 +246,12 @@ Summary summarize(const std::vector<Event>& events, const std::vector<std::strin
       ReplicaSpans& spans = per[static_cast<size_t>(r)];
       ReplicaBreakdown& b = s.per_replica[static_cast<size_t>(r)];
       const double task = spans.task.time(run.begin_ns, run.end_ns);
-      const double wait = spans.comm_wait.time(run.begin_ns, run.end_ns);
-      const auto [data, bytes] = spans.comm_data.take(run.begin_ns, run.end_ns);
+      const double bucket_wait = spans.bucket_wait.time(run.begin_ns, run.end_ns);
+      const double wait = spans.comm_wait.time(run.begin_ns, run.end_ns) + bucket_wait;
+      const auto [data, own_bytes] = spans.comm_data.take(run.begin_ns, run.end_ns);
+      const auto [overlapped, overlapped_bytes] =
+          spans.comm_overlapped.take(run.begin_ns, run.end_ns);
+      const double bytes = own_bytes + overlapped_bytes;
       const double optimizer = spans.optimizer.time(run.begin_ns, run.end_ns);
       const double sync = spans.host_sync.time(run.begin_ns, run.end_ns);
       const double checkpoint = spans.checkpoint.time(run.begin_ns, run.end_ns);
@@ -247,6 +259,8 @@ Summary summarize(const std::vector<Event>& events, const std::vector<std::strin
       b.compute_ms += std::max(0.0, task - wait - data - optimizer - sync - checkpoint);
       b.comm_wait_ms += wait;
       b.comm_data_ms += data;
+      b.bucket_wait_ms += bucket_wait;
+      b.comm_overlapped_ms += overlapped;
       b.optimizer_ms += optimizer;
       b.host_sync_ms += sync + loop_sync_ns;
       b.checkpoint_ms += checkpoint + loop_checkpoint_ns;
@@ -261,7 +275,8 @@ Summary summarize(const std::vector<Event>& events, const std::vector<std::strin
   const double n = static_cast<double>(s.steps);
   for (ReplicaBreakdown& b : s.per_replica) {
     for (double* v : {&b.input_ms, &b.compute_ms, &b.comm_wait_ms, &b.comm_data_ms,
-                      &b.optimizer_ms, &b.host_sync_ms, &b.checkpoint_ms, &b.other_ms})
+                      &b.bucket_wait_ms, &b.comm_overlapped_ms, &b.optimizer_ms, &b.host_sync_ms,
+                      &b.checkpoint_ms, &b.other_ms})
       *v = *v * 1e-6 / n;
     b.comm_bytes /= n;
   }
@@ -320,6 +335,12 @@ std::string Summary::to_string() const {
     out << line;
   }
   out << "  (ms per step and share of it; waiting = for slower peers, comm = moving data)\n";
+  if (per_replica.front().comm_overlapped_ms > 0) {
+    const ReplicaBreakdown& b = per_replica.front();
+    out << "  gradient buckets: replica " << b.replica << "'s all-reduces took "
+        << fixed(b.comm_overlapped_ms, 2) << " ms per step beside the backward pass; it waited "
+        << fixed(b.bucket_wait_ms, 2) << " ms for them (in waiting)\n";
+  }
   if (replicas > 1) {
     out << "  scaling: one replica doing this work alone would take about "
         << fixed(one_replica_step_ms, 2) << " ms per step";

@@ -6,7 +6,8 @@
 //
 // The layout (which gradient goes into which bucket, at which offset) is made from the first
 // step that sums the tape's own gradients: buckets are filled in the order that step's backward
-// produced its gradients, one dtype per bucket, the first bucket small. Every replica checks
+// produced its gradients, one dtype per bucket, each closed once it holds its size (the first
+// bucket's small). Every replica checks
 // with one collective that the others made the same layout; from the next step on, buckets are
 // reduced during the backward pass, in bucket order (every replica launches bucket k before
 // k + 1). Each element is still the sum of the same replicas' values in the same order, so the

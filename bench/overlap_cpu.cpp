@@ -1,0 +1,246 @@
+// Gradient buckets reduced during the backward pass vs one all-reduce after it, on CPU replicas:
+// step time, and the communication the step waited for (exposed) against all of it. The model
+// is bench_accumulation_cpu's MLP (784-2048-2048-10, 5.8M parameters, 23 MB of gradients per
+// replica), so that the all-reduce is comparable to the compute.
+//
+//   bench_overlap_cpu [--replicas 2] [--per-replica-batch 64] [--steps 8] [--rounds 3]
+//                     [--bucket-mb 25] [--first-bucket-mb 1] [--hidden 2048] [--layers 2]
+//                     [--trace FILE]
+//
+// Under mpirun (or srun) every process is a worker with TANDEM_CPU_REPLICAS replicas
+// (MultiWorkerMirroredStrategy, --replicas ignored); bench/overlap_veth.sh runs two workers in
+// two network namespaces joined by a rate-limited veth pair. Alone, it runs --replicas replicas
+// in this process (MirroredStrategy).
+//
+// Figures are replica 0's, from the step timeline (tandem::profile): "exposed" is the time its
+// thread waited for gradients to be reduced (without buckets: the whole all-reduce, which runs
+// on its thread; with buckets: its wait in apply_gradients for buckets still in flight), "comm"
+// the time its all-reduces took wherever they ran (with buckets, on its communication thread,
+// overlapping the backward pass). Rounds alternate the two modes; the table gives medians.
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/tandem.h"
+#include "timing.h"
+
+namespace td = tandem;
+namespace tb = tandem::bench;
+namespace tp = tandem::profile;
+
+namespace {
+
+struct Options {
+  int replicas = 2;
+  int64_t per_replica_batch = 64;
+  int steps = 8;  // measured steps per mode and round (after one warm-up step)
+  int rounds = 3;
+  double bucket_mb = 25;
+  double first_bucket_mb = 1;
+  int hidden = 2048;  // units per hidden layer
+  int layers = 2;     // hidden layers
+  std::string trace;  // a Chrome trace of the last bucketed measurement, when set
+};
+
+double median(std::vector<double> values) {
+  std::sort(values.begin(), values.end());
+  return values[values.size() / 2];
+}
+
+struct Sample {
+  double step_ms = 0;     // wall time per step, on the calling thread
+  double exposed_ms = 0;  // per step: replica 0 waiting for its gradients' reduction
+  double comm_ms = 0;     // per step: replica 0's all-reduces, wherever they ran
+};
+
+bool under_a_launcher() {
+  for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
+    const char* value = std::getenv(name);
+    if (value != nullptr && std::atoi(value) > 1) return true;
+  }
+  return false;
+}
+
+std::unique_ptr<td::Strategy> make(const Options& options) {
+  if (under_a_launcher()) return std::make_unique<td::MultiWorkerMirroredStrategy>();
+  std::vector<td::Device> devices;
+  for (int r = 0; r < options.replicas; ++r) devices.push_back(td::Device::cpu(r));
+  return std::make_unique<td::MirroredStrategy>(devices);
+}
+
+class Bench {
+ public:
+  explicit Bench(const Options& options) : options_(options), strategy_(make(options)) {
+    auto scope = strategy_->scope();
+    std::vector<td::nn::Module> modules;
+    for (int l = 0; l < options.layers; ++l)
+      modules.push_back(td::nn::Dense(options.hidden, td::nn::Activation::kRelu));
+    modules.push_back(td::nn::Dense(10));
+    model_ = std::make_unique<td::nn::Sequential>(std::move(modules));
+    model_->set_seed(1);
+    model_->build({784});
+    optimizer_ = std::make_unique<td::optim::Adam>(td::optim::Adam::Options{.learning_rate = 1e-5});
+    optimizer_->build(model_->trainable_variables());
+    td::Generator g(7 + static_cast<uint64_t>(strategy_->worker_index()));
+    for (int r = 0; r < strategy_->num_local_replicas(); ++r) {
+      features_.push_back(td::Tensor::normal({options.per_replica_batch, 784}, g));
+      std::vector<int64_t> labels(static_cast<size_t>(options.per_replica_batch));
+      for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>((i * 7 + r) % 10);
+      labels_.push_back(td::Tensor::from_vector(labels));
+    }
+  }
+
+  td::Strategy& strategy() { return *strategy_; }
+  int64_t parameters() const {
+    int64_t n = 0;
+    for (const td::Variable& v : model_->trainable_variables()) n += v.shape().numel();
+    return n;
+  }
+
+  Sample measure(bool buckets) {
+    if (buckets) {
+      strategy_->set_communication_options(
+          {.bytes_per_pack = static_cast<int64_t>(options_.bucket_mb * (1 << 20)),
+           .first_bytes_per_pack = static_cast<int64_t>(options_.first_bucket_mb * (1 << 20))});
+    } else {
+      strategy_->set_communication_options({.bytes_per_pack = 0, .first_bytes_per_pack = 0});
+    }
+    const std::vector<td::Variable> variables = model_->trainable_variables();
+    const int64_t global_batch = options_.per_replica_batch * strategy_->num_replicas_in_sync();
+    auto step = [&](td::ReplicaContext& ctx, const td::Tensor& x, const td::Tensor& y) {
+      td::GradientTape tape;
+      const td::Tensor loss = td::compute_average_loss(
+          td::losses::sparse_categorical_crossentropy(y, (*model_)(x, true), true), global_batch);
+      optimizer_->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+    };
+    const td::PerReplica<td::Tensor> xs(features_), ys(labels_);
+    strategy_->run(step, xs, ys);  // warm-up; with buckets, the step that lays them out
+    std::vector<tp::Event> events;
+    double seconds = 0;
+    {
+      tp::Profiler profiler(*strategy_, {.trace_file = buckets ? options_.trace : std::string(),
+                                         .print_summaries = false});
+      const double start = tb::now_seconds();
+      for (int s = 0; s < options_.steps; ++s) strategy_->run(step, xs, ys);
+      seconds = tb::now_seconds() - start;
+      profiler.end_epoch();
+      events = profiler.events();
+    }
+    Sample out;
+    out.step_ms = seconds * 1e3 / options_.steps;
+    // Exposed: collectives on the replica's own thread, and its waits for buckets in flight.
+    double comm_ns = 0, exposed_ns = 0;
+    for (const tp::Event& e : events) {
+      if (e.track.index != 0) continue;
+      const double ns = static_cast<double>(e.end_ns - e.begin_ns);
+      const bool comm = e.phase == tp::Phase::kCommWait || e.phase == tp::Phase::kCommData;
+      if (comm && e.track.kind == tp::TrackKind::kCommunicator) {
+        comm_ns += ns;
+        if (!e.overlapped) exposed_ns += ns;
+      }
+      if (e.phase == tp::Phase::kCommWait && e.track.kind == tp::TrackKind::kReplica)
+        exposed_ns += ns;
+    }
+    out.comm_ms = comm_ns * 1e-6 / options_.steps;
+    out.exposed_ms = exposed_ns * 1e-6 / options_.steps;
+    return out;
+  }
+
+ private:
+  Options options_;
+  std::unique_ptr<td::Strategy> strategy_;
+  std::unique_ptr<td::nn::Sequential> model_;
+  std::unique_ptr<td::optim::Adam> optimizer_;
+  std::vector<td::Tensor> features_, labels_;
+};
+
+double parse_number(const char* flag, const char* value) {
+  char* end = nullptr;
+  const double v = std::strtod(value, &end);
+  if (end == value || *end != '\0' || !(v > 0) || v > 1e6) {
+    std::fprintf(stderr, "bench_overlap_cpu: %s needs a number > 0, got \"%s\"\n", flag, value);
+    std::exit(2);
+  }
+  return v;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Options options;
+  for (int i = 1; i < argc; i += 2) {
+    const std::string flag = argv[i];
+    if (i + 1 >= argc) {
+      std::fprintf(stderr, "bench_overlap_cpu: %s needs a value\n", flag.c_str());
+      return 2;
+    }
+    if (flag == "--trace") {
+      options.trace = argv[i + 1];
+      continue;
+    }
+    const double value = parse_number(argv[i], argv[i + 1]);
+    if (flag == "--replicas") {
+      options.replicas = static_cast<int>(value);
+    } else if (flag == "--per-replica-batch") {
+      options.per_replica_batch = static_cast<int64_t>(value);
+    } else if (flag == "--steps") {
+      options.steps = static_cast<int>(value);
+    } else if (flag == "--rounds") {
+      options.rounds = static_cast<int>(value);
+    } else if (flag == "--bucket-mb") {
+      options.bucket_mb = value;
+    } else if (flag == "--first-bucket-mb") {
+      options.first_bucket_mb = value;
+    } else if (flag == "--hidden") {
+      options.hidden = static_cast<int>(value);
+    } else if (flag == "--layers") {
+      options.layers = static_cast<int>(value);
+    } else {
+      std::fprintf(stderr,
+                   "bench_overlap_cpu: unknown flag %s (--replicas, --per-replica-batch, "
+                   "--steps, --rounds, --bucket-mb, --first-bucket-mb, --hidden, --layers, --trace)\n",
+                   flag.c_str());
+      return 2;
+    }
+  }
+  Bench bench(options);
+  td::Strategy& strategy = bench.strategy();
+  std::vector<Sample> off, on;
+  for (int round = 0; round < options.rounds; ++round) {
+    // Alternate which mode goes first, so that drift hits both alike.
+    if (round % 2 == 0) {
+      off.push_back(bench.measure(false));
+      on.push_back(bench.measure(true));
+    } else {
+      on.push_back(bench.measure(true));
+      off.push_back(bench.measure(false));
+    }
+  }
+  if (!strategy.is_chief()) return 0;
+  auto med = [](const std::vector<Sample>& samples, double Sample::*field) {
+    std::vector<double> values;
+    for (const Sample& s : samples) values.push_back(s.*field);
+    return median(values);
+  };
+  std::printf("bench_overlap_cpu: %d worker(s) x %d replica(s), per-replica batch %lld, MLP "
+              "784-%dx%d-10 (%.2fM parameters, %.1f MB of gradients), %d steps x %d rounds, "
+              "buckets %.3g MiB (first %.3g MiB)\n",
+              strategy.num_workers(), strategy.num_local_replicas(),
+              static_cast<long long>(options.per_replica_batch), options.hidden, options.layers,
+              static_cast<double>(bench.parameters()) * 1e-6,
+              static_cast<double>(bench.parameters()) * 4e-6, options.steps, options.rounds,
+              options.bucket_mb, options.first_bucket_mb);
+  std::printf("%-26s %10s %12s %10s\n", "mode", "step_ms", "exposed_ms", "comm_ms");
+  const double off_step = med(off, &Sample::step_ms), on_step = med(on, &Sample::step_ms);
+  const double off_exposed = med(off, &Sample::exposed_ms), on_exposed = med(on, &Sample::exposed_ms);
+  std::printf("%-26s %10.2f %12.2f %10.2f\n", "after backward (no buckets)", off_step, off_exposed,
+              med(off, &Sample::comm_ms));
+  std::printf("%-26s %10.2f %12.2f %10.2f\n", "buckets during backward", on_step, on_exposed,
+              med(on, &Sample::comm_ms));
+  std::printf("step time %+.1f%%, exposed communication %+.1f%% with buckets\n",
+              100.0 * (on_step / off_step - 1.0), 100.0 * (on_exposed / off_exposed - 1.0));
+  return 0;
+}
