@@ -199,10 +199,11 @@ int main(int argc, char** argv) {
     } else if (flag == "--layers") {
       options.layers = static_cast<int>(value);
     } else {
-      std::fprintf(stderr,
-                   "bench_overlap_cpu: unknown flag %s (--replicas, --per-replica-batch, "
-                   "--steps, --rounds, --bucket-mb, --first-bucket-mb, --hidden, --layers, --trace)\n",
-                   flag.c_str());
+      std::fprintf(
+          stderr,
+          "bench_overlap_cpu: unknown flag %s (--replicas, --per-replica-batch, "
+          "--steps, --rounds, --bucket-mb, --first-bucket-mb, --hidden, --layers, --trace)\n",
+          flag.c_str());
       return 2;
     }
   }
@@ -225,17 +226,19 @@ int main(int argc, char** argv) {
     for (const Sample& s : samples) values.push_back(s.*field);
     return median(values);
   };
-  std::printf("bench_overlap_cpu: %d worker(s) x %d replica(s), per-replica batch %lld, MLP "
-              "784-%dx%d-10 (%.2fM parameters, %.1f MB of gradients), %d steps x %d rounds, "
-              "buckets %.3g MiB (first %.3g MiB)\n",
-              strategy.num_workers(), strategy.num_local_replicas(),
-              static_cast<long long>(options.per_replica_batch), options.hidden, options.layers,
-              static_cast<double>(bench.parameters()) * 1e-6,
-              static_cast<double>(bench.parameters()) * 4e-6, options.steps, options.rounds,
-              options.bucket_mb, options.first_bucket_mb);
+  std::printf(
+      "bench_overlap_cpu: %d worker(s) x %d replica(s), per-replica batch %lld, MLP "
+      "784-%dx%d-10 (%.2fM parameters, %.1f MB of gradients), %d steps x %d rounds, "
+      "buckets %.3g MiB (first %.3g MiB)\n",
+      strategy.num_workers(), strategy.num_local_replicas(),
+      static_cast<long long>(options.per_replica_batch), options.hidden, options.layers,
+      static_cast<double>(bench.parameters()) * 1e-6,
+      static_cast<double>(bench.parameters()) * 4e-6, options.steps, options.rounds,
+      options.bucket_mb, options.first_bucket_mb);
   std::printf("%-26s %10s %12s %10s\n", "mode", "step_ms", "exposed_ms", "comm_ms");
   const double off_step = med(off, &Sample::step_ms), on_step = med(on, &Sample::step_ms);
-  const double off_exposed = med(off, &Sample::exposed_ms), on_exposed = med(on, &Sample::exposed_ms);
+  const double off_exposed = med(off, &Sample::exposed_ms),
+               on_exposed = med(on, &Sample::exposed_ms);
   std::printf("%-26s %10.2f %12.2f %10.2f\n", "after backward (no buckets)", off_step, off_exposed,
               med(off, &Sample::comm_ms));
   std::printf("%-26s %10.2f %12.2f %10.2f\n", "buckets during backward", on_step, on_exposed,

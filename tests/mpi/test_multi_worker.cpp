@@ -739,6 +739,42 @@ TEST_CASE("multi-worker fault: a stuck or dead worker", "[.fault]") {
   FAIL("the collective with a missing worker returned");
 }
 
+TEST_CASE("multi-worker fault: a worker stuck while the others' gradient buckets are in flight",
+          "[.bucketfault]") {
+  // Buckets of 1 KiB: the first step lays them out, the second reduces them during the
+  // backward pass. At step 3 worker 1 stops before its backward pass; the others' buckets
+  // are then in flight (on their communication threads) with no peer to meet.
+  td::Strategy& s = strategy();
+  s.set_communication_options({.bytes_per_pack = 1024, .first_bytes_per_pack = 1024});
+  td::nn::Sequential model({td::nn::Dense(64, td::nn::Activation::kRelu), td::nn::Dense(4)});
+  std::unique_ptr<td::optim::SGD> optimizer;
+  {
+    auto scope = s.scope();
+    model.build({8});
+    optimizer = std::make_unique<td::optim::SGD>(td::optim::SGD::Options{.learning_rate = 0.1});
+  }
+  const std::vector<td::Variable> variables = model.trainable_variables();
+  td::Generator g(3);
+  const td::Tensor x = td::Tensor::normal({4, 8}, g);
+  for (int step = 1; step <= 3; ++step) {
+    try {
+      s.run([&](td::ReplicaContext& ctx) {
+        td::GradientTape tape;
+        const td::Tensor loss = td::ops::sum(model(x, true));
+        if (step == 3 && s.worker_index() == 1)
+          std::this_thread::sleep_for(std::chrono::seconds(60));  // stuck: never arrives
+        optimizer->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+        if (step == 2 && ctx.local_replica_id() == 0) REQUIRE(ctx.bucketed_steps() == 1);
+      });
+    } catch (const std::exception& e) {
+      std::cout << "worker " << s.worker_index() << " raised at step " << step << ": " << e.what()
+                << std::endl;
+      std::_Exit(3);  // non-zero: mpirun ends the job (and the stuck worker)
+    }
+  }
+  FAIL("the step with a missing worker returned");
+}
+
 TEST_CASE("multi-worker: the chief's trace holds every worker's timeline, a process each",
           "[mpi]") {
   td::Strategy& s = strategy();

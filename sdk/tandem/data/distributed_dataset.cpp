@@ -318,8 +318,8 @@ void DistributedDataset::end_epoch() {
   State& s = *state_;
   if (profile::enabled()) {
     const int64_t now = profile::now_ns();
-    profile::record({profile::Phase::kEpochEnd, {profile::TrackKind::kInput, 0}, now, now, 0,
-                     false});
+    profile::record(
+        {profile::Phase::kEpochEnd, {profile::TrackKind::kInput, 0}, now, now, 0, false});
   }
   s.iterator.reset();
   s.exhausted = false;

@@ -186,7 +186,9 @@ void GradientReducer::learn(const std::vector<Tensor>& gradients) {
   }
   for (const Bucket& b : layout.buckets) f.add(static_cast<uint64_t>(b.numel));
   const int64_t mine = static_cast<int64_t>(f.value >> 2);
-  std::vector<Tensor> extremes{Tensor::from_vector(std::vector<int64_t>{mine, -mine})};
+  // On the gradients' device: NCCL reduces device memory only.
+  std::vector<Tensor> extremes{
+      Tensor::from_vector(std::vector<int64_t>{mine, -mine}).to(devices.front())};
   communicator_.all_reduce(extremes, ReduceOp::kMax)->wait();
   const std::vector<int64_t> seen = extremes[0].to_vector<int64_t>();
   if (seen[0] != mine || -seen[1] != mine) {
@@ -211,8 +213,10 @@ void GradientReducer::learn(const std::vector<Tensor>& gradients) {
 void GradientReducer::launch(size_t index) {
   Bucket& bucket = layout_->buckets[index];
   bucket.launched = true;
-  if (communicator_.queues_on_device()) {
-    // NCCL: queued on the communication stream after the copies above; returns at once.
+  if (communicator_.queues_on_device() || !bucket.buffer.device().is_cpu()) {
+    // NCCL: queued on the communication stream after the copies above; returns at once. GPU
+    // replicas sharing a GPU (in-process over the device) reduce on the replica's own thread,
+    // whose stream the copies were queued on.
     std::vector<Tensor> tensors{bucket.buffer};
     communicator_.all_reduce(tensors, ReduceOp::kSum)->wait();
     std::lock_guard<std::mutex> lock(mutex_);
@@ -244,12 +248,14 @@ void GradientReducer::communication_thread() {
     Bucket& bucket = layout_->buckets[index];
     lock.unlock();
     std::exception_ptr error;
+    const int64_t start_ns = profile::now_ns();
     try {
       std::vector<Tensor> tensors{bucket.buffer};
       communicator_.all_reduce(tensors, ReduceOp::kSum)->wait();
     } catch (...) {
       error = std::current_exception();
     }
+    overlapped_ns_.fetch_add(profile::now_ns() - start_ns, std::memory_order_relaxed);
     lock.lock();
     bucket.done = true;
     bucket.error = error;

@@ -148,7 +148,10 @@ void ReplicaThreads::thread_main(int id) {
         // thread starts is created with its mode and parallel loops pass it on.
         const ScopedFloatMode float_mode;
         run_start_[static_cast<size_t>(id)].wait();
-        const double collective_seconds_before = communicator.stats().all_reduce_seconds;
+        // Compute: the task less the all-reduces it waited in (a bucket's communication
+        // thread counts in the communicator too, but ran beside the compute).
+        const double collective_seconds_before =
+            communicator.stats().all_reduce_seconds - ctx.reducer_->overlapped_seconds();
         const profile::Span step(profile::Phase::kStep);
         const int64_t start_ns = profile::now_ns();
         task.call(task.object, ctx);
@@ -156,7 +159,8 @@ void ReplicaThreads::thread_main(int id) {
         // Each thread writes its own slot; run() returns (and readers read) after the decrement.
         task_seconds_[static_cast<size_t>(id)] =
             static_cast<double>(profile::now_ns() - start_ns) * 1e-9;
-        const double in_collectives = communicator.stats().all_reduce_seconds;
+        const double in_collectives =
+            communicator.stats().all_reduce_seconds - ctx.reducer_->overlapped_seconds();
         compute_seconds_[static_cast<size_t>(id)] =
             std::max(0.0, task_seconds_[static_cast<size_t>(id)] -
                               (in_collectives - collective_seconds_before));

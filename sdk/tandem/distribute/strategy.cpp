@@ -123,9 +123,9 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   // Buckets on GPUs, where their all-reduces queue on the communication stream; off on CPU
   // replicas, whose communication thread takes a core from the compute (bench_overlap_cpu).
   const bool gpus = !impl.devices.empty() && impl.devices.front().is_cuda();
-  set_communication_options(gpus ? CommunicationOptions{}
-                                 : CommunicationOptions{.bytes_per_pack = 0,
-                                                        .first_bytes_per_pack = 0});
+  set_communication_options(
+      gpus ? CommunicationOptions{}
+           : CommunicationOptions{.bytes_per_pack = 0, .first_bytes_per_pack = 0});
 }
 
 void Strategy::set_communication_options(const CommunicationOptions& options) {
@@ -141,9 +141,7 @@ void Strategy::set_communication_options(const CommunicationOptions& options) {
     ctx->reducer_->set_bucket_bytes(first, options.bytes_per_pack);
 }
 
-const CommunicationOptions& Strategy::communication_options() const {
-  return impl_->communication;
-}
+const CommunicationOptions& Strategy::communication_options() const { return impl_->communication; }
 
 Strategy::~Strategy() {
   // Never blocks on a replica stuck in user code: stop detaches it instead of joining.

@@ -33,7 +33,7 @@ struct ReplicaBreakdown {
   double optimizer_ms = 0;
   double host_sync_ms = 0;
   double checkpoint_ms = 0;
-  double other_ms = 0;       ///< the loop between runs; handing the run to the replica and back
+  double other_ms = 0;    ///< the loop between runs; handing the run to the replica and back
   double comm_bytes = 0;  ///< mean bytes this replica all-reduced per step
 };
 

@@ -16,13 +16,13 @@ namespace tandem::profile {
 namespace {
 
 // Rules' thresholds, as shares of the step (see docs/performance.md).
-constexpr double kInputBound = 0.10;          // the loop waited for data this long
-constexpr double kCommDataBound = 0.20;       // moving gradients
-constexpr double kCommBound = 0.30;           // moving them and waiting at the rendezvous
-constexpr double kStragglerSlower = 0.15;     // the slowest replica's compute over the others'
-constexpr double kStragglerWait = 0.10;       // ...while they waited this long
-constexpr double kBusyTooLow = 0.50;          // compute share below which a replica idles
-constexpr double kCommTargetPerStep = 0.10;   // accumulation sized to bring communication here
+constexpr double kInputBound = 0.10;         // the loop waited for data this long
+constexpr double kCommDataBound = 0.20;      // moving gradients
+constexpr double kCommBound = 0.30;          // moving them and waiting at the rendezvous
+constexpr double kStragglerSlower = 0.15;    // the slowest replica's compute over the others'
+constexpr double kStragglerWait = 0.10;      // ...while they waited this long
+constexpr double kBusyTooLow = 0.50;         // compute share below which a replica idles
+constexpr double kCommTargetPerStep = 0.10;  // accumulation sized to bring communication here
 
 /// Spans of one phase on one track, by start; sums overlaps with windows that move forward.
 class SpanList {
@@ -51,7 +51,7 @@ class SpanList {
 
 struct ReplicaSpans {
   SpanList task, comm_wait, comm_data, optimizer, host_sync, checkpoint;
-  SpanList bucket_wait;     // the replica waiting for gradient buckets (exposed communication)
+  SpanList bucket_wait;      // the replica waiting for gradient buckets (exposed communication)
   SpanList comm_overlapped;  // its communication thread's collectives, overlapping the task
 };
 
@@ -110,8 +110,8 @@ void add_advice(Summary& s) {
     }
     others_compute /= static_cast<double>(n - 1);
     others_wait /= static_cast<double>(n - 1);
-    const double slower = others_compute > 0 ? s.per_replica[slowest].compute_ms / others_compute - 1
-                                             : 0;
+    const double slower =
+        others_compute > 0 ? s.per_replica[slowest].compute_ms / others_compute - 1 : 0;
     if (slower >= kStragglerSlower && share(others_wait) >= kStragglerWait) {
       straggler = true;
       const ReplicaBreakdown& r = s.per_replica[slowest];
@@ -144,12 +144,11 @@ void add_advice(Summary& s) {
       const int steps = std::max(2, static_cast<int>(std::ceil(comm / kCommTargetPerStep)));
       s.advice.push_back(
           {"communication-bound",
-           detail::str_cat("communication took ", percent(comm), " of the step (",
-                           percent(data), " moving ", fixed(bytes / 1e6, 1),
-                           " MB of gradients per replica, ", percent(comm - data),
-                           " at the rendezvous) for ", percent(s.compute_share),
-                           " of compute: use gradient accumulation (", steps,
-                           " steps per all-reduce) or a larger per-replica batch"),
+           detail::str_cat("communication took ", percent(comm), " of the step (", percent(data),
+                           " moving ", fixed(bytes / 1e6, 1), " MB of gradients per replica, ",
+                           percent(comm - data), " at the rendezvous) for ",
+                           percent(s.compute_share), " of compute: use gradient accumulation (",
+                           steps, " steps per all-reduce) or a larger per-replica batch"),
            comm});
     }
   }
@@ -227,9 +226,9 @@ Summary summarize(const std::vector<Event>& events, const std::vector<std::strin
   s.per_replica.resize(static_cast<size_t>(replicas));
   for (int r = 0; r < replicas; ++r) {
     s.per_replica[static_cast<size_t>(r)].replica = r;
-    s.per_replica[static_cast<size_t>(r)].device =
-        r < static_cast<int>(devices.size()) ? devices[static_cast<size_t>(r)]
-                                             : detail::str_cat("replica ", r);
+    s.per_replica[static_cast<size_t>(r)].device = r < static_cast<int>(devices.size())
+                                                       ? devices[static_cast<size_t>(r)]
+                                                       : detail::str_cat("replica ", r);
   }
   std::vector<double> step_ms;
   double examples = 0;
@@ -241,7 +240,8 @@ Summary summarize(const std::vector<Event>& events, const std::vector<std::strin
     const double loop_checkpoint_ns = loop_checkpoint.time(lo, hi);
     const double loop_sync_ns = loop_host_sync.time(lo, hi);
     const double run_ns = static_cast<double>(run.end_ns - run.begin_ns);
-    const double other = std::max(0.0, step - input_ns - loop_checkpoint_ns - loop_sync_ns - run_ns);
+    const double other =
+        std::max(0.0, step - input_ns - loop_checkpoint_ns - loop_sync_ns - run_ns);
     for (int r = 0; r < replicas; ++r) {
       ReplicaSpans& spans = per[static_cast<size_t>(r)];
       ReplicaBreakdown& b = s.per_replica[static_cast<size_t>(r)];
@@ -274,9 +274,9 @@ Summary summarize(const std::vector<Event>& events, const std::vector<std::strin
 
   const double n = static_cast<double>(s.steps);
   for (ReplicaBreakdown& b : s.per_replica) {
-    for (double* v : {&b.input_ms, &b.compute_ms, &b.comm_wait_ms, &b.comm_data_ms,
-                      &b.bucket_wait_ms, &b.comm_overlapped_ms, &b.optimizer_ms, &b.host_sync_ms,
-                      &b.checkpoint_ms, &b.other_ms})
+    for (double* v :
+         {&b.input_ms, &b.compute_ms, &b.comm_wait_ms, &b.comm_data_ms, &b.bucket_wait_ms,
+          &b.comm_overlapped_ms, &b.optimizer_ms, &b.host_sync_ms, &b.checkpoint_ms, &b.other_ms})
       *v = *v * 1e-6 / n;
     b.comm_bytes /= n;
   }
@@ -313,9 +313,9 @@ Summary summarize(const std::vector<Event>& events, const std::vector<std::strin
 std::string Summary::to_string() const {
   std::ostringstream out;
   if (steps == 0) return "profile: no steps recorded";
-  out << "profile: " << steps << " steps, " << replicas << " replica"
-      << (replicas == 1 ? "" : "s") << ", step " << fixed(step_ms_median, 2) << " ms median (p10 "
-      << fixed(step_ms_p10, 2) << ", p90 " << fixed(step_ms_p90, 2) << ")";
+  out << "profile: " << steps << " steps, " << replicas << " replica" << (replicas == 1 ? "" : "s")
+      << ", step " << fixed(step_ms_median, 2) << " ms median (p10 " << fixed(step_ms_p10, 2)
+      << ", p90 " << fixed(step_ms_p90, 2) << ")";
   if (examples_per_step > 0) out << ", " << fixed(examples_per_step, 0) << " examples per step";
   out << "\n";
   char line[256];

@@ -13,11 +13,13 @@
 // k + 1). Each element is still the sum of the same replicas' values in the same order, so the
 // result is bitwise the one of the unbucketed all-reduce.
 //
-// Where the all-reduce runs: a backend that moves data on the calling thread (in-process, MPI)
-// gets a communication thread per replica that runs the buckets' collectives in order; a backend
-// that queues on the device (NCCL) is called on the replica's thread and returns at once.
+// Where the all-reduce runs: a backend that moves host data on the calling thread (in-process,
+// MPI) gets a communication thread per replica that runs the buckets' collectives in order; a
+// backend that queues on the device (NCCL) is called on the replica's thread and returns at
+// once, and so are GPU replicas sharing a GPU (their collectives use the replica's stream).
 #pragma once
 
+#include <atomic>
 #include <condition_variable>
 #include <cstdint>
 #include <exception>
@@ -75,6 +77,11 @@ class GradientReducer final : public autograd::GradientListener {
   size_t num_buckets() const { return layout_ ? layout_->buckets.size() : 0; }
   /// Steps whose gradients came from the buckets so far.
   uint64_t bucketed_steps() const { return bucketed_steps_; }
+  /// Seconds the communication thread has spent in all-reduces so far: counted in the
+  /// communicator's all_reduce_seconds, but beside the replica's compute, not instead of it.
+  double overlapped_seconds() const {
+    return static_cast<double>(overlapped_ns_.load(std::memory_order_relaxed)) * 1e-9;
+  }
 
  private:
   struct Slot {
@@ -140,6 +147,7 @@ class GradientReducer final : public autograd::GradientListener {
   std::condition_variable done_cv_;
   std::vector<size_t> queue_;
   bool stop_ = false;
+  std::atomic<int64_t> overlapped_ns_{0};
   std::thread thread_;
 };
 
