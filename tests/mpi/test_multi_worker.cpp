@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "support/compare.h"
-#include "support/json.h"
 #include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/io/internal/hdf5_file.h"
+#include "tandem/core/internal/json.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
@@ -50,7 +50,8 @@ using tandem::testing::relative_difference;
 
 TEST_CASE("multi-worker: the cluster spec and the strategy agree with mpirun", "[mpi]") {
   const td::ClusterSpec cluster = td::ClusterResolver::from_environment();
-  REQUIRE(cluster.source == "open mpi");
+  // Started by mpirun, or one by one from TF_CONFIG (tests/mpi/tf_config_workers.sh).
+  REQUIRE((cluster.source == "open mpi" || cluster.source == "tf_config"));
   td::Strategy& s = strategy();
   CHECK(s.num_workers() == cluster.size);
   CHECK(s.worker_index() == cluster.rank);
@@ -799,10 +800,10 @@ TEST_CASE("multi-worker: the chief's trace holds every worker's timeline, a proc
     REQUIRE(in.good());
     std::stringstream text;
     text << in.rdbuf();
-    const tandem::testing::Json trace = tandem::testing::JsonReader::parse(text.str());
+    const tandem::detail::Json trace = tandem::detail::JsonReader::parse(text.str());
     std::vector<int> runs(static_cast<size_t>(s.num_workers()), 0);
     std::vector<std::string> names(static_cast<size_t>(s.num_workers()));
-    for (const tandem::testing::Json& e : trace["traceEvents"].array) {
+    for (const tandem::detail::Json& e : trace["traceEvents"].array) {
       const int pid = static_cast<int>(e["pid"].number);
       REQUIRE(pid >= 0);
       REQUIRE(pid < s.num_workers());

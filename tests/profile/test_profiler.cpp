@@ -14,13 +14,13 @@
 
 #include <unistd.h>
 
-#include "support/json.h"
+#include "tandem/core/internal/json.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
 namespace profile = tandem::profile;
-using tandem::testing::Json;
-using tandem::testing::JsonReader;
+using tandem::detail::Json;
+using tandem::detail::JsonReader;
 
 namespace {
 

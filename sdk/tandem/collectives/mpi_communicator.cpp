@@ -1,4 +1,4 @@
-// MpiWorld and HierarchicalCommunicator. Before each collective, small non-blocking arrival
+// MpiWorld. Before each collective, small non-blocking arrival
 // messages are polled against the collective timeout, so a worker that never arrives (it died,
 // or it is stuck) makes the others raise naming it instead of hanging; then the blocking MPI
 // call runs.
@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "tandem/collectives/internal/reduce_max.h"
+#include "tandem/collectives/internal/tensor_bytes.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/profile.h"
 
@@ -66,25 +67,11 @@ void check_mpi(int code, const char* what) {
   TANDEM_CHECK(code == MPI_SUCCESS, "mpi ", what, " failed: ", mpi_error(code));
 }
 
-/// Divides every element by `n` (kMean after a sum).
-void divide(Tensor& t, int n) {
-  if (t.numel() == 0) return;
-  dispatch_numeric(t.dtype(), "all_reduce(mean)", [&]<typename T>() {
-    T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n));
-  });
-}
-
 std::weak_ptr<MpiWorld>& world_slot() {
   static std::weak_ptr<MpiWorld> slot;
   return slot;
 }
 
-}  // namespace
-
-namespace {
-std::vector<char> serialize(const std::vector<Tensor>& tensors);
-std::vector<Tensor> deserialize(const std::vector<char>& bytes);
 }  // namespace
 
 struct MpiWorld::Impl {
@@ -387,7 +374,7 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
     }
   }
   if (op == ReduceOp::kMean)
-    for (Tensor& t : tensors) divide(t, size_);
+    for (Tensor& t : tensors) divide_elements(t, size_);
 }
 
 void MpiWorld::broadcast(std::vector<Tensor>& tensors, int root, const char* label) {
@@ -452,8 +439,8 @@ std::vector<std::vector<char>> MpiWorld::all_gather(const std::vector<char>& min
 std::vector<std::vector<Tensor>> MpiWorld::all_gather_tensors(const std::vector<Tensor>& mine,
                                                               const char* label) {
   std::vector<std::vector<Tensor>> out;
-  for (const std::vector<char>& piece : all_gather(serialize(mine), label))
-    out.push_back(deserialize(piece));
+  for (const std::vector<char>& piece : all_gather(tensors_to_bytes(mine), label))
+    out.push_back(tensors_from_bytes(piece, "mpi all_gather"));
   return out;
 }
 
@@ -461,156 +448,6 @@ void MpiWorld::barrier(const char* label) {
   if (size_ == 1) return;
   // Every worker's arrival message reached every other: that is the barrier.
   wait(nullptr, arrive(label, {}), label);
-}
-
-// ---- HierarchicalCommunicator ------------------------------------------------------------------
-
-namespace {
-
-/// A tensor list as bytes: count, then per tensor dtype, rank, dims and data.
-void append(std::vector<char>& out, const void* data, size_t bytes) {
-  if (bytes == 0) return;
-  const size_t at = out.size();
-  out.resize(at + bytes);
-  std::memcpy(out.data() + at, data, bytes);
-}
-
-std::vector<char> serialize(const std::vector<Tensor>& tensors) {
-  std::vector<char> out;
-  const int64_t count = static_cast<int64_t>(tensors.size());
-  append(out, &count, sizeof(count));
-  for (const Tensor& t : tensors) {
-    const int64_t dtype = static_cast<int64_t>(t.dtype());
-    const int64_t rank = t.rank();
-    append(out, &dtype, sizeof(dtype));
-    append(out, &rank, sizeof(rank));
-    for (int64_t d : t.shape().dims()) append(out, &d, sizeof(d));
-    if (t.nbytes() > 0) append(out, t.raw_data(), t.nbytes());
-  }
-  return out;
-}
-
-std::vector<Tensor> deserialize(const std::vector<char>& bytes) {
-  size_t at = 0;
-  auto read = [&](void* dst, size_t n) {
-    TANDEM_CHECK(at + n <= bytes.size(), "mpi all_gather: a truncated piece");
-    std::memcpy(dst, bytes.data() + at, n);
-    at += n;
-  };
-  int64_t count = 0;
-  read(&count, sizeof(count));
-  std::vector<Tensor> out;
-  for (int64_t i = 0; i < count; ++i) {
-    int64_t dtype = 0, rank = 0;
-    read(&dtype, sizeof(dtype));
-    read(&rank, sizeof(rank));
-    std::vector<int64_t> dims(static_cast<size_t>(rank));
-    for (int64_t& d : dims) read(&d, sizeof(d));
-    Tensor t = Tensor::empty(Shape(dims), static_cast<DType>(dtype));
-    if (t.nbytes() > 0) read(t.raw_data(), t.nbytes());
-    out.push_back(std::move(t));
-  }
-  return out;
-}
-
-}  // namespace
-
-HierarchicalCommunicator::HierarchicalCommunicator(std::shared_ptr<MpiWorld> world,
-                                                   InProcessCommunicator* local,
-                                                   std::shared_ptr<std::vector<Tensor>> shared)
-    : world_(std::move(world)), local_(local), shared_(std::move(shared)) {}
-
-int HierarchicalCommunicator::rank() const {
-  return world_->rank() * local_->size() + local_->rank();
-}
-
-int HierarchicalCommunicator::size() const { return world_->size() * local_->size(); }
-
-std::shared_ptr<Work> HierarchicalCommunicator::all_reduce_impl(const std::vector<Tensor>& inputs,
-                                                                const std::vector<Tensor>& outputs,
-                                                                ReduceOp op) {
-  const ReduceOp partial = op == ReduceOp::kMean ? ReduceOp::kSum : op;
-  std::vector<Tensor>& out = const_cast<std::vector<Tensor>&>(outputs);
-  // 1. Among this worker's replicas (in place when inputs and outputs are the same list).
-  if (&inputs == &outputs) {
-    local_->all_reduce(out, partial)->wait();
-  } else {
-    local_->all_reduce(inputs, out, partial)->wait();
-  }
-  // 2. Across workers, by local replica 0; 3. its result to the others.
-  if (world_->size() > 1) {
-    if (local_->rank() == 0) {
-      try {
-        world_->all_reduce(out, partial, "all_reduce");
-      } catch (const std::exception& e) {
-        local_->group().abort(e.what());  // the local peers raise too, at once
-        throw;
-      }
-    }
-    local_->broadcast(out, 0)->wait();
-  }
-  if (op == ReduceOp::kMean)
-    for (Tensor& t : out) divide(t, size());
-  return completed_work();
-}
-
-std::shared_ptr<Work> HierarchicalCommunicator::broadcast_impl(std::vector<Tensor>& tensors,
-                                                               int root) {
-  TANDEM_CHECK(root >= 0 && root < size(), "broadcast: root ", root, " is outside [0, ", size(),
-               ")");
-  const int root_worker = root / local_->size();
-  const int root_local = root % local_->size();
-  if (world_->rank() == root_worker) local_->broadcast(tensors, root_local)->wait();
-  if (world_->size() > 1) {
-    if (local_->rank() == 0) {
-      try {
-        world_->broadcast(tensors, root_worker, "broadcast");
-      } catch (const std::exception& e) {
-        local_->group().abort(e.what());
-        throw;
-      }
-    }
-    local_->broadcast(tensors, 0)->wait();
-  }
-  return completed_work();
-}
-
-std::shared_ptr<Work> HierarchicalCommunicator::all_gather_impl(std::vector<Tensor>& outputs,
-                                                                const Tensor& input) {
-  std::vector<Tensor> local_pieces;
-  local_->all_gather(local_pieces, input.to(Device::cpu()))->wait();
-  if (world_->size() == 1) {
-    outputs = std::move(local_pieces);
-    return completed_work();
-  }
-  if (local_->rank() == 0) {
-    try {
-      std::vector<Tensor> all;
-      for (const std::vector<char>& piece :
-           world_->all_gather(serialize(local_pieces), "all_gather")) {
-        std::vector<Tensor> tensors = deserialize(piece);
-        all.insert(all.end(), tensors.begin(), tensors.end());
-      }
-      *shared_ = std::move(all);
-    } catch (const std::exception& e) {
-      local_->group().abort(e.what());
-      throw;
-    }
-  }
-  local_->rendezvous("all_gather (across workers)");  // replica 0 filled the shared list
-  outputs.clear();
-  for (const Tensor& t : *shared_) outputs.push_back(t.clone());
-  local_->rendezvous("all_gather (copied)");  // nobody refills it before everyone copied
-  return completed_work();
-}
-
-std::shared_ptr<Work> HierarchicalCommunicator::barrier_impl() {
-  local_->barrier()->wait();
-  if (world_->size() > 1) {
-    if (local_->rank() == 0) world_->barrier("barrier");
-    local_->barrier()->wait();
-  }
-  return completed_work();
 }
 
 }  // namespace tandem::collectives

@@ -1,6 +1,6 @@
 // The communicator factory (ReplicaGroup::create): the dispatch point between the collective
 // backends, and the only file outside the backends themselves that knows whether this build has
-// NCCL and MPI.
+// NCCL, MPI and Gloo.
 #include "tandem/collectives/internal/replica_group.h"
 
 #include <algorithm>
@@ -12,8 +12,12 @@
 #if TANDEM_WITH_NCCL
 #include "tandem/collectives/internal/nccl_communicator.h"
 #endif
+#include "tandem/collectives/internal/hierarchical.h"
 #if TANDEM_WITH_MPI
 #include "tandem/collectives/internal/mpi_communicator.h"
+#endif
+#if TANDEM_WITH_GLOO
+#include "tandem/collectives/internal/gloo_world.h"
 #endif
 
 namespace tandem::collectives {
@@ -82,9 +86,32 @@ std::unique_ptr<ReplicaGroup> ReplicaGroup::create(const ReplicaLayout& layout) 
   return group;
 }
 
-void ReplicaGroup::join_workers(const ReplicaLayout& layout, bool distinct_gpus) {
+namespace {
+
+/// The job's workers: Gloo for workers started from TF_CONFIG, else MPI.
+std::shared_ptr<WorkerCollectives> join(const ReplicaLayout& layout) {
+  if (!layout.worker_addresses.empty()) {
+#if TANDEM_WITH_GLOO
+    return std::make_shared<GlooWorld>(layout.worker_rank, layout.worker_addresses);
+#else
+    throw NotBuiltError(layout.owner +
+                        ": workers started from TF_CONFIG need Gloo, which this build does not "
+                        "have (install libgloo-dev and configure with -DTANDEM_ENABLE_GLOO=ON)");
+#endif
+  }
 #if TANDEM_WITH_MPI
-  const std::shared_ptr<MpiWorld> world = MpiWorld::instance();
+  return MpiWorld::instance();
+#else
+  throw NotBuiltError(layout.owner +
+                      ": needs Open MPI, which this build does not have "
+                      "(install libopenmpi-dev and configure with -DTANDEM_ENABLE_MPI=ON)");
+#endif
+}
+
+}  // namespace
+
+void ReplicaGroup::join_workers(const ReplicaLayout& layout, bool distinct_gpus) {
+  const std::shared_ptr<WorkerCollectives> world = join(layout);
   const int replicas = static_cast<int>(layout.devices.size());
   workers_ = world;
   num_workers_ = world->size();
@@ -104,7 +131,8 @@ void ReplicaGroup::join_workers(const ReplicaLayout& layout, bool distinct_gpus)
                                    [](const Device& d) { return d.is_cuda(); });
   if (any_gpu) {
     // GPU replicas: one NCCL communicator over every worker's GPUs, its unique id made by the
-    // chief and sent over MPI. Each worker's GPUs must be distinct.
+    // chief and sent over the workers' collectives (MPI or Gloo). Each worker's GPUs must be
+    // distinct.
 #if TANDEM_WITH_NCCL
     TANDEM_CHECK(distinct_gpus, layout.owner,
                  ": a worker's GPU replicas must be on distinct GPUs (NCCL takes one rank per "
@@ -131,7 +159,7 @@ void ReplicaGroup::join_workers(const ReplicaLayout& layout, bool distinct_gpus)
                         "have");
 #endif
   } else {
-    // CPU replicas: in-process among a worker's replicas, MPI between the workers.
+    // CPU replicas: in-process among a worker's replicas, MPI or Gloo between the workers.
     auto shared = std::make_shared<std::vector<Tensor>>();
     for (int r = 0; r < replicas; ++r) {
       owned_endpoints_.push_back(
@@ -140,12 +168,6 @@ void ReplicaGroup::join_workers(const ReplicaLayout& layout, bool distinct_gpus)
     }
   }
   if (num_workers_ > 1) worker_group_ = std::make_shared<WorkersAsGroup>(workers_);
-#else
-  (void)distinct_gpus;
-  throw NotBuiltError(layout.owner +
-                      ": needs Open MPI, which this build does not have "
-                      "(install libopenmpi-dev and configure with -DTANDEM_ENABLE_MPI=ON)");
-#endif
 }
 
 ReplicaGroup::~ReplicaGroup() = default;

@@ -10,6 +10,7 @@ struct BuildInfo {
   bool cuda = false;
   bool nccl = false;
   bool mpi = false;
+  bool gloo = false;
   bool onednn = false;
   bool hdf5 = false;
   std::string version;

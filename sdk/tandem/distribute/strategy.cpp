@@ -8,6 +8,7 @@
 #include <mutex>
 
 #include "tandem/core/logging.h"
+#include "tandem/distribute/cluster_resolver.h"
 #include "tandem/distribute/internal/gradient_reducer.h"
 #include "tandem/distribute/internal/strategy_impl.h"
 #include "tandem/tensor/device_runtime.h"
@@ -87,8 +88,20 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
                ": inline execution needs exactly one replica");
   // The communicator factory picks the backend: in_process, NCCL (replicas on distinct GPUs),
   // or across the workers of an MPI job.
-  impl.collectives = collectives::ReplicaGroup::create(
-      {.owner = impl.name, .devices = impl.devices, .across_workers = scope == Scope::kWorkers});
+  collectives::ReplicaLayout layout;
+  layout.owner = impl.name;
+  layout.devices = impl.devices;
+  layout.across_workers = scope == Scope::kWorkers;
+  if (scope == Scope::kWorkers) {
+    // Workers started from TF_CONFIG meet at the chief's address (TCP, Gloo); a launcher's
+    // workers through MPI.
+    const ClusterSpec cluster = ClusterResolver::from_environment();
+    if (cluster.source == "tf_config" && cluster.size > 1) {
+      layout.worker_addresses = cluster.addresses;
+      layout.worker_rank = cluster.rank;
+    }
+  }
+  impl.collectives = collectives::ReplicaGroup::create(layout);
   if (scope == Scope::kWorkers) {
     set_process_replica_offset(impl.worker_index() * replicas);
     // Metrics and checkpoints combine the workers' state through the installed group.

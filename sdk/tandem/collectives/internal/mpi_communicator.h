@@ -1,7 +1,6 @@
 // Collectives across processes with Open MPI: MpiWorld (the job's processes; CPU buffers, one
 // MPI call per dtype bucket, non-blocking calls polled against TANDEM_COLLECTIVE_TIMEOUT with an
-// arrival check that names missing workers) and HierarchicalCommunicator (the replicas of all
-// workers: in-process among a worker's replicas, MPI between workers). Built only with MPI.
+// arrival check that names missing workers). Built only with MPI.
 #pragma once
 
 #include <initializer_list>
@@ -44,7 +43,8 @@ class MpiWorld final : public WorkerCollectives {
   /// Every process's CPU tensors, in rank order (shapes may differ between processes).
   std::vector<std::vector<Tensor>> all_gather_tensors(const std::vector<Tensor>& mine,
                                                       const char* label) override;
-  void barrier(const char* label);
+  void barrier(const char* label) override;
+  std::string name() const override { return "mpi"; }
 
   /// True after a collective failed or timed out: MPI is then not finalised at exit (a pending
   /// call would hang there); the process should exit non-zero.
@@ -74,32 +74,6 @@ class MpiWorld final : public WorkerCollectives {
   int rank_ = 0;
   int size_ = 1;
   bool broken_ = false;
-};
-
-/// Global replica g = worker x L + local replica l. all_reduce: the worker's L replicas reduce
-/// in-process, local replica 0 all-reduces the result across workers with MPI, then broadcasts
-/// it locally. broadcast and all_gather go the same way; barrier meets every replica.
-class HierarchicalCommunicator final : public Communicator {
- public:
-  /// `local` is this replica's endpoint of the worker's in-process group (rank l of L).
-  HierarchicalCommunicator(std::shared_ptr<MpiWorld> world, InProcessCommunicator* local,
-                           std::shared_ptr<std::vector<Tensor>> shared);
-  int rank() const override;
-  int size() const override;
-  std::string name() const override { return "mpi+in_process"; }
-
- protected:
-  std::shared_ptr<Work> all_reduce_impl(const std::vector<Tensor>& inputs,
-                                        const std::vector<Tensor>& outputs, ReduceOp op) override;
-  std::shared_ptr<Work> all_gather_impl(std::vector<Tensor>& outputs, const Tensor& input) override;
-  std::shared_ptr<Work> broadcast_impl(std::vector<Tensor>& tensors, int root) override;
-  std::shared_ptr<Work> barrier_impl() override;
-
- private:
-  std::shared_ptr<MpiWorld> world_;
-  InProcessCommunicator* local_;
-  // The worker's gathered pieces, filled by local replica 0 for the others to copy.
-  std::shared_ptr<std::vector<Tensor>> shared_;
 };
 
 }  // namespace tandem::collectives

@@ -24,9 +24,13 @@ struct ReplicaLayout {
   /// This process's replicas, one device each, in replica order (checked by the caller: not
   /// empty, visible, not mixing CPU and GPU). A GPU listed several times holds logical replicas.
   std::vector<Device> devices;
-  /// True: the replicas of every worker of the MPI job that started this process, global
+  /// True: the replicas of every worker of the job that started this process, global
   /// replica = worker x local replicas + local replica (every worker needs as many).
   bool across_workers = false;
+  /// Workers started from TF_CONFIG: every worker's "host:port" (the chief's first) and this
+  /// one's index; they meet over TCP and reduce with Gloo. Empty: an MPI job (mpirun, srun).
+  std::vector<std::string> worker_addresses;
+  int worker_rank = 0;
 };
 
 /// The collectives of a strategy's replicas. Built once; the strategy's replica threads use the

@@ -1,7 +1,9 @@
 // WorkerCollectives: the processes (workers) of a multi-worker job as a strategy reduces across
-// them, whatever carries the bytes (MpiWorld does, in builds with MPI).
+// them, whatever carries the bytes (MpiWorld under mpirun or srun, GlooWorld for workers started
+// from TF_CONFIG).
 #pragma once
 
+#include <string>
 #include <vector>
 
 #include "tandem/collectives/reduce_op.h"
@@ -18,6 +20,8 @@ class WorkerCollectives {
   /// This worker's index in [0, size()); 0 is the chief.
   virtual int rank() const = 0;
   virtual int size() const = 0;
+  /// The transport: "mpi", "gloo".
+  virtual std::string name() const = 0;
 
   /// In place: every worker's tensors reduced element-wise, the same result everywhere (kMean
   /// divides the sum by size()).
@@ -30,6 +34,8 @@ class WorkerCollectives {
   /// Every worker's tensors, in worker order (shapes may differ between workers).
   virtual std::vector<std::vector<Tensor>> all_gather_tensors(const std::vector<Tensor>& mine,
                                                               const char* label) = 0;
+  /// Returns once every worker has called it.
+  virtual void barrier(const char* label) = 0;
 };
 
 }  // namespace tandem::collectives

@@ -1,6 +1,6 @@
-// A strict JSON reader for tests that check what the SDK writes (Chrome traces): values as a
-// tree; anything that is not JSON (trailing commas, bare words, unterminated strings, text
-// after the value) throws std::runtime_error naming the offset.
+// A strict JSON reader (internal to Tandem): TF_CONFIG, and tests that check what the SDK writes
+// (Chrome traces). Values as a tree; anything that is not JSON (trailing commas, bare words,
+// unterminated strings, text after the value) throws std::runtime_error naming the offset.
 #pragma once
 
 #include <cctype>
@@ -12,7 +12,7 @@
 #include <string_view>
 #include <vector>
 
-namespace tandem::testing {
+namespace tandem::detail {
 
 struct Json {
   enum class Kind { kNull, kBool, kNumber, kString, kArray, kObject } kind = Kind::kNull;
@@ -78,12 +78,26 @@ class JsonReader {
       if (at_ >= text_.size()) fail("unterminated escape");
       const char e = text_[at_++];
       switch (e) {
-        case '"': case '\\': case '/': out += e; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
-        case 'n': out += '\n'; break;
-        case 'r': out += '\r'; break;
-        case 't': out += '\t'; break;
+        case '"':
+        case '\\':
+        case '/':
+          out += e;
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
+        case 'n':
+          out += '\n';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 't':
+          out += '\t';
+          break;
         case 'u': {
           if (at_ + 4 > text_.size()) fail("short \\u escape");
           const std::string hex(text_.substr(at_, 4));
@@ -91,7 +105,8 @@ class JsonReader {
           out += static_cast<char>(std::strtol(hex.c_str(), nullptr, 16) & 0x7f);
           break;
         }
-        default: fail("bad escape");
+        default:
+          fail("bad escape");
       }
     }
   }
@@ -167,4 +182,4 @@ class JsonReader {
   size_t at_ = 0;
 };
 
-}  // namespace tandem::testing
+}  // namespace tandem::detail

@@ -1,0 +1,298 @@
+// GlooWorld: Gloo's collectives over TCP between the workers of a TF_CONFIG job, bootstrapped
+// from the chief's TcpStore.
+#include "tandem/collectives/internal/gloo_world.h"
+
+#include <gloo/allgather.h>
+#include <gloo/allgatherv.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/common/error.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+
+#include <cctype>
+#include <cstring>
+
+#include "tandem/collectives/communicator.h"
+#include "tandem/collectives/internal/reduce_max.h"
+#include "tandem/collectives/internal/tensor_bytes.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/profile.h"
+
+namespace tandem::collectives {
+
+namespace {
+
+/// "host:port" -> host (IPv6 brackets removed), port.
+std::pair<std::string, int> split_address(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return {host, std::atoi(address.c_str() + colon + 1)};
+}
+
+/// Gloo's rendezvous keys are the workers' ranks; the store names them in errors.
+class StoreForGloo final : public gloo::rendezvous::Store {
+ public:
+  explicit StoreForGloo(TcpStore& store) : store_(store) {}
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(key, data);
+  }
+  std::vector<char> get(const std::string& key) override { return store_.get(key); }
+  void wait(const std::vector<std::string>& keys) override { store_.wait(keys, store_.timeout()); }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds&) override {
+    store_.wait(keys, store_.timeout());
+  }
+
+ private:
+  TcpStore& store_;
+};
+
+template <typename T>
+void max_keeping_nan(void* c, const void* a, const void* b, size_t n) {
+  T* out = static_cast<T*>(c);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = detail::max_propagating_nan(x[i], y[i]);
+}
+
+}  // namespace
+
+GlooWorld::GlooWorld(int rank, std::vector<std::string> addresses)
+    : rank_(rank), addresses_(std::move(addresses)) {
+  TANDEM_CHECK(rank_ >= 0 && rank_ < size(), "gloo: worker ", rank_, " of ", size());
+  const auto [chief_host, chief_port] = split_address(addresses_.front());
+  const std::chrono::milliseconds timeout = collective_timeout();
+  // Gloo's keys end with the rank of the worker that sets them ("1", "rank_1").
+  store_ = std::make_unique<TcpStore>(
+      chief_host, chief_port, rank_ == 0, timeout, [this](const std::string& key) {
+        size_t digits = key.size();
+        while (digits > 0 && std::isdigit(static_cast<unsigned char>(key[digits - 1]))) --digits;
+        const int worker = digits < key.size() ? std::atoi(key.c_str() + digits) : -1;
+        return worker >= 0 && worker < size() ? describe(worker) : "key \"" + key + "\"";
+      });
+  // Each worker's pairs listen on the interface of its own TF_CONFIG host.
+  gloo::transport::tcp::attr attr;
+  attr.hostname = split_address(addresses_[static_cast<size_t>(rank_)]).first;
+  std::shared_ptr<gloo::transport::Device> device;
+  try {
+    device = gloo::transport::tcp::CreateDevice(attr);
+  } catch (const std::exception& e) {
+    TANDEM_THROW("gloo: worker ", rank_, " cannot use its TF_CONFIG host \"", attr.hostname,
+                 "\" for its connections: ", e.what());
+  }
+  auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size());
+  context->setTimeout(timeout);
+  StoreForGloo store(*store_);
+  try {
+    context->connectFullMesh(store, device);
+  } catch (const tandem::Error&) {
+    throw;  // the store named who did not arrive
+  } catch (const std::exception& e) {
+    TANDEM_THROW("gloo: worker ", rank_, " could not connect to the other workers: ", e.what());
+  }
+  context_ = std::move(context);
+}
+
+GlooWorld::~GlooWorld() = default;
+
+std::string GlooWorld::describe(int worker) const {
+  return detail::str_cat("worker ", worker, " (", addresses_[static_cast<size_t>(worker)], ")");
+}
+
+template <typename Fn>
+void GlooWorld::run(const char* what, const char* label, Fn&& fn) {
+  TANDEM_CHECK(broken_.empty(), label, " #", calls_, " across ", size(),
+               " workers: an earlier collective failed (", broken_, "); the job cannot go on");
+  try {
+    fn(tag_++);
+  } catch (const std::exception& e) {
+    broken_ = e.what();
+    TANDEM_THROW(label, " #", calls_, " across ", size(), " workers failed on worker ", rank_,
+                 " (gloo ", what, "): ", e.what(),
+                 " (a worker died, or did not arrive within TANDEM_COLLECTIVE_TIMEOUT)");
+  }
+}
+
+void GlooWorld::agree(const char* label, const std::vector<int64_t>& parameters) {
+  uint64_t hash = 1469598103934665603ULL;
+  auto add = [&](uint64_t word) {
+    for (int i = 0; i < 8; ++i) {
+      hash ^= (word >> (8 * i)) & 0xff;
+      hash *= 1099511628211ULL;
+    }
+  };
+  for (const char* c = label; *c != '\0'; ++c) add(static_cast<unsigned char>(*c));
+  for (int64_t p : parameters) add(static_cast<uint64_t>(p));
+  const uint64_t call = ++calls_;  // this collective's number, in every message about it
+  int64_t mine[2] = {static_cast<int64_t>(call), static_cast<int64_t>(hash >> 1)};
+  std::vector<int64_t> all(2 * static_cast<size_t>(size()));
+  run("allgather", label, [&](uint32_t tag) {
+    gloo::AllgatherOptions options(context_);
+    options.setInput(mine, 2);
+    options.setOutput(all.data(), all.size());
+    options.setTag(tag);
+    gloo::allgather(options);
+  });
+  std::string different;
+  for (int w = 0; w < size(); ++w) {
+    if (all[2 * static_cast<size_t>(w)] == mine[0] &&
+        all[2 * static_cast<size_t>(w) + 1] == mine[1])
+      continue;
+    different += (different.empty() ? "" : ", ") + std::to_string(w);
+  }
+  if (!different.empty()) {
+    // No data call was made: the workers are still in step and the job may go on.
+    TANDEM_THROW(label, " #", call, " across ", size(),
+                 " workers: ", different.find(',') == std::string::npos ? "worker " : "workers ",
+                 different, " made a different collective call than worker ", rank_,
+                 " (another call, or other sizes or dtypes); every worker must make the same "
+                 "collective calls in the same order");
+  }
+}
+
+void GlooWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) {
+  if (size() == 1) return;
+  std::vector<int64_t> signature = {static_cast<int64_t>(op)};
+  for (const Tensor& t : tensors) {
+    TANDEM_CHECK(t.defined() && t.device().is_cpu(), "gloo ", label,
+                 ": tensors must be defined CPU tensors");
+    signature.push_back(static_cast<int64_t>(t.dtype()));
+    signature.push_back(t.numel());
+  }
+  agree(label, signature);
+  std::vector<bool> done(tensors.size(), false);
+  std::vector<char> pack;
+  for (size_t first = 0; first < tensors.size(); ++first) {
+    if (done[first]) continue;
+    const DType dtype = tensors[first].dtype();
+    std::vector<size_t> group;
+    int64_t count = 0;
+    for (size_t i = first; i < tensors.size(); ++i) {
+      if (done[i] || tensors[i].dtype() != dtype) continue;
+      group.push_back(i);
+      count += tensors[i].numel();
+      done[i] = true;
+    }
+    if (count == 0) continue;
+    void* buffer = tensors[group[0]].raw_data();
+    if (group.size() > 1) {
+      pack.resize(static_cast<size_t>(count) * dtype_size(dtype));
+      char* out = pack.data();
+      for (size_t i : group) {
+        std::memcpy(out, tensors[i].raw_data(), tensors[i].nbytes());
+        out += tensors[i].nbytes();
+      }
+      buffer = pack.data();
+    }
+    profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
+    moving.set_bytes(count * static_cast<int64_t>(dtype_size(dtype)));
+    dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
+      run("allreduce", label, [&](uint32_t tag) {
+        gloo::AllreduceOptions options(context_);
+        options.setOutput(static_cast<T*>(buffer), static_cast<size_t>(count));
+        options.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
+        if (op == ReduceOp::kMax) {
+          options.setReduceFunction(&max_keeping_nan<T>);
+        } else {
+          options.setReduceFunction(
+              static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));
+        }
+        options.setTag(tag);
+        gloo::allreduce(options);
+      });
+    });
+    if (group.size() > 1) {
+      const char* in = pack.data();
+      for (size_t i : group) {
+        std::memcpy(tensors[i].raw_data(), in, tensors[i].nbytes());
+        in += tensors[i].nbytes();
+      }
+    }
+  }
+  if (op == ReduceOp::kMean)
+    for (Tensor& t : tensors) divide_elements(t, size());
+}
+
+void GlooWorld::broadcast(std::vector<Tensor>& tensors, int root, const char* label) {
+  if (size() == 1) return;
+  TANDEM_CHECK(root >= 0 && root < size(), "gloo ", label, ": root ", root, " is outside [0, ",
+               size(), ")");
+  std::vector<int64_t> signature = {root};
+  for (const Tensor& t : tensors) signature.push_back(static_cast<int64_t>(t.nbytes()));
+  agree(label, signature);
+  for (Tensor& t : tensors) {
+    TANDEM_CHECK(t.defined() && t.device().is_cpu(), "gloo ", label,
+                 ": tensors must be defined CPU tensors");
+    if (t.nbytes() == 0) continue;
+    run("broadcast", label, [&](uint32_t tag) {
+      gloo::BroadcastOptions options(context_);
+      options.setOutput(static_cast<char*>(t.raw_data()), t.nbytes());
+      options.setRoot(root);
+      options.setTag(tag);
+      gloo::broadcast(options);
+    });
+  }
+}
+
+std::vector<std::vector<char>> GlooWorld::all_gather(const std::vector<char>& mine,
+                                                     const char* label) {
+  if (size() == 1) return {mine};
+  agree(label, {});
+  std::vector<int64_t> sizes(static_cast<size_t>(size()));
+  int64_t my_size = static_cast<int64_t>(mine.size());
+  run("allgather", label, [&](uint32_t tag) {
+    gloo::AllgatherOptions options(context_);
+    options.setInput(&my_size, 1);
+    options.setOutput(sizes.data(), sizes.size());
+    options.setTag(tag);
+    gloo::allgather(options);
+  });
+  std::vector<size_t> counts;
+  size_t total = 0;
+  for (int64_t n : sizes) {
+    counts.push_back(static_cast<size_t>(n));
+    total += static_cast<size_t>(n);
+  }
+  std::vector<char> all(total);
+  std::vector<char> input = mine;
+  run("allgatherv", label, [&](uint32_t tag) {
+    gloo::AllgathervOptions options(context_);
+    options.setInput(input.data(), input.size());
+    options.setOutput(all.data(), counts);
+    options.setTag(tag);
+    gloo::allgatherv(options);
+  });
+  std::vector<std::vector<char>> out;
+  size_t at = 0;
+  for (size_t n : counts) {
+    out.emplace_back(all.begin() + static_cast<ptrdiff_t>(at),
+                     all.begin() + static_cast<ptrdiff_t>(at + n));
+    at += n;
+  }
+  return out;
+}
+
+std::vector<std::vector<Tensor>> GlooWorld::all_gather_tensors(const std::vector<Tensor>& mine,
+                                                               const char* label) {
+  std::vector<std::vector<Tensor>> out;
+  for (const std::vector<char>& piece : all_gather(tensors_to_bytes(mine), label))
+    out.push_back(tensors_from_bytes(piece, "gloo all_gather"));
+  return out;
+}
+
+void GlooWorld::barrier(const char* label) {
+  if (size() == 1) return;
+  agree(label, {});
+  run("barrier", label, [&](uint32_t tag) {
+    gloo::BarrierOptions options(context_);
+    options.setTag(tag);
+    gloo::barrier(options);
+  });
+}
+
+}  // namespace tandem::collectives

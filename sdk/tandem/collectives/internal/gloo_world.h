@@ -1,0 +1,69 @@
+// GlooWorld: the workers of a job started from TF_CONFIG (each worker started by hand, by a
+// Kubernetes operator or a scheduler, without mpirun), as WorkerCollectives over Gloo's TCP
+// transport. The workers meet at the chief's TcpStore, which also bootstraps Gloo's full mesh.
+// Built only with Gloo.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "tandem/collectives/internal/tcp_store.h"
+#include "tandem/collectives/internal/worker_collectives.h"
+
+namespace gloo {
+class Context;
+}
+
+namespace tandem::collectives {
+
+class GlooWorld final : public WorkerCollectives {
+ public:
+  /// Worker `rank` of the workers at `addresses` ("host:port", the chief's first): connects to
+  /// the chief's store (serving it when rank is 0), then every pair of workers connects over
+  /// TCP on this worker's host. Workers may start in any order within the collective timeout;
+  /// one that never starts is named.
+  GlooWorld(int rank, std::vector<std::string> addresses);
+  ~GlooWorld() override;
+
+  int rank() const override { return rank_; }
+  int size() const override { return static_cast<int>(addresses_.size()); }
+  std::string name() const override { return "gloo"; }
+
+  /// Gloo's ring all-reduce, one call per dtype (tensors of a dtype packed into one buffer):
+  /// every worker gets the same bits.
+  void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) override;
+  void broadcast(std::vector<Tensor>& tensors, int root, const char* label) override;
+  std::vector<std::vector<char>> all_gather(const std::vector<char>& mine,
+                                            const char* label) override;
+  std::vector<std::vector<Tensor>> all_gather_tensors(const std::vector<Tensor>& mine,
+                                                      const char* label) override;
+  void barrier(const char* label) override;
+
+  /// The store the workers met at (the NCCL unique id travels through it).
+  TcpStore& store() { return *store_; }
+  /// "worker K (host:port)".
+  std::string describe(int worker) const;
+
+ private:
+  /// Runs one Gloo collective: raises a tandem::Error naming the call, this worker and the
+  /// cause (a peer that died or did not arrive within the timeout); afterwards every call
+  /// raises at once.
+  template <typename Fn>
+  void run(const char* what, const char* label, Fn&& fn);
+  /// Before each collective: every worker shares the call's signature (its number, `label` and
+  /// `parameters`: sizes, dtypes, op, root, hashed) in one small all-gather, and raises naming
+  /// the workers whose call differs, before any data call could pair up wrongly.
+  void agree(const char* label, const std::vector<int64_t>& parameters);
+
+  int rank_;
+  std::vector<std::string> addresses_;
+  std::unique_ptr<TcpStore> store_;
+  std::shared_ptr<gloo::Context> context_;
+  uint32_t tag_ = 0;
+  uint64_t calls_ = 0;
+  std::string broken_;  // why the world is unusable; empty while it works
+};
+
+}  // namespace tandem::collectives

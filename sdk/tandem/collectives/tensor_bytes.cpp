@@ -1,0 +1,68 @@
+// Helpers of the collectives across workers: tensor lists as bytes, kMean's division.
+#include "tandem/collectives/internal/tensor_bytes.h"
+
+#include <cstring>
+
+#include "tandem/core/error.h"
+
+namespace tandem::collectives {
+
+namespace {
+
+/// A tensor list as bytes: count, then per tensor dtype, rank, dims and data.
+void append(std::vector<char>& out, const void* data, size_t bytes) {
+  if (bytes == 0) return;
+  const size_t at = out.size();
+  out.resize(at + bytes);
+  std::memcpy(out.data() + at, data, bytes);
+}
+
+}  // namespace
+
+std::vector<char> tensors_to_bytes(const std::vector<Tensor>& tensors) {
+  std::vector<char> out;
+  const int64_t count = static_cast<int64_t>(tensors.size());
+  append(out, &count, sizeof(count));
+  for (const Tensor& t : tensors) {
+    const int64_t dtype = static_cast<int64_t>(t.dtype());
+    const int64_t rank = t.rank();
+    append(out, &dtype, sizeof(dtype));
+    append(out, &rank, sizeof(rank));
+    for (int64_t d : t.shape().dims()) append(out, &d, sizeof(d));
+    if (t.nbytes() > 0) append(out, t.raw_data(), t.nbytes());
+  }
+  return out;
+}
+
+std::vector<Tensor> tensors_from_bytes(const std::vector<char>& bytes, const char* what) {
+  size_t at = 0;
+  auto read = [&](void* dst, size_t n) {
+    TANDEM_CHECK(at + n <= bytes.size(), what, ": a truncated piece");
+    std::memcpy(dst, bytes.data() + at, n);
+    at += n;
+  };
+  int64_t count = 0;
+  read(&count, sizeof(count));
+  std::vector<Tensor> out;
+  for (int64_t i = 0; i < count; ++i) {
+    int64_t dtype = 0, rank = 0;
+    read(&dtype, sizeof(dtype));
+    read(&rank, sizeof(rank));
+    std::vector<int64_t> dims(static_cast<size_t>(rank));
+    for (int64_t& d : dims) read(&d, sizeof(d));
+    Tensor t = Tensor::empty(Shape(dims), static_cast<DType>(dtype));
+    if (t.nbytes() > 0) read(t.raw_data(), t.nbytes());
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+void divide_elements(Tensor& t, int n) {
+  if (t.numel() == 0) return;
+  dispatch_numeric(t.dtype(), "all_reduce(mean)", [&]<typename T>() {
+    T* p = t.data<T>();
+    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n));
+  });
+}
+
+}  // namespace tandem::collectives
