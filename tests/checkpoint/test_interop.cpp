@@ -3,23 +3,12 @@
 // reaches the test accuracy Tandem reports. Scripts: tests/interop/.
 #include <cstdio>
 
-#include "checkpoint_test_util.h"
+#include "interop_test_util.h"
 
 namespace td = tandem;
 using namespace tandem::checkpoint_testing;
 
 namespace {
-
-const std::string kInteropDir = std::string(TANDEM_SOURCE_DIR) + "/tests/interop";
-
-/// The sample MLP: Flatten, Dense(256, relu), Dense(128, relu), Dense(10) on 28x28 images.
-td::nn::Sequential sample_mlp() {
-  td::nn::Sequential model({td::nn::Flatten(), td::nn::Dense(256, td::nn::Activation::kRelu),
-                            td::nn::Dense(128, td::nn::Activation::kRelu), td::nn::Dense(10)});
-  model.set_seed(42);
-  model.build({28, 28});
-  return model;
-}
 
 /// One Adam update on a batch of `images`, so weights and slots are no longer initial values.
 void train_step(td::nn::Sequential& model, td::optim::Optimizer& optimizer,
@@ -31,31 +20,6 @@ void train_step(td::nn::Sequential& model, td::optim::Optimizer& optimizer,
       td::losses::sparse_categorical_crossentropy(labels, logits, /*from_logits=*/true),
       images.dim(0));
   optimizer.apply_gradients(tape.gradient(loss, variables), variables);
-}
-
-/// Runs `command`; returns its exit status (-1 when it did not exit normally).
-int shell(const std::string& command) {
-  const int status = std::system(command.c_str());
-  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-}
-
-/// A Python interpreter that has TensorFlow: $TANDEM_TF_PYTHON, /opt/tf-venv/bin/python or
-/// python3; "" when none has.
-std::string tensorflow_python() {
-  std::vector<std::string> candidates;
-  if (const std::string chosen = env_or_empty("TANDEM_TF_PYTHON"); !chosen.empty())
-    candidates.push_back(chosen);
-  candidates.push_back("/opt/tf-venv/bin/python");
-  candidates.push_back("python3");
-  for (const std::string& python : candidates) {
-    if (python.starts_with("/") && !fs::exists(python)) continue;
-    // find_spec locates the package without importing it (importing TensorFlow takes seconds).
-    const std::string probe =
-        " -c 'import importlib.util, sys; "
-        "sys.exit(0 if importlib.util.find_spec(\"tensorflow\") else 1)' >/dev/null 2>&1";
-    if (shell(python + probe) == 0) return python;
-  }
-  return "";
 }
 
 }  // namespace

@@ -40,6 +40,13 @@ nn::ReplicaGenerators* generators_of(const nn::Module& model) {
   return nullptr;
 }
 
+void assign_all_copies(const Variable& variable, const Tensor& value) {
+  for (int r = 0; r < variable.num_copies(); ++r) {
+    Tensor copy = variable.copy(r);
+    copy.copy_from(value);
+  }
+}
+
 std::string keras_name(const std::string& variable_name) { return variable_name + ":0"; }
 
 std::string strip_keras_suffix(const std::string& name) {

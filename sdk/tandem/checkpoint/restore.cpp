@@ -20,6 +20,7 @@
 
 namespace tandem {
 
+using detail::assign_all_copies;
 using detail::check_counter;
 using detail::check_own_signature;
 using detail::check_values;
@@ -44,15 +45,6 @@ using detail::tracked;
 using detail::tracked_one;
 
 namespace {
-
-/// Writes `value` into every replica's copy of `variable`, so that all replicas hold the same
-/// bits (the restore-side "broadcast" of a mirrored variable).
-void assign_all_copies(const Variable& variable, const Tensor& value) {
-  for (int r = 0; r < variable.num_copies(); ++r) {
-    Tensor copy = variable.copy(r);
-    copy.copy_from(value);
-  }
-}
 
 // ---- what a restore reads before it changes anything --------------------------------------
 

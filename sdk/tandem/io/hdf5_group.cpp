@@ -124,6 +124,27 @@ void Group::write_attr(const std::string& name, const std::vector<std::string>& 
   attr.close();
 }
 
+void Group::write_attr_fixed(const std::string& name,
+                             const std::vector<std::string>& values) const {
+  size_t width = 1;
+  for (const std::string& v : values) width = std::max(width, v.size());
+  Handle type(TANDEM_H5_CHECK(H5Tcopy(H5T_C_S1), "string type"));
+  TANDEM_H5_CHECK(H5Tset_size(type.id(), width), "string type");
+  TANDEM_H5_CHECK(H5Tset_strpad(type.id(), H5T_STR_NULLPAD), "string type");
+  const hsize_t n = values.size();
+  Handle space(TANDEM_H5_CHECK(H5Screate_simple(1, &n, nullptr), "dataspace"));
+  Handle attr(TANDEM_H5_CHECK(
+      H5Acreate2(handle_.id(), name.c_str(), type.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT),
+      "creating attribute ", where(name)));
+  std::vector<char> buffer(width * values.size(), '\0');
+  for (size_t i = 0; i < values.size(); ++i)
+    std::memcpy(buffer.data() + i * width, values[i].data(), values[i].size());
+  if (!values.empty())
+    TANDEM_H5_CHECK(H5Awrite(attr.id(), type.id(), buffer.data()), "writing attribute ",
+                    where(name));
+  attr.close();
+}
+
 void Group::write_attr_of(const std::string& object, const std::string& name,
                           const std::string& value) const {
   TANDEM_CHECK(exists(object), where(object), ": not found");
@@ -188,11 +209,13 @@ std::vector<std::string> Group::read_attr_strings(const std::string& name) const
   Handle attr(TANDEM_H5_CHECK(H5Aopen(handle_.id(), name.c_str(), H5P_DEFAULT),
                               "opening attribute ", where(name)));
   Handle type(TANDEM_H5_CHECK(H5Aget_type(attr.id()), "type of ", where(name)));
-  TANDEM_CHECK(H5Tget_class(type.id()) == H5T_STRING, where(name), ": not a string attribute");
   Handle space(TANDEM_H5_CHECK(H5Aget_space(attr.id()), "dataspace of ", where(name)));
   const hssize_t n = H5Sget_simple_extent_npoints(space.id());
   std::vector<std::string> out;
+  // An empty list has no strings to type: Keras writes weight_names=[] as numpy's default, an
+  // empty float64 array.
   if (n <= 0) return out;
+  TANDEM_CHECK(H5Tget_class(type.id()) == H5T_STRING, where(name), ": not a string attribute");
   {
     // Bound the allocation by the file's size: every string takes at least a byte in it.
     Handle file(TANDEM_H5_CHECK(H5Iget_file_id(attr.id()), "file of ", where(name)));

@@ -50,6 +50,9 @@ std::string Group::dataset_type_name(const std::string&) const { not_built(); }
 void Group::write_attr(const std::string&, const std::string&) const { not_built(); }
 void Group::write_attr(const std::string&, int64_t) const { not_built(); }
 void Group::write_attr(const std::string&, const std::vector<std::string>&) const { not_built(); }
+void Group::write_attr_fixed(const std::string&, const std::vector<std::string>&) const {
+  not_built();
+}
 void Group::write_attr_of(const std::string&, const std::string&, const std::string&) const {
   not_built();
 }

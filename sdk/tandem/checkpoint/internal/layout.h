@@ -88,6 +88,10 @@ std::string strip_keras_suffix(const std::string& name);
 /// variable's name, shape and dtype.
 std::string signature_of(const std::vector<LayerWeights>& layers);
 
+/// Writes `value` into every replica's copy of `variable`, so that all replicas hold the same
+/// bits (the restore-side "broadcast" of a mirrored variable; load_weights uses it too).
+void assign_all_copies(const Variable& variable, const Tensor& value);
+
 // ---- what restored values may be -----------------------------------------------------------
 
 /// "<file>:/<group>/<name>": where a value was read, for error messages.

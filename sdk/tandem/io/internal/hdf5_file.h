@@ -148,6 +148,9 @@ class Group {
   void write_attr(const std::string& name, int64_t value) const;
   /// A 1-D attribute of variable-length UTF-8 strings (Keras' layer_names, weight_names).
   void write_attr(const std::string& name, const std::vector<std::string>& values) const;
+  /// A 1-D attribute of fixed-length, null-padded byte strings as wide as the longest value:
+  /// what numpy's bytes arrays become (tf-keras writes layer_names and weight_names so).
+  void write_attr_fixed(const std::string& name, const std::vector<std::string>& values) const;
   /// A string attribute on the dataset (or group) `object` below this group, e.g. the
   /// algorithm="philox4x32-10" of rng/replica_state.
   void write_attr_of(const std::string& object, const std::string& name,
@@ -160,7 +163,8 @@ class Group {
   void remove_attr(const std::string& name) const;
   std::string read_attr_string(const std::string& name) const;
   int64_t read_attr_int64(const std::string& name) const;
-  /// Reads a 1-D string attribute, variable- or fixed-length.
+  /// Reads a 1-D string attribute, variable- or fixed-length; an attribute of no elements (of any
+  /// type) reads as an empty list.
   std::vector<std::string> read_attr_strings(const std::string& name) const;
 
  private:

@@ -1,0 +1,53 @@
+// Helpers shared by the interop tests (test_interop.cpp, test_keras_weights.cpp): the scripts'
+// folder, the sample MLP, running a command, and finding a Python that has TensorFlow.
+#pragma once
+
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "checkpoint_test_util.h"
+
+namespace tandem::checkpoint_testing {
+
+/// tests/interop: the Python scripts the interop tests run.
+inline const std::string kInteropDir = std::string(TANDEM_SOURCE_DIR) + "/tests/interop";
+
+/// The sample MLP: Flatten, Dense(256, relu), Dense(128, relu), Dense(10) on 28x28 images.
+inline nn::Sequential sample_mlp(uint64_t seed = 42) {
+  nn::Sequential model({nn::Flatten(), nn::Dense(256, nn::Activation::kRelu),
+                        nn::Dense(128, nn::Activation::kRelu), nn::Dense(10)});
+  model.set_seed(seed);
+  model.build({28, 28});
+  return model;
+}
+
+/// Runs `command`; returns its exit status (-1 when it did not exit normally).
+inline int shell(const std::string& command) {
+  const int status = std::system(command.c_str());
+  return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+}
+
+/// A Python interpreter that has TensorFlow: $TANDEM_TF_PYTHON, /opt/tf-venv/bin/python or
+/// python3; "" when none has.
+inline std::string tensorflow_python() {
+  std::vector<std::string> candidates;
+  if (const std::string chosen = env_or_empty("TANDEM_TF_PYTHON"); !chosen.empty())
+    candidates.push_back(chosen);
+  candidates.push_back("/opt/tf-venv/bin/python");
+  candidates.push_back("python3");
+  for (const std::string& python : candidates) {
+    if (python.starts_with("/") && !fs::exists(python)) continue;
+    // find_spec locates the package without importing it (importing TensorFlow takes seconds).
+    const std::string probe =
+        " -c 'import importlib.util, sys; "
+        "sys.exit(0 if importlib.util.find_spec(\"tensorflow\") else 1)' >/dev/null 2>&1";
+    if (shell(python + probe) == 0) return python;
+  }
+  return "";
+}
+
+}  // namespace tandem::checkpoint_testing
