@@ -22,7 +22,8 @@ std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags) {
   const tandem::ClusterSpec cluster = tandem::ClusterResolver::from_environment();
   std::unique_ptr<tandem::Strategy> strategy;
   if (cluster.size > 1) {
-    // Started by mpirun or srun: every process is a worker; --replicas CPU replicas each.
+    // Started by mpirun or srun, or from TF_CONFIG: every process is a worker; --replicas CPU
+    // replicas each.
     std::vector<tandem::Device> local;
     for (int i = 0; i < flags.replicas.value_or(1); ++i) local.push_back(tandem::Device::cpu(i));
     strategy = std::make_unique<tandem::MultiWorkerMirroredStrategy>(local);

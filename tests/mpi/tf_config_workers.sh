@@ -17,8 +17,9 @@ shift 2
 
 say() { printf '[tf_config_workers] %s\n' "$*"; }
 
-# Ports unique to this run (parallel runs must not meet): a block of N from the PID.
-base=$((20000 + ($$ % 2000) * 16))
+# Ports unique to this run (parallel runs must not meet): a block of N from the PID, below
+# the ephemeral range (32768 and up) that the workers' own connections take ports from.
+base=$((10000 + ($$ % 1200) * 16))
 addresses=()
 for ((i = 0; i < n; i++)); do addresses+=("\"127.0.0.1:$((base + i))\""); done
 join() { local IFS=,; echo "$*"; }

@@ -5,6 +5,7 @@
 # it would over ssh on two machines, and each namespace has its own hostname.
 #
 #   two_hosts_veth.sh MPIRUN TEST_PROGRAM [test program arguments...]
+#   two_hosts_veth.sh tf_config TEST_PROGRAM [...]   (no mpirun: each worker from its TF_CONFIG)
 #
 # Passes when every test case passes on both workers and the veth carried at least 1 MiB each
 # way. Exits 77 (CTest's skip code) when namespaces cannot be made here (no CAP_NET_ADMIN).
@@ -89,6 +90,22 @@ bytes() { ip netns exec "$1" cat "/sys/class/net/$2/statistics/$3"; }
 
 export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
 status=0
+if [[ "$mpirun" == tf_config ]]; then
+  # No launcher: each host starts its worker with its own TF_CONFIG (worker B first, so that
+  # it waits for the chief), as tf.distribute users start theirs.
+  cluster="{\"worker\": [\"$addr_a:23456\", \"$addr_b:23456\"]}"
+  ip netns exec "$ns_b" unshare --uts /bin/sh -c "hostname $ns_b; exec \"\$0\" \"\$@\"" \
+    env TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": 1}}" \
+    "$program" "$@" >"$scratch/worker1.log" 2>&1 &
+  worker_b=$!
+  sleep 0.5
+  ip netns exec "$ns_a" unshare --uts /bin/sh -c "hostname $ns_a; exec \"\$0\" \"\$@\"" \
+    env TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": 0}}" \
+    "$program" "$@" >"$scratch/worker0.log" 2>&1 || status=$?
+  wait "$worker_b" || status=$?
+  sed 's/^/[worker 0] /' "$scratch/worker0.log"
+  sed 's/^/[worker 1] /' "$scratch/worker1.log"
+else
 ip netns exec "$ns_a" "$mpirun" \
   --mca plm_rsh_agent "$scratch/agent" --hostfile "$scratch/hosts" -np 2 "${bind[@]}" \
   --mca btl tcp,self --mca btl_tcp_if_include "$subnet" --mca oob_tcp_if_include "$subnet" \
@@ -96,12 +113,13 @@ ip netns exec "$ns_a" "$mpirun" \
   -x TANDEM_CPU_REPLICAS \
   -x OMP_NUM_THREADS \
   "$program" "$@" || status=$?
+fi
 
 sent="$(bytes "$ns_a" "$dev_a" tx_bytes)"
 received="$(bytes "$ns_a" "$dev_a" rx_bytes)"
 say "$dev_a sent $sent bytes and received $received bytes"
 if [[ $status -ne 0 ]]; then
-  say "FAILED: mpirun exited with $status"
+  say "FAILED: the workers exited with $status"
   exit 1
 fi
 if ((sent < 1048576 || received < 1048576)); then

@@ -29,8 +29,9 @@ class ClusterResolver {
   /// (SLURM_NTASKS_PER_NODE or SLURM_TASKS_PER_NODE for the local size). A set variable that is
   /// not a whole number in range raises naming it and its value.
   /// Precedence: a launcher's variables (Open MPI, then PMI, then Slurm) describe the processes
-  /// it started; TF_CONFIG is used when no launcher started more than one process. Both
-  /// describing a job of several processes raises (unset TF_CONFIG under mpirun or srun).
+  /// it started; TF_CONFIG is used when no launcher started more than one process. TF_CONFIG
+  /// set in a process that a launcher started among several raises (unset TF_CONFIG under
+  /// mpirun or srun).
   static ClusterSpec from_environment();
   /// The cluster TF_CONFIG describes (tf.distribute's TFConfigClusterResolver):
   ///   {"cluster": {"chief": ["h0:p"], "worker": ["h1:p", "h2:p"]},

@@ -118,9 +118,9 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(std::vector<Device> loc
   if (is_chief()) {
     TANDEM_LOG_INFO("MultiWorkerMirroredStrategy: ", num_workers(), " worker",
                     num_workers() == 1 ? "" : "s", " (", cluster.source, ") x ",
-                    num_local_replicas(), " CPU replica", num_local_replicas() == 1 ? "" : "s",
-                    " = ", num_replicas_in_sync(), " replicas; this is worker ", worker_index(),
-                    ", the chief");
+                    num_local_replicas(), devices().front().is_cuda() ? " GPU" : " CPU", " replica",
+                    num_local_replicas() == 1 ? "" : "s", " = ", num_replicas_in_sync(),
+                    " replicas; this is worker ", worker_index(), ", the chief");
   }
 }
 

@@ -96,7 +96,7 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
     // Workers started from TF_CONFIG meet at the chief's address (TCP, Gloo); a launcher's
     // workers through MPI.
     const ClusterSpec cluster = ClusterResolver::from_environment();
-    if (cluster.source == "tf_config" && cluster.size > 1) {
+    if (cluster.source == "tf_config") {
       layout.worker_addresses = cluster.addresses;
       layout.worker_rank = cluster.rank;
     }

@@ -214,14 +214,16 @@ class MirroredStrategy : public Strategy {
   static MirroredStrategy cpu(int num_replicas);
 };
 
-/// The replicas of every process of a job started by mpirun or srun (tf.distribute's
-/// MultiWorkerMirroredStrategy). Each process (worker) runs its local replicas; the global
-/// replica id is worker x local replicas + local id; worker 0 is the chief (it alone writes
-/// checkpoints). Gradients are reduced in-process among a worker's replicas, then with MPI
-/// between workers (one call per dtype bucket), then broadcast locally. Variables created in
-/// scope() take the chief's initial values. Datasets given to distribute_dataset are sharded
-/// across workers (DistributeOptions::auto_shard_policy). GPU replicas (distinct GPUs per
-/// worker) share one NCCL communicator over every worker, its unique id sent over MPI.
+/// The replicas of every process of a job (tf.distribute's MultiWorkerMirroredStrategy),
+/// started by mpirun or srun, or one by one with TF_CONFIG (docs/multi-worker.md). Each
+/// process (worker) runs its local replicas; the global replica id is worker x local replicas +
+/// local id; worker 0 is the chief (it alone writes checkpoints). Gradients are reduced
+/// in-process among a worker's replicas, then between workers (MPI under a launcher; Gloo over
+/// TCP for TF_CONFIG workers, which meet at the chief's address), one call per dtype, then
+/// broadcast locally. Variables created in scope() take the chief's initial values. Datasets
+/// given to distribute_dataset are sharded across workers (DistributeOptions::auto_shard_policy).
+/// GPU replicas (distinct GPUs per worker) share one NCCL communicator over every worker, its
+/// unique id broadcast by the chief through the workers' collectives.
 class MultiWorkerMirroredStrategy : public Strategy {
  public:
   /// TANDEM_CPU_REPLICAS CPU replicas per worker (default 1).
@@ -231,7 +233,8 @@ class MultiWorkerMirroredStrategy : public Strategy {
 };
 
 /// The best strategy for how the program was started, with the one-line device report:
-/// MultiWorkerMirroredStrategy under mpirun/srun with more than one process, else
+/// MultiWorkerMirroredStrategy under mpirun/srun with more than one process or with a
+/// TF_CONFIG of several workers, else
 /// MirroredStrategy over the visible GPUs, else one CPU replica (TANDEM_CPU_REPLICAS for more).
 std::unique_ptr<Strategy> make_strategy();
 

@@ -41,7 +41,7 @@ class GlooWorld final : public WorkerCollectives {
                                                       const char* label) override;
   void barrier(const char* label) override;
 
-  /// The store the workers met at (the NCCL unique id travels through it).
+  /// The store the workers met at.
   TcpStore& store() { return *store_; }
   /// "worker K (host:port)".
   std::string describe(int worker) const;
