@@ -7,10 +7,11 @@
 //                     [--bucket-mb 25] [--first-bucket-mb 1] [--hidden 2048] [--layers 2]
 //                     [--trace FILE]
 //
-// Under mpirun (or srun) every process is a worker with TANDEM_CPU_REPLICAS replicas
-// (MultiWorkerMirroredStrategy, --replicas ignored); bench/overlap_veth.sh runs two workers in
-// two network namespaces joined by a rate-limited veth pair. Alone, it runs --replicas replicas
-// in this process (MirroredStrategy).
+// Under mpirun (or srun), or started from TF_CONFIG, every process is a worker with
+// TANDEM_CPU_REPLICAS replicas (MultiWorkerMirroredStrategy, --replicas ignored);
+// bench/overlap_veth.sh runs two workers in two network namespaces joined by a rate-limited veth
+// pair, over Open MPI or Gloo. Alone, it runs --replicas replicas in this process
+// (MirroredStrategy).
 //
 // Figures are replica 0's, from the step timeline (tandem::profile): "exposed" is the time its
 // thread waited for gradients to be reduced (without buckets: the whole all-reduce, which runs
@@ -57,6 +58,8 @@ struct Sample {
 };
 
 bool under_a_launcher() {
+  if (const char* tf_config = std::getenv("TF_CONFIG"); tf_config != nullptr && *tf_config)
+    return true;  // a worker started from TF_CONFIG
   for (const char* name : {"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}) {
     const char* value = std::getenv(name);
     if (value != nullptr && std::atoi(value) > 1) return true;

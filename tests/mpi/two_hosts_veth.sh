@@ -95,12 +95,12 @@ if [[ "$mpirun" == tf_config ]]; then
   # it waits for the chief), as tf.distribute users start theirs.
   cluster="{\"worker\": [\"$addr_a:23456\", \"$addr_b:23456\"]}"
   ip netns exec "$ns_b" unshare --uts /bin/sh -c "hostname $ns_b; exec \"\$0\" \"\$@\"" \
-    env TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": 1}}" \
+    $pin_b env TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": 1}}" \
     "$program" "$@" >"$scratch/worker1.log" 2>&1 &
   worker_b=$!
   sleep 0.5
   ip netns exec "$ns_a" unshare --uts /bin/sh -c "hostname $ns_a; exec \"\$0\" \"\$@\"" \
-    env TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": 0}}" \
+    $pin_a env TF_CONFIG="{\"cluster\": $cluster, \"task\": {\"type\": \"worker\", \"index\": 0}}" \
     "$program" "$@" >"$scratch/worker0.log" 2>&1 || status=$?
   wait "$worker_b" || status=$?
   sed 's/^/[worker 0] /' "$scratch/worker0.log"
