@@ -127,6 +127,20 @@ constexpr td::CommunicationOptions kSmall{.bytes_per_pack = 1024, .first_bytes_p
 
 }  // namespace
 
+TEST_CASE("gradient buckets: CPU replicas in one process start with them off",
+          "[cpu][distribute][buckets]") {
+  // Their all-reduces spin in-process: a communication thread would take a core from the
+  // compute (docs/performance.md). Workers over Gloo start with them on (tests/mpi).
+  for (int replicas : {1, 2}) {
+    td::MirroredStrategy strategy = td::MirroredStrategy::cpu(replicas);
+    CAPTURE(replicas);
+    CHECK(strategy.communication_options().bytes_per_pack == 0);
+    strategy.set_communication_options({});
+    CHECK(strategy.communication_options().bytes_per_pack == int64_t{25} << 20);
+    CHECK(strategy.communication_options().first_bytes_per_pack == int64_t{1} << 20);
+  }
+}
+
 TEST_CASE("gradient buckets: the weights of the unbucketed all-reduce, bit for bit",
           "[cpu][distribute][buckets]") {
   const Data data = make_data(kSteps);

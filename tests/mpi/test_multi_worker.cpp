@@ -18,9 +18,9 @@
 #include <vector>
 
 #include "support/compare.h"
+#include "tandem/core/internal/json.h"
 #include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/io/internal/hdf5_file.h"
-#include "tandem/core/internal/json.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
@@ -60,6 +60,11 @@ TEST_CASE("multi-worker: the cluster spec and the strategy agree with mpirun", "
   CHECK(s.is_chief() == (cluster.rank == 0));
   CHECK(Access::communicator(s, 0).size() == s.num_replicas_in_sync());
   CHECK(Access::communicator(s, 0).rank() == cluster.rank * local_replicas());
+  // Gradient buckets start on where a thread waiting on the workers' collectives sleeps (Gloo,
+  // one replica per worker), and off where it polls (Open MPI) or spins (in-process replicas).
+  const bool sleeps = cluster.source == "tf_config" && local_replicas() == 1;
+  CHECK(Access::communicator(s, 0).waits_without_polling() == sleeps);
+  CHECK(s.communication_options().bytes_per_pack == (sleeps ? int64_t{25} << 20 : 0));
 }
 
 TEST_CASE("multi-worker: collectives over every replica of every worker", "[mpi]") {
@@ -134,8 +139,7 @@ TEST_CASE("multi-worker: strategy.reduce combines every worker's replicas", "[mp
   CHECK(s.gather(labelled).to_vector<float>() == expected);
 }
 
-TEST_CASE("multi-worker: loss scaling divides by the job's replicas, as TensorFlow does",
-          "[mpi]") {
+TEST_CASE("multi-worker: loss scaling divides by the job's replicas, as TensorFlow does", "[mpi]") {
   // Replica g holds the per-example losses [2g + 1, 2g + 2]. Under mpirun -np 2 with one replica
   // each that is [1, 2] | [3, 4], for which TensorFlow 2.21 gives 0.75 and 1.75 (the divisor is
   // 2 examples x 2 replicas) and a regularization loss of 4 scaled to 2.
@@ -272,7 +276,7 @@ TEST_CASE("multi-worker: W workers x L replicas train like one replica on the sa
 TEST_CASE("multi-worker: gradient buckets give the weights of the unbucketed all-reduce", "[mpi]") {
   // Buckets of 64 and 256 bytes: the gradients of the 8 -> 16 -> 4 MLP go out in 3 buckets,
   // during the backward pass, through each worker's communication threads (in-process among
-  // its replicas, then MPI between the workers).
+  // its replicas, then MPI or Gloo between the workers).
   td::Strategy& s = strategy();
   const td::CommunicationOptions saved = s.communication_options();
   s.set_communication_options({.bytes_per_pack = 0, .first_bytes_per_pack = 0});

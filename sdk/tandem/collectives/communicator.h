@@ -81,6 +81,11 @@ class Communicator {
   /// once; false when the calling thread moves the data and the collective has completed when
   /// the call returns.
   virtual bool queues_on_device() const { return false; }
+  /// True when a host thread waiting on a collective sleeps until the data arrives instead of
+  /// polling or spinning, so that a communication thread beside the compute leaves it the core
+  /// (workers over Gloo, one replica each). CPU strategies start with gradient buckets on only
+  /// then.
+  virtual bool waits_without_polling() const { return false; }
 
   /// Reduces every tensor of `tensors` across ranks, in place, in ONE batched call. The list may
   /// mix shapes and numeric dtypes; every rank passes the same shapes and dtypes in the same order.

@@ -133,12 +133,15 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   threads.group = &impl.collectives->local_group();
   threads.creator = mirrored_creator(impl.devices);
   impl.replicas = std::make_unique<detail::ReplicaThreads>(std::move(threads));
-  // Buckets on GPUs, where their all-reduces queue on the communication stream; off on CPU
-  // replicas, whose communication thread takes a core from the compute (bench_overlap_cpu).
+  // Buckets on GPUs, where their all-reduces queue on the communication stream, and on CPU
+  // workers whose collectives wait without polling (Gloo, one replica per worker); off on
+  // other CPU replicas, whose communication thread would spin or poll on a core the compute
+  // needs (bench_overlap_cpu, bench/overlap_veth.sh).
   const bool gpus = !impl.devices.empty() && impl.devices.front().is_cuda();
+  const bool sleeps = replicas > 0 && impl.collectives->communicator(0).waits_without_polling();
   set_communication_options(
-      gpus ? CommunicationOptions{}
-           : CommunicationOptions{.bytes_per_pack = 0, .first_bytes_per_pack = 0});
+      gpus || sleeps ? CommunicationOptions{}
+                     : CommunicationOptions{.bytes_per_pack = 0, .first_bytes_per_pack = 0});
 }
 
 void Strategy::set_communication_options(const CommunicationOptions& options) {

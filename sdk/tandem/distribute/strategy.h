@@ -75,9 +75,10 @@ class StrategyScope {
 /// index; turn buckets off for such models). With gradient accumulation only the boundary
 /// micro-step reduces (the accumulators, after the backward pass). Loss scaling needs no
 /// extra step: compute_average_loss already divides by the global batch.
-/// Strategies of GPU replicas start with the defaults below; strategies of CPU replicas start
-/// with buckets off, because there the bucket's communication thread needs a core the compute
-/// is using (docs/performance.md has the figures): set them to try.
+/// Strategies of GPU replicas, and of CPU workers started from TF_CONFIG with one replica each
+/// (Gloo, whose waits sleep), start with the defaults below; other CPU strategies start with
+/// buckets off, because there the communication thread spins (in-process) or polls (Open MPI)
+/// on a core the compute needs (docs/performance.md has the figures): set them to try.
 struct CommunicationOptions {
   /// Bytes per bucket; 0: no buckets (one batched all-reduce in apply_gradients).
   int64_t bytes_per_pack = int64_t{25} << 20;

@@ -30,6 +30,7 @@ class GlooWorld final : public WorkerCollectives {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(addresses_.size()); }
   std::string name() const override { return "gloo"; }
+  bool waits_without_polling() const override { return true; }
 
   /// Gloo's ring all-reduce, one call per dtype (tensors of a dtype packed into one buffer):
   /// every worker gets the same bits.

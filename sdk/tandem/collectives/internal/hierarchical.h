@@ -24,6 +24,10 @@ class HierarchicalCommunicator final : public Communicator {
   int rank() const override;
   int size() const override;
   std::string name() const override { return world_->name() + "+in_process"; }
+  /// The workers' transport's, when this worker has one replica (the in-process step spins).
+  bool waits_without_polling() const override {
+    return local_->size() == 1 && world_->waits_without_polling();
+  }
 
  protected:
   std::shared_ptr<Work> all_reduce_impl(const std::vector<Tensor>& inputs,

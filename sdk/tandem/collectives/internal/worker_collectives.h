@@ -22,6 +22,9 @@ class WorkerCollectives {
   virtual int size() const = 0;
   /// The transport: "mpi", "gloo".
   virtual std::string name() const = 0;
+  /// True when a thread waiting on a collective sleeps in the kernel until its data arrives
+  /// (Gloo: its TCP transport waits on its sockets); false when it polls (Open MPI).
+  virtual bool waits_without_polling() const { return false; }
 
   /// In place: every worker's tensors reduced element-wise, the same result everywhere (kMean
   /// divides the sum by size()).
