@@ -68,8 +68,9 @@ std::unique_ptr<optim::Optimizer> make_optimizer(Kind kind, int accumulation) {
 struct Trained {
   std::vector<std::vector<float>> weights;  // replica 0's
   bool replicas_identical = true;
-  size_t buckets = 0;           // replica 0's layout at the end
-  uint64_t bucketed_steps = 0;  // replica 0's
+  size_t buckets = 0;                 // replica 0's layout at the end
+  uint64_t bucketed_steps = 0;        // replica 0's
+  std::vector<uint64_t> all_reduces;  // replica 0's all-reduce calls during each step
 };
 
 /// kSteps steps of an 8 -> 32 -> 32 -> 4 MLP (kernels of 1 KiB, 4 KiB and 512 B) on `replicas`
@@ -97,8 +98,11 @@ Trained train(int replicas, td::CommunicationOptions communication, Kind kind, i
       xs.push_back(data.features.slice(begin, begin + per_replica));
       ys.push_back(data.labels.slice(begin, begin + per_replica));
     }
+    uint64_t calls_before = 0;
     strategy.run(
         [&](td::ReplicaContext& ctx, const td::Tensor& x, const td::Tensor& y) {
+          if (ctx.replica_id_in_sync_group() == 0)
+            calls_before = ctx.communicator().stats().all_reduce;
           td::GradientTape tape;
           const td::Tensor logits = model(x, /*training=*/true);
           const td::Tensor loss = td::compute_average_loss(
@@ -107,6 +111,7 @@ Trained train(int replicas, td::CommunicationOptions communication, Kind kind, i
           if (ctx.replica_id_in_sync_group() == 0) {
             out.buckets = ctx.num_gradient_buckets();
             out.bucketed_steps = ctx.bucketed_steps();
+            out.all_reduces.push_back(ctx.communicator().stats().all_reduce - calls_before);
           }
         },
         td::PerReplica<td::Tensor>(xs), td::PerReplica<td::Tensor>(ys));
@@ -143,26 +148,38 @@ TEST_CASE("gradient buckets: CPU replicas in one process start with them off",
 
 TEST_CASE("gradient buckets: the weights of the unbucketed all-reduce, bit for bit",
           "[cpu][distribute][buckets]") {
-  const Data data = make_data(kSteps);
+  constexpr int kAccumulatedSteps = 10;  // 3 updates of 3 micro-steps, and one micro-step
+  const Data data = make_data(kAccumulatedSteps);
   for (Kind kind : {Kind::kSgd, Kind::kAdam, Kind::kAdamClipped}) {
     for (int accumulation : {1, 3}) {
       for (int replicas : {1, 2, 4}) {
         INFO("optimizer " << static_cast<int>(kind) << ", accumulation " << accumulation << ", "
                           << replicas << " replicas");
-        const Trained plain = train(replicas, kOff, kind, accumulation, data);
-        const Trained bucketed = train(replicas, kSmall, kind, accumulation, data);
+        const int steps = accumulation == 1 ? kSteps : kAccumulatedSteps;
+        const Trained plain = train(replicas, kOff, kind, accumulation, data, steps);
+        const Trained bucketed = train(replicas, kSmall, kind, accumulation, data, steps);
         CHECK(plain.replicas_identical);
         CHECK(bucketed.replicas_identical);
         CHECK(bucketed.weights == plain.weights);
         CHECK(plain.buckets == 0);
-        if (replicas > 1 && accumulation == 1) {
+        if (replicas == 1) {
+          CHECK(bucketed.bucketed_steps == 0);  // nothing to reduce
+        } else if (accumulation == 1) {
           // Laid out at step 1, used from step 2 on.
           CHECK(bucketed.buckets == 4);
           CHECK(bucketed.bucketed_steps == static_cast<uint64_t>(kSteps - 1));
         } else {
-          // One replica has nothing to reduce; with accumulation the boundary reduces the
-          // accumulators after the backward pass.
-          CHECK(bucketed.bucketed_steps == 0);
+          // Only the last micro-step of each update reduces, its buckets holding accumulator +
+          // gradient: laid out at step 3, used at steps 6 and 9; no bucket goes out at the
+          // other micro-steps (step 10 included).
+          CHECK(bucketed.buckets == 4);
+          CHECK(bucketed.bucketed_steps == 2);
+          for (int s = 0; s < steps; ++s) {
+            CAPTURE(s + 1);
+            const bool last = (s + 1) % accumulation == 0;
+            CHECK((bucketed.all_reduces[static_cast<size_t>(s)] > 0) == last);
+            if (s + 1 >= 6 && last) CHECK(bucketed.all_reduces[static_cast<size_t>(s)] == 4);
+          }
         }
       }
     }

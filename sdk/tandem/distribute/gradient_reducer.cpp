@@ -10,6 +10,7 @@
 #include "tandem/core/profile.h"
 #include "tandem/core/threading.h"
 #include "tandem/distribute/replica_context.h"
+#include "tandem/ops/ops.h"
 
 namespace tandem::detail {
 
@@ -20,6 +21,15 @@ bool same_tensors(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
   if (a.size() != b.size()) return false;
   for (size_t i = 0; i < a.size(); ++i)
     if (a[i].id() != b[i].id()) return false;
+  return true;
+}
+
+/// Like same_tensors, where `a` is defined: accumulators against those the buckets were packed
+/// with (an accumulator whose variable got no gradient this step is left out of `a`).
+bool same_where_defined(const std::vector<Tensor>& a, const std::vector<Tensor>& b) {
+  if (a.size() != b.size()) return false;
+  for (size_t i = 0; i < a.size(); ++i)
+    if (a[i].defined() && (!b[i].defined() || a[i].id() != b[i].id())) return false;
   return true;
 }
 
@@ -65,6 +75,9 @@ bool GradientReducer::begin(const std::vector<Tensor>& sources) {
   // (a merge_call function runs on replica 0's thread alone).
   if (bucket_bytes_ <= 0 || communicator_.size() == 1 || current_replica_context() == nullptr)
     return false;
+  // What the optimizer said of this micro-step holds for this backward pass only.
+  const Next next = std::exchange(next_, Next::kAny);
+  std::vector<Tensor> accumulators = std::exchange(next_accumulators_, {});
   if (in_flight_) {
     // Another backward pass before the last one's buckets were used: those are dropped.
     if (std::exception_ptr error = wait_all()) {
@@ -74,6 +87,11 @@ bool GradientReducer::begin(const std::vector<Tensor>& sources) {
     reset_step();
   }
   if (layout_ && same_tensors(sources, layout_->sources)) {
+    // Gradient accumulation: nothing goes out before the last micro-step, which packs each
+    // accumulator + gradient (the sum its apply_gradients makes, computed by the same op).
+    if (next == Next::kNothing) return false;
+    if (next == Next::kAccumulated && accumulators.size() != sources.size()) return false;
+    packed_accumulators_ = std::move(accumulators);
     packing_ = true;
     next_launch_ = 0;
     return true;
@@ -106,7 +124,19 @@ void GradientReducer::ready(size_t index, const Tensor& gradient) {
                gradient.dtype(), " ", gradient.shape(), " but its bucket slot is ", slot.dtype, " ",
                slot.shape);
   Bucket& bucket = layout_->buckets[static_cast<size_t>(slot.bucket)];
-  bucket.buffer.view_as(slot.shape, slot.offset_bytes).copy_from(gradient);
+  Tensor packed = bucket.buffer.view_as(slot.shape, slot.offset_bytes);
+  if (packed_accumulators_.empty()) {
+    packed.copy_from(gradient);
+  } else {
+    const Tensor& accumulator = packed_accumulators_[index];
+    TANDEM_CHECK(accumulator.defined() && accumulator.shape() == slot.shape &&
+                     accumulator.dtype() == slot.dtype,
+                 "gradient buckets (replica ", replica_, "): the accumulator of source ", index,
+                 " does not match its bucket slot (", slot.dtype, " ", slot.shape, ")");
+    const autograd::NoRecordGuard no_record;
+    packed.copy_from(accumulator);
+    ops::add_(packed, gradient);
+  }
   ++bucket.filled;
   // Buckets start in order, so that every replica makes the same collective calls.
   while (next_launch_ < layout_->buckets.size() &&
@@ -283,6 +313,7 @@ void GradientReducer::reset_step() {
   packing_ = false;
   next_launch_ = 0;
   packed_.clear();
+  packed_accumulators_.clear();
   if (!layout_) return;
   std::lock_guard<std::mutex> lock(mutex_);
   for (Bucket& b : layout_->buckets) {
@@ -293,15 +324,29 @@ void GradientReducer::reset_step() {
   }
 }
 
-bool GradientReducer::take(const std::vector<Tensor>& gradients, std::vector<Tensor>& reduced) {
+void GradientReducer::expect_micro_step(bool last, const std::vector<Tensor>& accumulators) {
+  next_ = last ? Next::kAccumulated : Next::kNothing;
+  next_accumulators_ = last ? accumulators : std::vector<Tensor>{};
+}
+
+bool GradientReducer::take(const std::vector<Tensor>& gradients,
+                           const std::vector<Tensor>* accumulated, std::vector<Tensor>& reduced) {
   if (!in_flight_) return false;
   std::exception_ptr error = wait_all();
-  const bool mine = same_tensors(gradients, packed_);
   if (error) {
     reset_step();
     std::rethrow_exception(error);
   }
-  if (!mine) {
+  if (same_tensors(gradients, packed_) &&
+      ((accumulated != nullptr) != !packed_accumulators_.empty() ||
+       (accumulated != nullptr && !same_where_defined(*accumulated, packed_accumulators_)))) {
+    // The buckets were packed for another micro-step of gradient accumulation (the first
+    // backward pass after the optimizer was made or restored, before it said which micro-step
+    // comes): every replica drops them alike and reduces after the backward pass.
+    reset_step();
+    return false;
+  }
+  if (!same_tensors(gradients, packed_)) {
     // The gradients were changed between the tape and apply_gradients: the buckets hold the
     // tape's, so they cannot serve; every replica (running the same program) turns them off.
     TANDEM_LOG_WARNING("gradient buckets (replica ", replica_,

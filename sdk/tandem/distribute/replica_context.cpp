@@ -87,7 +87,19 @@ std::vector<Tensor> ReplicaContext::all_reduce(ReduceOp op, const std::vector<Te
 
 std::vector<Tensor> ReplicaContext::sum_across_replicas(const std::vector<Tensor>& gradients) {
   if (num_replicas_ == 1) return gradients;
-  return reducer_->sum(gradients, [&](const std::vector<Tensor>& values) {
+  return reducer_->sum(gradients, nullptr, [&](const std::vector<Tensor>& values) {
+    return all_reduce(ReduceOp::kSum, values);
+  });
+}
+
+void ReplicaContext::expect_micro_step(bool last, const std::vector<Tensor>& accumulators) {
+  if (num_replicas_ > 1) reducer_->expect_micro_step(last, accumulators);
+}
+
+std::vector<Tensor> ReplicaContext::sum_accumulated(const std::vector<Tensor>& gradients,
+                                                    const std::vector<Tensor>& accumulated) {
+  if (num_replicas_ == 1) return accumulated;
+  return reducer_->sum(gradients, &accumulated, [&](const std::vector<Tensor>& values) {
     return all_reduce(ReduceOp::kSum, values);
   });
 }

@@ -101,8 +101,11 @@ class ReplicaContext final : public optim::GradientSync {
                  detail::MergeState* merge);
 
   std::shared_ptr<void> merge_call_erased(const void* my_arguments, detail::MergeFn fn);
-  /// optim::GradientSync: all_reduce(kSum, gradients).
+  /// optim::GradientSync: all_reduce(kSum, gradients), or the gradient buckets' results.
   std::vector<Tensor> sum_across_replicas(const std::vector<Tensor>& gradients) override;
+  void expect_micro_step(bool last, const std::vector<Tensor>& accumulators) override;
+  std::vector<Tensor> sum_accumulated(const std::vector<Tensor>& gradients,
+                                      const std::vector<Tensor>& accumulated) override;
 
   Strategy* strategy_;
   int replica_id_;

@@ -72,9 +72,9 @@ class StrategyScope {
 /// backward pass (each element sums the same replicas' values in the same order).
 /// Buckets are used when apply_gradients gets the very tensors tape.gradient returned, with
 /// the same variables getting a gradient every step (a change raises, naming the variable's
-/// index; turn buckets off for such models). With gradient accumulation only the boundary
-/// micro-step reduces (the accumulators, after the backward pass). Loss scaling needs no
-/// extra step: compute_average_loss already divides by the global batch.
+/// index; turn buckets off for such models). With gradient accumulation only the last
+/// micro-step before an update reduces: its backward pass packs accumulator + gradient. Loss
+/// scaling needs no extra step: compute_average_loss already divides by the global batch.
 /// Strategies of GPU replicas, and of CPU workers started from TF_CONFIG with one replica each
 /// (Gloo, whose waits sleep), start with the defaults below; other CPU strategies start with
 /// buckets off, because there the communication thread spins (in-process) or polls (Open MPI)

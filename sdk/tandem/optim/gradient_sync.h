@@ -18,6 +18,21 @@ class GradientSync {
   /// replica calls it with the same shapes, dtypes and undefined entries.
   virtual std::vector<Tensor> sum_across_replicas(const std::vector<Tensor>& gradients) = 0;
 
+  // Gradient accumulation (gradient_accumulation_steps = N > 1).
+  /// Told after each micro-step that does not update: whether the next backward pass is the
+  /// last micro-step before an update and, when it is, this replica's accumulators (one per
+  /// variable, in apply_gradients' order). A sync that reduces gradients during the backward
+  /// pass (gradient buckets) then packs accumulator + gradient as each gradient becomes final,
+  /// and packs nothing in the other micro-steps.
+  virtual void expect_micro_step(bool /*last*/, const std::vector<Tensor>& /*accumulators*/) {}
+  /// The last micro-step: the SUM over every replica in sync of `accumulated` (this replica's
+  /// accumulators, to which this micro-step's `gradients` were just added; undefined where a
+  /// gradient is), as sum_across_replicas(accumulated) gives it.
+  virtual std::vector<Tensor> sum_accumulated(const std::vector<Tensor>& /*gradients*/,
+                                              const std::vector<Tensor>& accumulated) {
+    return sum_across_replicas(accumulated);
+  }
+
  protected:
   ~GradientSync() = default;
 };

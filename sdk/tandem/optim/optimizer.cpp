@@ -166,7 +166,7 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
     return;
   }
   std::vector<Tensor> accumulated;
-  if (accumulate(gradients, variables, accumulated))
+  if (accumulate(gradients, variables, accumulated) == accumulation_steps_)
     finish_accumulation(std::move(accumulated), variables);
 }
 
@@ -187,11 +187,22 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
     return;
   }
   // Micro-steps 1..N-1 only add into this replica's accumulators: no collective. Micro-step N
-  // all-reduces the accumulators in one batched call; every replica then divides by N and
-  // applies the same update.
+  // all-reduces the accumulators (one batched call, or the gradient buckets its backward pass
+  // filled with accumulator + gradient); every replica then divides by N and applies the same
+  // update.
   std::vector<Tensor> accumulated;
-  if (!accumulate(gradients, variables, accumulated)) return;
-  finish_accumulation(ctx.sum_across_replicas(accumulated), variables);
+  const int64_t done = accumulate(gradients, variables, accumulated);
+  if (done < accumulation_steps_) {
+    const bool last = done + 1 == accumulation_steps_;
+    std::vector<Tensor> accumulators;
+    if (last)
+      for (const Variable& v : variables)
+        accumulators.push_back(entry_for(v).accumulator.value_untracked());
+    ctx.expect_micro_step(last, accumulators);
+    return;
+  }
+  finish_accumulation(ctx.sum_accumulated(gradients, accumulated), variables);
+  ctx.expect_micro_step(false, {});  // micro-step 1 of the next update (N > 1)
 }
 
 void Optimizer::apply_update(const std::vector<Tensor>& gradients,
@@ -237,9 +248,9 @@ void Optimizer::apply_update(const std::vector<Tensor>& gradients,
   iterations_.assign(Tensor::scalar(static_cast<double>(done + 1), DType::kInt64));
 }
 
-bool Optimizer::accumulate(const std::vector<Tensor>& gradients,
-                           const std::vector<Variable>& variables,
-                           std::vector<Tensor>& accumulated) {
+int64_t Optimizer::accumulate(const std::vector<Tensor>& gradients,
+                              const std::vector<Variable>& variables,
+                              std::vector<Tensor>& accumulated) {
   autograd::NoRecordGuard no_record;
   accumulated.assign(variables.size(), Tensor());
   for (size_t i = 0; i < variables.size(); ++i) {
@@ -249,11 +260,9 @@ bool Optimizer::accumulate(const std::vector<Tensor>& gradients,
     accumulated[i] = acc;
   }
   const int64_t done = micro_step() + 1;
-  if (done < accumulation_steps_) {
+  if (done < accumulation_steps_)
     micro_step_.assign(Tensor::scalar(static_cast<double>(done), DType::kInt64));
-    return false;
-  }
-  return true;
+  return done;
 }
 
 void Optimizer::finish_accumulation(std::vector<Tensor> combined,

@@ -33,12 +33,13 @@ namespace tandem::optim {
 /// each call of apply_gradients is a micro-step. On micro-steps 1..N-1 each replica adds its
 /// gradients to its own accumulators (one per trainable variable, replica-local) and nothing
 /// else happens: no collective, no update, iterations() unchanged. On micro-step N the
-/// accumulators are all-reduced (SUM, one batched call), divided by N, and the update above runs
-/// on that mean (clipping after the division); then the accumulators are reset. The update
-/// therefore sees the mean of the N micro-step gradients, so each micro-step's loss is divided
-/// by the micro-step's global batch (per-replica batch x replicas; compute_average_loss's
-/// default): N micro-batches of B equal one batch of N x B. A variable is updated at the
-/// boundary when its gradient is defined on micro-step N (as in Keras).
+/// accumulators are all-reduced (SUM, one batched call, or the gradient buckets that micro-step's
+/// backward pass filled with accumulator + gradient: GradientSync::expect_micro_step), divided by
+/// N, and the update above runs on that mean (clipping after the division); then the accumulators
+/// are reset. The update therefore sees the mean of the N micro-step gradients, so each
+/// micro-step's loss is divided by the micro-step's global batch (per-replica batch x replicas;
+/// compute_average_loss's default): N micro-batches of B equal one batch of N x B. A variable is
+/// updated at the boundary when its gradient is defined on micro-step N (as in Keras).
 class Optimizer {
  public:
   virtual ~Optimizer() = default;
@@ -140,10 +141,11 @@ class Optimizer {
   /// One update from gradients already combined (and checked): clip, update_step, iterations+1.
   void apply_update(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
   /// Adds the defined gradients to this replica's accumulators and counts the micro-step.
-  /// Returns true when this was micro-step N: then `accumulated` holds, for each variable whose
-  /// gradient is defined now, this replica's accumulator (undefined for the others).
-  bool accumulate(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
-                  std::vector<Tensor>& accumulated);
+  /// Returns the micro-steps done since the last update, this one included (N: the update's
+  /// turn, the counter is left for finish_accumulation). `accumulated` holds, for each variable
+  /// whose gradient is defined now, this replica's accumulator (undefined for the others).
+  int64_t accumulate(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
+                     std::vector<Tensor>& accumulated);
   /// Divides the combined accumulators by N, applies the update and resets this replica's
   /// accumulators and micro-step counter.
   void finish_accumulation(std::vector<Tensor> combined, const std::vector<Variable>& variables);

@@ -2,7 +2,10 @@
 // it hands each trainable variable's final gradient to the reducer (autograd::GradientListener),
 // which copies it into its bucket; a full bucket's all-reduce starts at once and runs while the
 // backward pass goes on. optimizer.apply_gradients(ctx, ...) then waits for the buckets and
-// takes the reduced values (ReplicaContext::sum_across_replicas).
+// takes the reduced values (ReplicaContext::sum_across_replicas). With gradient accumulation
+// the optimizer says after each micro-step whether the next is the last before an update
+// (expect_micro_step): only that backward pass packs, accumulator + gradient, and its
+// apply_gradients takes the sums (ReplicaContext::sum_accumulated).
 //
 // The layout (which gradient goes into which bucket, at which offset) is made from the first
 // step that sums the tape's own gradients: buckets are filled in the order that step's backward
@@ -53,17 +56,23 @@ class GradientReducer final : public autograd::GradientListener {
   void ready(size_t index, const Tensor& gradient) override;
   void end(const std::vector<Tensor>& gradients) override;
 
-  /// The SUM over the replicas of `gradients` (GradientSync::sum_across_replicas): the buckets'
-  /// results when they are the gradients the last backward pass packed, else one batched
-  /// all-reduce. `batched` runs that all-reduce (ReplicaContext::all_reduce).
+  /// The SUM over the replicas of `gradients` (GradientSync::sum_across_replicas), or with
+  /// gradient accumulation of `*accumulated`, the accumulators to which `gradients` were just
+  /// added (GradientSync::sum_accumulated): the buckets' results when they hold what the last
+  /// backward pass packed, else one batched all-reduce. `batched` runs that all-reduce
+  /// (ReplicaContext::all_reduce).
   template <typename Batched>
-  std::vector<Tensor> sum(const std::vector<Tensor>& gradients, Batched&& batched) {
+  std::vector<Tensor> sum(const std::vector<Tensor>& gradients,
+                          const std::vector<Tensor>* accumulated, Batched&& batched) {
     std::vector<Tensor> reduced;
-    if (take(gradients, reduced)) return reduced;
-    reduced = batched(gradients);
+    if (take(gradients, accumulated, reduced)) return reduced;
+    reduced = batched(accumulated != nullptr ? *accumulated : gradients);
     learn(gradients);
     return reduced;
   }
+  /// Gradient accumulation (GradientSync::expect_micro_step): the next backward pass packs
+  /// nothing (`last` false) or accumulator + gradient (`last`; one accumulator per source).
+  void expect_micro_step(bool last, const std::vector<Tensor>& accumulators);
 
   /// Waits until no bucket is in flight (their results are kept for sum()). Every other
   /// collective of the replica calls it first, so collectives keep one order on every replica.
@@ -107,8 +116,10 @@ class GradientReducer final : public autograd::GradientListener {
     std::vector<Bucket> buckets;
   };
 
-  /// True (and `reduced` filled) when `gradients` are what the buckets in flight hold.
-  bool take(const std::vector<Tensor>& gradients, std::vector<Tensor>& reduced);
+  /// True (and `reduced` filled) when the buckets in flight hold `gradients` (with
+  /// `accumulated`: those accumulators plus `gradients`).
+  bool take(const std::vector<Tensor>& gradients, const std::vector<Tensor>* accumulated,
+            std::vector<Tensor>& reduced);
   /// After a batched sum of the last backward pass's gradients: makes the layout.
   void learn(const std::vector<Tensor>& gradients);
   /// Starts bucket `index`'s all-reduce.
@@ -139,6 +150,12 @@ class GradientReducer final : public autograd::GradientListener {
   bool in_flight_ = false;
   size_t next_launch_ = 0;
   std::vector<Tensor> packed_;  // the gradients the backward pass returned
+  // Gradient accumulation: what the next backward pass packs (anything when not told), and the
+  // accumulators added to the gradients this backward pass packs (empty: none).
+  enum class Next { kAny, kNothing, kAccumulated };
+  Next next_ = Next::kAny;
+  std::vector<Tensor> next_accumulators_;
+  std::vector<Tensor> packed_accumulators_;
   uint64_t bucketed_steps_ = 0;
 
   // The communication thread (backends that move data on the calling thread).
