@@ -5,7 +5,10 @@
 //
 //   bench_overlap_cpu [--replicas 2] [--per-replica-batch 64] [--steps 8] [--rounds 3]
 //                     [--bucket-mb 25] [--first-bucket-mb 1] [--hidden 2048] [--layers 2]
-//                     [--trace FILE]
+//                     [--accumulation 1] [--trace FILE]
+//
+// --accumulation N: gradient accumulation over N micro-steps (only the last reduces; with
+// buckets, its backward pass packs accumulator + gradient); figures are then per update.
 //
 // Under mpirun (or srun), or started from TF_CONFIG, every process is a worker with
 // TANDEM_CPU_REPLICAS replicas (MultiWorkerMirroredStrategy, --replicas ignored);
@@ -41,9 +44,10 @@ struct Options {
   int rounds = 3;
   double bucket_mb = 25;
   double first_bucket_mb = 1;
-  int hidden = 2048;  // units per hidden layer
-  int layers = 2;     // hidden layers
-  std::string trace;  // a Chrome trace of the last bucketed measurement, when set
+  int hidden = 2048;     // units per hidden layer
+  int layers = 2;        // hidden layers
+  int accumulation = 1;  // micro-steps per update
+  std::string trace;     // a Chrome trace of the last bucketed measurement, when set
 };
 
 double median(std::vector<double> values) {
@@ -85,7 +89,8 @@ class Bench {
     model_ = std::make_unique<td::nn::Sequential>(std::move(modules));
     model_->set_seed(1);
     model_->build({784});
-    optimizer_ = std::make_unique<td::optim::Adam>(td::optim::Adam::Options{.learning_rate = 1e-5});
+    optimizer_ = std::make_unique<td::optim::Adam>(td::optim::Adam::Options{
+        .learning_rate = 1e-5, .gradient_accumulation_steps = options.accumulation});
     optimizer_->build(model_->trainable_variables());
     td::Generator g(7 + static_cast<uint64_t>(strategy_->worker_index()));
     for (int r = 0; r < strategy_->num_local_replicas(); ++r) {
@@ -120,14 +125,15 @@ class Bench {
       optimizer_->apply_gradients(ctx, tape.gradient(loss, variables), variables);
     };
     const td::PerReplica<td::Tensor> xs(features_), ys(labels_);
-    strategy_->run(step, xs, ys);  // warm-up; with buckets, the step that lays them out
+    // Warm-up: one update; with buckets, the one that lays them out.
+    for (int m = 0; m < options_.accumulation; ++m) strategy_->run(step, xs, ys);
     std::vector<tp::Event> events;
     double seconds = 0;
     {
       tp::Profiler profiler(*strategy_, {.trace_file = buckets ? options_.trace : std::string(),
                                          .print_summaries = false});
       const double start = tb::now_seconds();
-      for (int s = 0; s < options_.steps; ++s) strategy_->run(step, xs, ys);
+      for (int s = 0; s < options_.steps * options_.accumulation; ++s) strategy_->run(step, xs, ys);
       seconds = tb::now_seconds() - start;
       profiler.end_epoch();
       events = profiler.events();
@@ -201,12 +207,14 @@ int main(int argc, char** argv) {
       options.hidden = static_cast<int>(value);
     } else if (flag == "--layers") {
       options.layers = static_cast<int>(value);
+    } else if (flag == "--accumulation") {
+      options.accumulation = static_cast<int>(value);
     } else {
-      std::fprintf(
-          stderr,
-          "bench_overlap_cpu: unknown flag %s (--replicas, --per-replica-batch, "
-          "--steps, --rounds, --bucket-mb, --first-bucket-mb, --hidden, --layers, --trace)\n",
-          flag.c_str());
+      std::fprintf(stderr,
+                   "bench_overlap_cpu: unknown flag %s (--replicas, --per-replica-batch, "
+                   "--steps, --rounds, --bucket-mb, --first-bucket-mb, --hidden, --layers, "
+                   "--accumulation, --trace)\n",
+                   flag.c_str());
       return 2;
     }
   }
@@ -232,12 +240,16 @@ int main(int argc, char** argv) {
   std::printf(
       "bench_overlap_cpu: %d worker(s) x %d replica(s), per-replica batch %lld, MLP "
       "784-%dx%d-10 (%.2fM parameters, %.1f MB of gradients), %d steps x %d rounds, "
-      "buckets %.3g MiB (first %.3g MiB)\n",
+      "buckets %.3g MiB (first %.3g MiB)%s\n",
       strategy.num_workers(), strategy.num_local_replicas(),
       static_cast<long long>(options.per_replica_batch), options.hidden, options.layers,
       static_cast<double>(bench.parameters()) * 1e-6,
       static_cast<double>(bench.parameters()) * 4e-6, options.steps, options.rounds,
-      options.bucket_mb, options.first_bucket_mb);
+      options.bucket_mb, options.first_bucket_mb,
+      options.accumulation > 1 ? (", " + std::to_string(options.accumulation) +
+                                  " micro-steps per update; figures per update")
+                                     .c_str()
+                               : "");
   std::printf("%-26s %10s %12s %10s\n", "mode", "step_ms", "exposed_ms", "comm_ms");
   const double off_step = med(off, &Sample::step_ms), on_step = med(on, &Sample::step_ms);
   const double off_exposed = med(off, &Sample::exposed_ms),
