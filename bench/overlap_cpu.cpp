@@ -237,6 +237,10 @@ int main(int argc, char** argv) {
     for (const Sample& s : samples) values.push_back(s.*field);
     return median(values);
   };
+  const std::string per_update = options.accumulation > 1
+                                     ? ", " + std::to_string(options.accumulation) +
+                                           " micro-steps per update; figures per update"
+                                     : "";
   std::printf(
       "bench_overlap_cpu: %d worker(s) x %d replica(s), per-replica batch %lld, MLP "
       "784-%dx%d-10 (%.2fM parameters, %.1f MB of gradients), %d steps x %d rounds, "
@@ -245,11 +249,7 @@ int main(int argc, char** argv) {
       static_cast<long long>(options.per_replica_batch), options.hidden, options.layers,
       static_cast<double>(bench.parameters()) * 1e-6,
       static_cast<double>(bench.parameters()) * 4e-6, options.steps, options.rounds,
-      options.bucket_mb, options.first_bucket_mb,
-      options.accumulation > 1 ? (", " + std::to_string(options.accumulation) +
-                                  " micro-steps per update; figures per update")
-                                     .c_str()
-                               : "");
+      options.bucket_mb, options.first_bucket_mb, per_update.c_str());
   std::printf("%-26s %10s %12s %10s\n", "mode", "step_ms", "exposed_ms", "comm_ms");
   const double off_step = med(off, &Sample::step_ms), on_step = med(on, &Sample::step_ms);
   const double off_exposed = med(off, &Sample::exposed_ms),

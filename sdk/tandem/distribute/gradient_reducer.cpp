@@ -337,7 +337,8 @@ bool GradientReducer::take(const std::vector<Tensor>& gradients,
     reset_step();
     std::rethrow_exception(error);
   }
-  if (same_tensors(gradients, packed_) &&
+  const bool from_tape = same_tensors(gradients, packed_);
+  if (from_tape &&
       ((accumulated != nullptr) != !packed_accumulators_.empty() ||
        (accumulated != nullptr && !same_where_defined(*accumulated, packed_accumulators_)))) {
     // The buckets were packed for another micro-step of gradient accumulation (the first
@@ -346,7 +347,7 @@ bool GradientReducer::take(const std::vector<Tensor>& gradients,
     reset_step();
     return false;
   }
-  if (!same_tensors(gradients, packed_)) {
+  if (!from_tape) {
     // The gradients were changed between the tape and apply_gradients: the buckets hold the
     // tape's, so they cannot serve; every replica (running the same program) turns them off.
     TANDEM_LOG_WARNING("gradient buckets (replica ", replica_,
