@@ -132,6 +132,7 @@ struct Trained {
   std::vector<std::vector<float>> weights;
   std::vector<std::vector<float>> initial;
   bool replicas_identical = true;
+  uint64_t bucketed_steps = 0;  // replica 0's steps whose gradients went out in buckets
 };
 
 /// 12 steps of an MLP on global batches of 64 from a distributed dataset, Adam.
@@ -166,6 +167,7 @@ Trained train(Strategy& strategy) {
         losses::sparse_categorical_crossentropy(b.labels(), model(b.features(), true), true),
         batch);
     optimizer->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+    if (ctx.replica_id_in_sync_group() == 0) out.bucketed_steps = ctx.bucketed_steps();
     return loss;
   };
   for (const auto& b : data) strategy.run(step, b);
@@ -194,6 +196,33 @@ TEST_CASE("data-parallel invariance on GPU replicas: 1x64 on the CPU == 1x64 == 
       INFO(replicas << " GPU replica(s), variable " << v << ": " << difference);
       CHECK(difference <= 1e-5);
       CHECK(relative_difference(reference.initial[v], reference.weights[v]) > 1e-3);
+    }
+  }
+}
+
+TEST_CASE("gradient buckets on logical GPU replicas: the weights of the unbucketed all-reduce",
+          "[cuda][distribute][buckets]") {
+  TANDEM_REQUIRE_GPU();
+  // Replicas sharing a GPU pack each bucket on their own stream and reduce it on their own
+  // thread while the rest of the backward pass is queued; the sums are those of the
+  // all-reduce after the backward pass, element for element.
+  for (int replicas : {2, 4}) {
+    INFO(replicas << " logical GPU replicas");
+    auto plain_strategy = logical_replicas(replicas);
+    plain_strategy.set_communication_options({.bytes_per_pack = 0, .first_bytes_per_pack = 0});
+    const Trained plain = train(plain_strategy);
+    auto bucketed_strategy = logical_replicas(replicas);
+    // 8x32 and 32x4 kernels: 1 KiB buckets give several buckets a step.
+    bucketed_strategy.set_communication_options({.bytes_per_pack = 1024, .first_bytes_per_pack = 1});
+    const Trained bucketed = train(bucketed_strategy);
+    CHECK(plain.bucketed_steps == 0);
+    CHECK(bucketed.bucketed_steps == 11);  // laid out at step 1, used at steps 2..12
+    CHECK(plain.replicas_identical);
+    CHECK(bucketed.replicas_identical);
+    REQUIRE(bucketed.weights.size() == plain.weights.size());
+    for (size_t v = 0; v < plain.weights.size(); ++v) {
+      INFO("variable " << v);
+      CHECK(bucketed.weights[v] == plain.weights[v]);
     }
   }
 }
