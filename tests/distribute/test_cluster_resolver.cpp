@@ -122,6 +122,67 @@ TEST_CASE("TF_CONFIG: what Tandem refuses, naming the field", "[cpu][distribute]
           "TF_CONFIG cluster.workers: unknown job");
 }
 
+TEST_CASE("TF_CONFIG: what TensorFlow refuses is refused, numbers checked before any cast",
+          "[cpu][distribute][cluster]") {
+  auto refused = [](const std::string& tf_config, const std::string& expected) {
+    INFO(tf_config.substr(0, 300));
+    CHECK_THROWS_WITH(td::ClusterResolver::from_tf_config(tf_config), Catch::Contains(expected));
+  };
+  const std::string cluster = R"({"cluster": {"worker": ["a:1", "b:1"]}, )";
+  // Without an index a second process would take worker 0's place: a second chief.
+  refused(cluster + R"("task": {"type": "worker"}})",
+          "TF_CONFIG task.index is missing (which worker this process is)");
+  refused(cluster + R"("task": {"type": "chief"}})", "TF_CONFIG task.index is missing");
+  // Indices that a cast would have wrapped to 0 (worker 0, the chief).
+  refused(cluster + R"("task": {"type": "worker", "index": 1e20}})",
+          "TF_CONFIG task.index must be a whole number >= 0, got 1e+20");
+  refused(cluster + R"("task": {"type": "worker", "index": 18446744073709551616}})",
+          "TF_CONFIG task.index must be a whole number >= 0, got 1.8446744073709552e+19");
+  refused(cluster + R"("task": {"type": "worker", "index": 1e400}})",
+          "TF_CONFIG task.index must be a whole number >= 0, got a number too large to represent");
+  refused(cluster + R"("task": {"type": "worker", "index": 0.5}})",
+          "TF_CONFIG task.index must be a whole number >= 0, got 0.5");
+  refused(cluster + R"("task": {"type": "worker", "index": "1"}})",
+          "TF_CONFIG task.index must be a whole number >= 0, got the string \"1\"");
+  refused(cluster + R"("task": {"type": "worker", "index": 4294967296}})",
+          "got 4294967296");
+  // Ports are digits alone; hosts hold no spaces, signs or control characters.
+  refused(R"({"cluster": {"worker": ["a:+1"]}, "task": {"type": "worker", "index": 0}})",
+          "TF_CONFIG cluster.worker[0] = \"a:+1\" is not \"host:port\"");
+  refused(R"({"cluster": {"worker": ["a: 1"]}, "task": {"type": "worker", "index": 0}})",
+          "TF_CONFIG cluster.worker[0] = \"a: 1\" is not \"host:port\"");
+  refused(R"({"cluster": {"worker": ["a:123456"]}, "task": {"type": "worker", "index": 0}})",
+          "TF_CONFIG cluster.worker[0] = \"a:123456\" is not \"host:port\"");
+  refused(R"({"cluster": {"worker": ["a\u0000b:1"]}, "task": {"type": "worker", "index": 0}})",
+          "TF_CONFIG cluster.worker[0] = \"a\\x00b:1\" is not \"host:port\"");
+  refused(R"({"cluster": {"worker": ["a b:1"]}, "task": {"type": "worker", "index": 0}})",
+          "\"a b:1\" is not \"host:port\"");
+  refused(R"({"cluster": {"worker": ["[::1:1"]}, "task": {"type": "worker", "index": 0}})",
+          "\"[::1:1\" is not \"host:port\"");
+  // Accepted: IPv6 in brackets, names with dashes and underscores.
+  const td::ClusterSpec spec = td::ClusterResolver::from_tf_config(
+      R"({"cluster": {"worker": ["[::1]:2222", "node-1.cluster_a:65535"]},
+          "task": {"type": "worker", "index": 1}})");
+  CHECK(spec.rank == 1);
+  CHECK(spec.local_size == 1);
+}
+
+TEST_CASE("TF_CONFIG: nesting too deep for the reader is refused, not a stack overflow",
+          "[cpu][distribute][cluster]") {
+  std::string objects;
+  for (int i = 0; i < 20000; ++i) objects += "{\"a\":";
+  CHECK_THROWS_WITH(td::ClusterResolver::from_tf_config(objects),
+                    Catch::Contains("TF_CONFIG is not valid JSON") &&
+                        Catch::Contains("nested deeper than 64 levels") &&
+                        Catch::Contains("(100000 characters)"));
+  CHECK_THROWS_WITH(td::ClusterResolver::from_tf_config(std::string(130000, '[')),
+                    Catch::Contains("nested deeper than 64 levels"));
+  // 64 levels are fine (and then not a TF_CONFIG).
+  std::string deep = std::string(63, '[') + std::string(63, ']');
+  CHECK_THROWS_WITH(td::ClusterResolver::from_tf_config("{\"x\": " + deep + "}"),
+                    Catch::Contains("TF_CONFIG has no \"cluster\" object"));
+}
+
 TEST_CASE("cluster resolution: a launcher's variables and TF_CONFIG",
           "[cpu][distribute][cluster]") {
   const std::string two_workers =

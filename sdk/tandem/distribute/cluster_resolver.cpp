@@ -1,10 +1,13 @@
 // ClusterResolver: the launcher's environment variables, checked.
 #include "tandem/distribute/cluster_resolver.h"
 
+#include <cctype>
 #include <cmath>
 #include <cstdlib>
 #include <optional>
+#include <sstream>
 #include <stdexcept>
+#include <string_view>
 
 #include "tandem/core/error.h"
 #include "tandem/core/internal/json.h"
@@ -42,18 +45,85 @@ ClusterSpec check(ClusterSpec spec, const char* rank_name, const char* size_name
   return spec;
 }
 
-/// "host:port" with a port in [1, 65535]; the host part (brackets kept for IPv6).
+/// A host name or address as TF_CONFIG may give it: letters, digits, '.', '-' and '_' (names,
+/// IPv4), or an IPv6 address in brackets ("[::1]"). Nothing else: no spaces, signs or control
+/// characters, which a resolver would either reject later or read as something else.
+bool valid_host(std::string_view host) {
+  if (host.empty() || host.size() > 253) return false;
+  if (host.front() == '[') {
+    if (host.size() < 3 || host.back() != ']') return false;
+    for (const char c : host.substr(1, host.size() - 2))
+      if (!std::isxdigit(static_cast<unsigned char>(c)) && c != ':' && c != '.') return false;
+    return true;
+  }
+  for (const char c : host)
+    if (!std::isalnum(static_cast<unsigned char>(c)) && c != '.' && c != '-' && c != '_')
+      return false;
+  return true;
+}
+
+/// The text for an error: control characters shown as \xNN, so that a NUL or a newline in a
+/// value cannot cut or fake the message.
+std::string printable(std::string_view text) {
+  std::string out;
+  for (const char c : text) {
+    if (static_cast<unsigned char>(c) < 0x20 || c == 0x7f) {
+      static const char* const kHex = "0123456789abcdef";
+      out += "\\x";
+      out += kHex[(static_cast<unsigned char>(c) >> 4) & 0xf];
+      out += kHex[static_cast<unsigned char>(c) & 0xf];
+    } else {
+      out += c;
+    }
+  }
+  return out;
+}
+
+/// The first 200 characters of a value, printable, for an error message.
+std::string excerpt(std::string_view text) {
+  constexpr size_t kShown = 200;
+  if (text.size() <= kShown) return printable(text);
+  return printable(text.substr(0, kShown)) + "... (" + std::to_string(text.size()) +
+         " characters)";
+}
+
+/// "host:port": a host valid_host accepts and a port of decimal digits alone in [1, 65535];
+/// returns the host part (brackets kept for IPv6).
 std::string host_of(const std::string& address, const std::string& field) {
   const size_t colon = address.rfind(':');
-  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < address.size();
-  if (ok) {
-    char* end = nullptr;
-    const long port = std::strtol(address.c_str() + colon + 1, &end, 10);
-    ok = *end == '\0' && port >= 1 && port <= 65535;
+  bool ok = colon != std::string::npos && colon > 0 && colon + 1 < address.size() &&
+            address.size() - colon - 1 <= 5 && valid_host(std::string_view(address).substr(0, colon));
+  long port = 0;
+  for (size_t i = colon + 1; ok && i < address.size(); ++i) {
+    ok = std::isdigit(static_cast<unsigned char>(address[i])) != 0;
+    port = port * 10 + (address[i] - '0');
   }
-  TANDEM_CHECK(ok, "TF_CONFIG ", field, " = \"", address,
-               "\" is not \"host:port\" (a port in 1..65535)");
+  ok = ok && port >= 1 && port <= 65535;
+  TANDEM_CHECK(ok, "TF_CONFIG ", field, " = \"", printable(address),
+               "\" is not \"host:port\" (a host name or address, a port of digits in 1..65535)");
   return address.substr(0, colon);
+}
+
+/// How an index value reads in an error: numbers as TensorFlow users wrote them.
+std::string index_text(const detail::Json& value) {
+  using detail::Json;
+  switch (value.kind) {
+    case Json::Kind::kNumber: {
+      if (!std::isfinite(value.number)) return "a number too large to represent";
+      std::ostringstream out;
+      out.precision(17);
+      out << value.number;
+      return out.str();
+    }
+    case Json::Kind::kString:
+      return "the string \"" + printable(value.string) + "\"";
+    case Json::Kind::kBool:
+      return value.boolean ? "true" : "false";
+    case Json::Kind::kNull:
+      return "null";
+    default:
+      return "a JSON object or array";
+  }
 }
 
 [[noreturn]] void refuse_job(const std::string& what) {
@@ -71,16 +141,16 @@ ClusterSpec ClusterResolver::from_tf_config(std::string_view tf_config) {
   try {
     root = detail::JsonReader::parse(tf_config);
   } catch (const std::runtime_error& e) {
-    TANDEM_THROW("TF_CONFIG is not valid JSON (", e.what(), "): ", tf_config);
+    TANDEM_THROW("TF_CONFIG is not valid JSON (", e.what(), "): ", excerpt(tf_config));
   }
   TANDEM_CHECK(root.kind == Json::Kind::kObject, "TF_CONFIG must be a JSON object, got ",
-               tf_config);
+               excerpt(tf_config));
   TANDEM_CHECK(root.has("cluster") && root["cluster"].kind == Json::Kind::kObject,
-               "TF_CONFIG has no \"cluster\" object: ", tf_config);
+               "TF_CONFIG has no \"cluster\" object: ", excerpt(tf_config));
   const Json& cluster = root["cluster"];
   for (const auto& [job, entries] : cluster.object) {
     if (job == "ps" || job == "evaluator") refuse_job("cluster has a \"" + job + "\" job");
-    TANDEM_CHECK(job == "chief" || job == "worker", "TF_CONFIG cluster.", job,
+    TANDEM_CHECK(job == "chief" || job == "worker", "TF_CONFIG cluster.", printable(job),
                  ": unknown job (expected \"chief\" and \"worker\")");
     TANDEM_CHECK(entries.kind == Json::Kind::kArray, "TF_CONFIG cluster.", job,
                  " must be a list of \"host:port\" strings");
@@ -108,22 +178,30 @@ ClusterSpec ClusterResolver::from_tf_config(std::string_view tf_config) {
   }
   TANDEM_CHECK(!spec.addresses.empty(), "TF_CONFIG cluster lists no \"chief\" or \"worker\"");
   TANDEM_CHECK(root.has("task") && root["task"].kind == Json::Kind::kObject,
-               "TF_CONFIG has no \"task\" object (which task this process is): ", tf_config);
+               "TF_CONFIG has no \"task\" object (which task this process is): ",
+               excerpt(tf_config));
   const Json& task = root["task"];
   TANDEM_CHECK(task.has("type") && task["type"].kind == Json::Kind::kString,
                "TF_CONFIG task.type must be \"chief\" or \"worker\"");
   const std::string type = task["type"].string;
   if (type == "ps" || type == "evaluator") refuse_job("task.type is \"" + type + "\"");
-  TANDEM_CHECK(type == "chief" || type == "worker", "TF_CONFIG task.type = \"", type,
+  TANDEM_CHECK(type == "chief" || type == "worker", "TF_CONFIG task.type = \"", printable(type),
                "\" is not \"chief\" or \"worker\"");
-  const Json* index = task.has("index") ? &task["index"] : nullptr;
-  TANDEM_CHECK(index == nullptr || (index->kind == Json::Kind::kNumber && index->number >= 0 &&
-                                    std::floor(index->number) == index->number),
-               "TF_CONFIG task.index must be a whole number >= 0");
-  const size_t i = index ? static_cast<size_t>(index->number) : 0;
+  // TensorFlow's resolver needs the index too: without it, a second process would silently
+  // take worker 0's place (and be a second chief).
+  TANDEM_CHECK(task.has("index"), "TF_CONFIG task.index is missing (which ", type,
+               " this process is); TensorFlow refuses it too: give every task its index");
+  const Json& index = task["index"];
+  // Checked as a number before any conversion: 1e20, 2^64 or 1e400 must not wrap to 0.
+  TANDEM_CHECK(index.kind == Json::Kind::kNumber && std::isfinite(index.number) &&
+                   index.number >= 0 && index.number < 2147483648.0 &&
+                   std::floor(index.number) == index.number,
+               "TF_CONFIG task.index must be a whole number >= 0, got ", index_text(index));
   const size_t jobs = cluster.has(type) ? cluster[type].array.size() : 0;
-  TANDEM_CHECK(i < jobs, "TF_CONFIG task.index = ", i, " is out of range: cluster.", type, " has ",
-               jobs, " entr", jobs == 1 ? "y" : "ies");
+  TANDEM_CHECK(index.number < static_cast<double>(jobs), "TF_CONFIG task.index = ",
+               index_text(index), " is out of range: cluster.", type, " has ", jobs, " entr",
+               jobs == 1 ? "y" : "ies");
+  const auto i = static_cast<size_t>(index.number);
   const bool has_chief = cluster.has("chief") && !cluster["chief"].array.empty();
   spec.rank = static_cast<int>(type == "chief" ? 0 : i + (has_chief ? 1 : 0));
   spec.size = static_cast<int>(spec.addresses.size());

@@ -1,6 +1,8 @@
 // A strict JSON reader (internal to Tandem): TF_CONFIG, and tests that check what the SDK writes
 // (Chrome traces). Values as a tree; anything that is not JSON (trailing commas, bare words,
-// unterminated strings, text after the value) throws std::runtime_error naming the offset.
+// unterminated strings, text after the value) throws std::runtime_error naming the offset, and
+// so does nesting deeper than JsonReader::kMaxDepth (a recursive reader must not let the text
+// decide how deep its stack goes).
 #pragma once
 
 #include <cctype>
@@ -32,6 +34,9 @@ struct Json {
 
 class JsonReader {
  public:
+  /// Objects and arrays nested deeper than this are refused.
+  static constexpr int kMaxDepth = 64;
+
   static Json parse(std::string_view text) {
     JsonReader reader(text);
     Json value = reader.value();
@@ -111,10 +116,27 @@ class JsonReader {
     }
   }
 
+  /// Counts the objects and arrays open around the value being read.
+  class Nesting {
+   public:
+    explicit Nesting(JsonReader& reader) : reader_(reader) {
+      if (++reader_.depth_ > kMaxDepth)
+        reader_.fail("objects and arrays nested deeper than " + std::to_string(kMaxDepth) +
+                     " levels");
+    }
+    ~Nesting() { --reader_.depth_; }
+    Nesting(const Nesting&) = delete;
+    Nesting& operator=(const Nesting&) = delete;
+
+   private:
+    JsonReader& reader_;
+  };
+
   Json value() {
     Json v;
     const char c = peek();
     if (c == '{') {
+      const Nesting nesting(*this);
       v.kind = Json::Kind::kObject;
       ++at_;
       if (peek() == '}') {
@@ -134,6 +156,7 @@ class JsonReader {
       }
     }
     if (c == '[') {
+      const Nesting nesting(*this);
       v.kind = Json::Kind::kArray;
       ++at_;
       if (peek() == ']') {
@@ -180,6 +203,7 @@ class JsonReader {
 
   std::string_view text_;
   size_t at_ = 0;
+  int depth_ = 0;
 };
 
 }  // namespace tandem::detail
