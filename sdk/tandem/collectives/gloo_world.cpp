@@ -14,7 +14,10 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <cctype>
+#include <chrono>
+#include <cmath>
 #include <cstring>
+#include <thread>
 
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/internal/reduce_max.h"
@@ -25,15 +28,6 @@
 namespace tandem::collectives {
 
 namespace {
-
-/// "host:port" -> host (IPv6 brackets removed), port.
-std::pair<std::string, int> split_address(const std::string& address) {
-  const size_t colon = address.rfind(':');
-  std::string host = address.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
-    host = host.substr(1, host.size() - 2);
-  return {host, std::atoi(address.c_str() + colon + 1)};
-}
 
 /// Gloo's rendezvous keys are the workers' ranks; the store names them in errors.
 class StoreForGloo final : public gloo::rendezvous::Store {
@@ -62,22 +56,13 @@ void max_keeping_nan(void* c, const void* a, const void* b, size_t n) {
 
 }  // namespace
 
-GlooWorld::GlooWorld(int rank, std::vector<std::string> addresses)
-    : rank_(rank), addresses_(std::move(addresses)) {
+GlooWorld::GlooWorld(int rank, std::vector<std::string> addresses, std::shared_ptr<TcpStore> store)
+    : rank_(rank), addresses_(std::move(addresses)), store_(std::move(store)) {
   TANDEM_CHECK(rank_ >= 0 && rank_ < size(), "gloo: worker ", rank_, " of ", size());
-  const auto [chief_host, chief_port] = split_address(addresses_.front());
   const std::chrono::milliseconds timeout = collective_timeout();
-  // Gloo's keys end with the rank of the worker that sets them ("1", "rank_1").
-  store_ = std::make_unique<TcpStore>(
-      chief_host, chief_port, rank_ == 0, timeout, [this](const std::string& key) {
-        size_t digits = key.size();
-        while (digits > 0 && std::isdigit(static_cast<unsigned char>(key[digits - 1]))) --digits;
-        const int worker = digits < key.size() ? std::atoi(key.c_str() + digits) : -1;
-        return worker >= 0 && worker < size() ? describe(worker) : "key \"" + key + "\"";
-      });
   // Each worker's pairs listen on the interface of its own TF_CONFIG host.
   gloo::transport::tcp::attr attr;
-  attr.hostname = split_address(addresses_[static_cast<size_t>(rank_)]).first;
+  attr.hostname = split_host_port(addresses_[static_cast<size_t>(rank_)]).first;
   std::shared_ptr<gloo::transport::Device> device;
   try {
     device = gloo::transport::tcp::CreateDevice(attr);
@@ -87,9 +72,9 @@ GlooWorld::GlooWorld(int rank, std::vector<std::string> addresses)
   }
   auto context = std::make_shared<gloo::rendezvous::Context>(rank_, size());
   context->setTimeout(timeout);
-  StoreForGloo store(*store_);
+  StoreForGloo gloo_store(*store_);
   try {
-    context->connectFullMesh(store, device);
+    context->connectFullMesh(gloo_store, device);
   } catch (const tandem::Error&) {
     throw;  // the store named who did not arrive
   } catch (const std::exception& e) {
@@ -112,9 +97,49 @@ void GlooWorld::run(const char* what, const char* label, Fn&& fn) {
     fn(tag_++);
   } catch (const std::exception& e) {
     broken_ = e.what();
-    TANDEM_THROW(label, " #", calls_, " across ", size(), " workers failed on worker ", rank_,
-                 " (gloo ", what, "): ", e.what(),
-                 " (a worker died, or did not arrive within TANDEM_COLLECTIVE_TIMEOUT)");
+    TANDEM_THROW(label, " #", calls_, " across ", size(), " workers failed on worker ", rank_, ": ",
+                 who_is_missing(), " (gloo ", what, ": ", e.what(), ")");
+  }
+}
+
+std::string GlooWorld::who_is_missing() {
+  // Gloo names a socket, not a worker. The chief's store knows who left: a killed worker's
+  // connection closes at once, though the chief may see it a moment after this worker did.
+  // A worker that is stuck stays connected: it is the one that does not say where it stopped.
+  using Clock = std::chrono::steady_clock;
+  try {
+    store_->set(detail::str_cat("stopped/", rank_), std::vector<char>(8, 0));
+    const auto deadline = Clock::now() + std::chrono::seconds(2);
+    for (;;) {
+      const std::vector<std::pair<int, double>> gone = store_->departed();
+      if (!gone.empty()) {
+        std::string out;
+        for (const auto& [worker, seconds] : gone)
+          out += detail::str_cat(out.empty() ? "" : "; ", describe(worker),
+                                 " is gone: its connection to the chief closed ",
+                                 std::round(seconds * 10) / 10,
+                                 " s ago (it exited, crashed or was "
+                                 "killed)");
+        return out;
+      }
+      std::string stuck;
+      int count = 0;
+      for (int w = 0; w < size(); ++w) {
+        if (w == rank_ || store_->try_get(detail::str_cat("stopped/", w))) continue;
+        stuck += detail::str_cat(count++ ? ", " : "", describe(w));
+      }
+      if (Clock::now() >= deadline) {
+        if (count == 0) return "every worker stopped here: the data exchange itself failed";
+        return detail::str_cat(stuck, " did not reach this collective and ",
+                               count == 1 ? "is" : "are",
+                               " still connected: stuck, or making other collective calls");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  } catch (const std::exception&) {
+    return detail::str_cat("the chief, ", describe(0),
+                           ", is gone: its store does not answer (it exited, crashed or was "
+                           "killed)");
   }
 }
 

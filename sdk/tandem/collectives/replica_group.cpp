@@ -4,7 +4,10 @@
 #include "tandem/collectives/internal/replica_group.h"
 
 #include <algorithm>
+#include <cctype>
+#include <cstdlib>
 #include <cstring>
+#include <tuple>
 #include <utility>
 
 #include "tandem/core/error.h"
@@ -19,6 +22,9 @@
 #if TANDEM_WITH_GLOO
 #include "tandem/collectives/internal/gloo_world.h"
 #endif
+#include "tandem/collectives/internal/shared_memory_world.h"
+#include "tandem/collectives/internal/tcp_store.h"
+#include "tandem/core/logging.h"
 
 namespace tandem::collectives {
 
@@ -88,17 +94,66 @@ std::unique_ptr<ReplicaGroup> ReplicaGroup::create(const ReplicaLayout& layout) 
 
 namespace {
 
-/// The job's workers: Gloo for workers started from TF_CONFIG, else MPI.
-std::shared_ptr<WorkerCollectives> join(const ReplicaLayout& layout) {
-  if (!layout.worker_addresses.empty()) {
-#if TANDEM_WITH_GLOO
-    return std::make_shared<GlooWorld>(layout.worker_rank, layout.worker_addresses);
-#else
-    throw NotBuiltError(layout.owner +
-                        ": workers started from TF_CONFIG need Gloo, which this build does not "
-                        "have (install libgloo-dev and configure with -DTANDEM_ENABLE_GLOO=ON)");
-#endif
+/// Workers started from TF_CONFIG: they meet at the chief's store, then talk through shared
+/// memory when every worker runs on this machine (TANDEM_WORKER_TRANSPORT=auto, the default, or
+/// shm), else through Gloo over TCP (or when TANDEM_WORKER_TRANSPORT=tcp).
+std::shared_ptr<WorkerCollectives> join_tf_config(const ReplicaLayout& layout) {
+  const std::vector<std::string>& addresses = layout.worker_addresses;
+  const int rank = layout.worker_rank;
+  const char* transport_env = std::getenv("TANDEM_WORKER_TRANSPORT");
+  const std::string transport = transport_env && *transport_env ? transport_env : "auto";
+  TANDEM_CHECK(transport == "auto" || transport == "shm" || transport == "tcp",
+               "TANDEM_WORKER_TRANSPORT=\"", transport, "\": expected auto, shm or tcp");
+  auto describe = [addresses](int worker) {
+    return detail::str_cat("worker ", worker, " (", addresses[static_cast<size_t>(worker)], ")");
+  };
+  TcpStoreOptions options;
+  std::tie(options.host, options.port) = split_host_port(addresses.front());
+  options.serve = rank == 0;
+  options.rank = rank;
+  options.world_size = static_cast<int>(addresses.size());
+  for (size_t i = 0; i < addresses.size(); ++i) options.cluster += (i ? ", " : "") + addresses[i];
+  if (const char* token = std::getenv("TANDEM_JOB_TOKEN")) options.token = token;
+  options.timeout = collective_timeout();
+  options.describe_worker = describe;
+  // Keys end with the index of the worker that sets them ("machine/2"; Gloo's "2", "rank_2").
+  options.describe_key = [describe,
+                          size = static_cast<int>(addresses.size())](const std::string& key) {
+    size_t digits = key.size();
+    while (digits > 0 && std::isdigit(static_cast<unsigned char>(key[digits - 1]))) --digits;
+    const int worker = digits < key.size() ? std::atoi(key.c_str() + digits) : -1;
+    return worker >= 0 && worker < size ? describe(worker) : "key \"" + key + "\"";
+  };
+  auto store = std::make_shared<TcpStore>(std::move(options));
+  std::string why_not = "TANDEM_WORKER_TRANSPORT=tcp";
+  if (transport != "tcp") {
+    if (std::shared_ptr<SharedMemoryWorld> world =
+            SharedMemoryWorld::connect(rank, addresses, store, &why_not)) {
+      TANDEM_LOG_INFO("TF_CONFIG workers: the ", addresses.size(),
+                      " workers share this machine and talk through shared memory");
+      return world;
+    }
+    TANDEM_CHECK(transport != "shm",
+                 "TANDEM_WORKER_TRANSPORT=shm, but shared memory cannot be "
+                 "used: ",
+                 why_not);
   }
+#if TANDEM_WITH_GLOO
+  TANDEM_LOG_INFO("TF_CONFIG workers: Gloo over TCP (", why_not, ")");
+  return std::make_shared<GlooWorld>(rank, addresses, store);
+#else
+  throw NotBuiltError(layout.owner +
+                      ": workers started from TF_CONFIG on several machines need "
+                      "Gloo (" +
+                      why_not +
+                      "), which this build does not have (install "
+                      "libgloo-dev and configure with -DTANDEM_ENABLE_GLOO=ON)");
+#endif
+}
+
+/// The job's workers: from TF_CONFIG (shared memory or Gloo), else MPI.
+std::shared_ptr<WorkerCollectives> join(const ReplicaLayout& layout) {
+  if (!layout.worker_addresses.empty()) return join_tf_config(layout);
 #if TANDEM_WITH_MPI
   return MpiWorld::instance();
 #else

@@ -1,8 +1,8 @@
-// TcpStore over POSIX sockets. A request is {op: 1 byte, key length: u32, key, value length:
-// u32, value}; set replies {1}; get replies {found: 1 byte, length: u32, value}. The server
-// answers each connection on a thread of its own; clients poll for missing keys.
+// TcpStore's client over POSIX sockets (the wire format: internal/tcp_store_protocol.h; the
+// chief's server: tcp_store_server.cpp). Every connect, send and receive waits with a deadline.
 #include "tandem/collectives/internal/tcp_store.h"
 
+#include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
@@ -10,181 +10,145 @@
 #include <sys/socket.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
-#include <condition_variable>
 #include <cstring>
-#include <map>
+#include <thread>
 
+#include "tandem/collectives/internal/tcp_store_protocol.h"
+#include "tandem/collectives/internal/tcp_store_server.h"
 #include "tandem/core/error.h"
 
 namespace tandem::collectives {
 
+using namespace store_wire;
+
 namespace {
 
-constexpr char kSet = 1, kGet = 2;
 using Clock = std::chrono::steady_clock;
 
-bool write_all(int fd, const void* data, size_t bytes) {
-  const char* p = static_cast<const char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::send(fd, p, bytes, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    bytes -= static_cast<size_t>(n);
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
+
+int remaining_ms(Clock::time_point deadline) {
+  const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now());
+  return static_cast<int>(std::max<int64_t>(0, std::min<int64_t>(left.count(), 1000)));
+}
+
+enum class Io { kDone, kTimeout, kClosed };
+
+/// Waits for `events` on fd until the deadline.
+Io wait_for(int fd, short events, Clock::time_point deadline) {
+  for (;;) {
+    pollfd p{fd, events, 0};
+    const int ready = ::poll(&p, 1, remaining_ms(deadline));
+    if (ready > 0) return (p.revents & (POLLERR | POLLNVAL)) ? Io::kClosed : Io::kDone;
+    if (ready < 0 && errno != EINTR) return Io::kClosed;
+    if (Clock::now() >= deadline) return Io::kTimeout;
   }
-  return true;
 }
 
-bool read_all(int fd, void* data, size_t bytes) {
-  char* p = static_cast<char*>(data);
-  while (bytes > 0) {
-    const ssize_t n = ::recv(fd, p, bytes, 0);
+Io send_all(int fd, const std::string& data, Clock::time_point deadline) {
+  size_t at = 0;
+  while (at < data.size()) {
+    const ssize_t n = ::send(fd, data.data() + at, data.size() - at, MSG_NOSIGNAL | MSG_DONTWAIT);
+    if (n > 0) {
+      at += static_cast<size_t>(n);
+      continue;
+    }
     if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    p += n;
-    bytes -= static_cast<size_t>(n);
+    if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+      const Io io = wait_for(fd, POLLOUT, deadline);
+      if (io != Io::kDone) return io;
+      continue;
+    }
+    return Io::kClosed;
   }
-  return true;
+  return Io::kDone;
 }
 
-bool read_string(int fd, std::string& out) {
-  uint32_t n = 0;
-  if (!read_all(fd, &n, sizeof(n)) || n > (64u << 20)) return false;
-  out.resize(n);
-  return n == 0 || read_all(fd, out.data(), n);
-}
-
-bool write_bytes(int fd, const char* data, size_t n) {
-  const uint32_t length = static_cast<uint32_t>(n);
-  return write_all(fd, &length, sizeof(length)) && (n == 0 || write_all(fd, data, n));
+Io recv_all(int fd, char* data, size_t bytes, Clock::time_point deadline) {
+  while (bytes > 0) {
+    const ssize_t n = ::recv(fd, data, bytes, MSG_DONTWAIT);
+    if (n > 0) {
+      data += n;
+      bytes -= static_cast<size_t>(n);
+      continue;
+    }
+    if (n == 0) return Io::kClosed;
+    if (errno == EINTR) continue;
+    if (errno == EAGAIN || errno == EWOULDBLOCK) {
+      const Io io = wait_for(fd, POLLIN, deadline);
+      if (io != Io::kDone) return io;
+      continue;
+    }
+    return Io::kClosed;
+  }
+  return Io::kDone;
 }
 
 }  // namespace
 
-// ---- the server (the chief) --------------------------------------------------------------------
-
-struct TcpStore::Server {
-  int listener = -1;
-  std::atomic<bool> stop{false};
-  std::mutex mutex;
-  std::map<std::string, std::string> values;
-  std::vector<int> clients;
-  std::thread acceptor;
-  std::vector<std::thread> handlers;
-
-  void serve_client(int fd) {
-    for (;;) {
-      char op = 0;
-      std::string key, value;
-      if (!read_all(fd, &op, 1) || !read_string(fd, key) || !read_string(fd, value)) return;
-      if (op == kSet) {
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          values[key] = value;
-        }
-        const char ok = 1;
-        if (!write_all(fd, &ok, 1)) return;
-      } else if (op == kGet) {
-        std::string found;
-        char present = 0;
-        {
-          std::lock_guard<std::mutex> lock(mutex);
-          auto it = values.find(key);
-          if (it != values.end()) {
-            present = 1;
-            found = it->second;
-          }
-        }
-        if (!write_all(fd, &present, 1) || !write_bytes(fd, found.data(), found.size())) return;
-      } else {
-        return;  // not a client of ours
-      }
-    }
-  }
-
-  void accept_loop() {
-    while (!stop.load()) {
-      pollfd p{listener, POLLIN, 0};
-      if (::poll(&p, 1, 100) <= 0) continue;
-      const int fd = ::accept(listener, nullptr, nullptr);
-      if (fd < 0) continue;
-      const int one = 1;
-      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      std::lock_guard<std::mutex> lock(mutex);
-      clients.push_back(fd);
-      handlers.emplace_back([this, fd] { serve_client(fd); });
-    }
-  }
-
-  ~Server() {
-    stop = true;
-    if (acceptor.joinable()) acceptor.join();
-    {
-      std::lock_guard<std::mutex> lock(mutex);
-      for (int fd : clients) ::shutdown(fd, SHUT_RDWR);
-    }
-    for (std::thread& t : handlers) t.join();
-    for (int fd : clients) ::close(fd);
-    if (listener >= 0) ::close(listener);
-  }
-};
+std::pair<std::string, int> split_host_port(const std::string& address) {
+  const size_t colon = address.rfind(':');
+  std::string host = address.substr(0, colon);
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  return {host, colon == std::string::npos ? 0 : std::atoi(address.c_str() + colon + 1)};
+}
 
 // ---- the client
 // ----------------------------------------------------------------------------------
 
-TcpStore::TcpStore(const std::string& host, int port, bool serve, std::chrono::milliseconds timeout,
-                   std::function<std::string(const std::string&)> name_key)
-    : timeout_(timeout), name_key_(std::move(name_key)) {
-  where_ = host + ":" + std::to_string(port);
-  if (serve) {
-    server_ = std::make_unique<Server>();
-    server_->listener = ::socket(AF_INET6, SOCK_STREAM, 0);
-    bool v6 = server_->listener >= 0;
-    if (!v6) server_->listener = ::socket(AF_INET, SOCK_STREAM, 0);
-    TANDEM_CHECK(server_->listener >= 0,
-                 "TF_CONFIG rendezvous: cannot open a socket: ", std::strerror(errno));
-    const int one = 1, zero = 0;
-    ::setsockopt(server_->listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    int bound = -1;
-    if (v6) {
-      ::setsockopt(server_->listener, IPPROTO_IPV6, IPV6_V6ONLY, &zero, sizeof(zero));
-      sockaddr_in6 address{};
-      address.sin6_family = AF_INET6;
-      address.sin6_addr = in6addr_any;
-      address.sin6_port = htons(static_cast<uint16_t>(port));
-      bound = ::bind(server_->listener, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-    } else {
-      sockaddr_in address{};
-      address.sin_family = AF_INET;
-      address.sin_addr.s_addr = htonl(INADDR_ANY);
-      address.sin_port = htons(static_cast<uint16_t>(port));
-      bound = ::bind(server_->listener, reinterpret_cast<sockaddr*>(&address), sizeof(address));
-    }
-    TANDEM_CHECK(bound == 0 && ::listen(server_->listener, 128) == 0,
-                 "TF_CONFIG rendezvous: the chief cannot listen on port ", port, " (", where_,
-                 "): ", std::strerror(errno), "; is another job using it?");
-    server_->acceptor = std::thread([s = server_.get()] { s->accept_loop(); });
+TcpStore::TcpStore(TcpStoreOptions options) : options_(std::move(options)) {
+  const bool v6 = options_.host.find(':') != std::string::npos;
+  where_ = (v6 ? "[" + options_.host + "]" : options_.host) + ":" + std::to_string(options_.port);
+  TANDEM_CHECK(options_.token.size() <= kMaxTokenBytes, "TANDEM_JOB_TOKEN has ",
+               options_.token.size(), " bytes; at most ", kMaxTokenBytes);
+  if (options_.serve) {
+    server_ = std::make_unique<TcpStoreServer>(options_, where_);
   }
-  // Connect, retrying: the chief may start after this worker.
-  const auto deadline = Clock::now() + timeout;
+  connect_and_introduce();
+}
+
+TcpStore::~TcpStore() {
+  if (socket_ >= 0) ::close(socket_);
+}
+
+void TcpStore::connect_and_introduce() {
+  const auto deadline = Clock::now() + options_.timeout;
+  const double seconds = static_cast<double>(options_.timeout.count()) / 1000.0;
   std::string last_error = "no attempt";
-  for (;;) {
+  // Connect, retrying: the chief may start after this worker.
+  while (socket_ < 0) {
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
     addrinfo* found = nullptr;
-    const int resolved = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+    const int resolved =
+        ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &found);
     if (resolved != 0) {
       last_error = ::gai_strerror(resolved);
     } else {
       for (addrinfo* a = found; a != nullptr && socket_ < 0; a = a->ai_next) {
-        const int fd = ::socket(a->ai_family, a->ai_socktype, a->ai_protocol);
+        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
         if (fd < 0) continue;
-        if (::connect(fd, a->ai_addr, a->ai_addrlen) == 0) {
+        set_nonblocking(fd);
+        int error = 0;
+        if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+          error = errno;
+          if (error == EINPROGRESS) {
+            const Io io =
+                wait_for(fd, POLLOUT, std::min(deadline, Clock::now() + std::chrono::seconds(1)));
+            socklen_t length = sizeof(error);
+            error = io == Io::kTimeout ? ETIMEDOUT : 0;
+            if (io != Io::kTimeout) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
+          }
+        }
+        if (error == 0) {
           socket_ = fd;
         } else {
-          last_error = std::strerror(errno);
+          last_error = std::strerror(error);
           ::close(fd);
         }
       }
@@ -193,49 +157,96 @@ TcpStore::TcpStore(const std::string& host, int port, bool serve, std::chrono::m
     if (socket_ >= 0) break;
     if (Clock::now() >= deadline) {
       TANDEM_THROW("TF_CONFIG rendezvous: could not reach the chief's store at ", where_,
-                   " within ", static_cast<double>(timeout.count()) / 1000.0,
-                   " s (TANDEM_COLLECTIVE_TIMEOUT): ", last_error,
+                   " within ", seconds, " s (TANDEM_COLLECTIVE_TIMEOUT): ", last_error,
                    "; is the chief (worker 0) started, and is the address right?");
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
   }
   const int one = 1;
   ::setsockopt(socket_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-}
-
-TcpStore::~TcpStore() {
-  if (socket_ >= 0) ::close(socket_);
-}
-
-bool TcpStore::request(char op, const std::string& key, const std::vector<char>& value,
-                       std::vector<char>* reply) {
-  std::lock_guard<std::mutex> lock(mutex_);
-  bool ok = write_all(socket_, &op, 1) && write_bytes(socket_, key.data(), key.size()) &&
-            write_bytes(socket_, value.data(), value.size());
-  char status = 0;
-  ok = ok && read_all(socket_, &status, 1);
-  TANDEM_CHECK(ok, "TF_CONFIG rendezvous: the connection to the chief's store at ", where_,
-               " broke (did the chief exit?)");
-  if (op == kGet) {
-    std::string data;
-    TANDEM_CHECK(read_string(socket_, data),
-                 "TF_CONFIG rendezvous: the connection to the chief's "
-                 "store at ",
-                 where_, " broke (did the chief exit?)");
-    if (reply) reply->assign(data.begin(), data.end());
+  // Introduce this worker: the reply is the job's nonce, or why the chief refuses it.
+  const std::string hello = encode(kHello, 0, options_.rank, options_.token, options_.cluster);
+  Io io = send_all(socket_, hello, deadline);
+  char head[5];
+  if (io == Io::kDone) io = recv_all(socket_, head, sizeof(head), deadline);
+  if (io == Io::kTimeout) {
+    TANDEM_THROW("TF_CONFIG rendezvous: something at ", where_,
+                 " accepted the connection but did not answer within ", seconds,
+                 " s (TANDEM_COLLECTIVE_TIMEOUT): is another program listening on the chief's "
+                 "port?");
   }
-  return status != 0;
+  TANDEM_CHECK(io == Io::kDone, "TF_CONFIG rendezvous: the chief's store at ", where_,
+               " closed the connection without an answer: is another program listening on the "
+               "chief's port, or did the chief exit?");
+  const uint8_t status = static_cast<uint8_t>(head[0]);
+  uint32_t length = 0;
+  std::memcpy(&length, head + 1, sizeof(length));
+  const bool plausible = (status == kOk && length == sizeof(uint64_t)) ||
+                         (status == kRefused && length <= kMaxValueBytes);
+  TANDEM_CHECK(plausible, "TF_CONFIG rendezvous: something at ", where_,
+               " answered that is not a Tandem chief: is another program listening on the "
+               "chief's port?");
+  std::string payload(length, '\0');
+  io = length > 0 ? recv_all(socket_, payload.data(), length, deadline) : Io::kDone;
+  TANDEM_CHECK(io == Io::kDone, "TF_CONFIG rendezvous: the answer of the chief's store at ", where_,
+               " broke off");
+  if (status == kRefused)
+    TANDEM_THROW("TF_CONFIG rendezvous: the chief's store at ", where_, " refused worker ",
+                 options_.rank, ": ", payload);
+  std::memcpy(&nonce_, payload.data(), sizeof(nonce_));
+}
+
+TcpStore::Reply TcpStore::request(uint8_t op, const std::string& key, const std::string& value) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto deadline = Clock::now() + options_.timeout;
+  TANDEM_CHECK(socket_ >= 0, "TF_CONFIG rendezvous: the connection to the chief's store at ",
+               where_, " is closed");
+  Io io = send_all(socket_, encode(op, nonce_, options_.rank, key, value), deadline);
+  char head[5];
+  if (io == Io::kDone) io = recv_all(socket_, head, sizeof(head), deadline);
+  Reply reply;
+  uint32_t length = 0;
+  if (io == Io::kDone) {
+    reply.status = static_cast<uint8_t>(head[0]);
+    std::memcpy(&length, head + 1, sizeof(length));
+    if (reply.status > kRefused || length > kMaxValueBytes) io = Io::kClosed;
+  }
+  if (io == Io::kDone && length > 0) {
+    reply.payload.resize(length);
+    io = recv_all(socket_, reply.payload.data(), length, deadline);
+  }
+  if (io != Io::kDone) {
+    ::close(socket_);
+    socket_ = -1;
+    TANDEM_THROW("TF_CONFIG rendezvous: the chief's store at ", where_,
+                 io == Io::kTimeout ? " did not answer within " : " is gone (",
+                 io == Io::kTimeout ? std::to_string(options_.timeout.count() / 1000.0) + " s"
+                                    : std::string("the connection broke"),
+                 io == Io::kTimeout ? " (TANDEM_COLLECTIVE_TIMEOUT)" : "; did the chief exit?)");
+  }
+  if (reply.status == kRefused)
+    TANDEM_THROW("TF_CONFIG rendezvous: the chief's store at ", where_, " refused a request of ",
+                 "worker ", options_.rank, ": ", reply.payload);
+  return reply;
 }
 
 void TcpStore::set(const std::string& key, const std::vector<char>& value) {
-  request(kSet, key, value, nullptr);
+  TANDEM_CHECK(key.size() <= kMaxKeyBytes && value.size() <= kMaxValueBytes,
+               "TF_CONFIG rendezvous: a key of ", key.size(), " bytes with a value of ",
+               value.size(), " bytes is larger than the store takes (", kMaxKeyBytes, " and ",
+               kMaxValueBytes, ")");
+  request(kSet, key, std::string(value.begin(), value.end()));
+}
+
+std::optional<std::vector<char>> TcpStore::try_get(const std::string& key) {
+  const Reply reply = request(kGet, key, "");
+  if (reply.status == kMissing) return std::nullopt;
+  return std::vector<char>(reply.payload.begin(), reply.payload.end());
 }
 
 std::vector<char> TcpStore::get(const std::string& key) {
-  wait({key}, timeout_);
-  std::vector<char> value;
-  request(kGet, key, {}, &value);
-  return value;
+  wait({key}, options_.timeout);
+  return *try_get(key);
 }
 
 void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseconds timeout) {
@@ -244,15 +255,15 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
   auto names = [&] {
     std::string out;
     for (size_t i = 0; i < missing.size(); ++i)
-      out += (i ? ", " : "") + (name_key_ ? name_key_(missing[i]) : missing[i]);
+      out += (i ? ", " : "") +
+             (options_.describe_key ? options_.describe_key(missing[i]) : missing[i]);
     return out;
   };
   for (;;) {
     std::vector<std::string> still;
-    std::vector<char> ignored;
     try {
       for (const std::string& key : missing)
-        if (!request(kGet, key, {}, &ignored)) still.push_back(key);
+        if (request(kGet, key, "").status == kMissing) still.push_back(key);
     } catch (const Error& e) {
       // The chief gave up first (its own wait timed out) and closed the store.
       TANDEM_THROW("TF_CONFIG rendezvous: waiting for ", names(), ": ", e.what());
@@ -266,6 +277,16 @@ void TcpStore::wait(const std::vector<std::string>& keys, std::chrono::milliseco
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
   }
+}
+
+std::vector<std::pair<int, double>> TcpStore::departed() {
+  const Reply reply = request(kDeparted, "", "");
+  std::vector<std::pair<int, double>> out;
+  constexpr size_t kEntry = sizeof(int32_t) + sizeof(double);
+  for (size_t at = 0; at + kEntry <= reply.payload.size(); at += kEntry)
+    out.emplace_back(take<int32_t>(reply.payload, at),
+                     take<double>(reply.payload, at + sizeof(int32_t)));
+  return out;
 }
 
 }  // namespace tandem::collectives

@@ -3,13 +3,20 @@
 // mode is per thread too (a control register).
 #include "tandem/core/threading.h"
 
+#include <dirent.h>
 #include <sched.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <sstream>
 #include <thread>
+
+#include "tandem/core/error.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -21,14 +28,82 @@
 
 namespace tandem {
 
-int hardware_cores() {
-  static const int cores = [] {
-    cpu_set_t set;
-    CPU_ZERO(&set);
-    if (sched_getaffinity(0, sizeof(set), &set) == 0) return std::max(1, CPU_COUNT(&set));
-    return std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
-  }();
+std::vector<int> process_cores() {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  std::vector<int> cores;
+  if (sched_getaffinity(0, sizeof(set), &set) == 0) {
+    for (int cpu = 0; cpu < CPU_SETSIZE; ++cpu)
+      if (CPU_ISSET(cpu, &set)) cores.push_back(cpu);
+  }
   return cores;
+}
+
+namespace {
+
+std::atomic<int>& cores_slot() {
+  static std::atomic<int> cores{[] {
+    const int n = static_cast<int>(process_cores().size());
+    return n > 0 ? n : std::max(1, static_cast<int>(std::thread::hardware_concurrency()));
+  }()};
+  return cores;
+}
+
+}  // namespace
+
+int hardware_cores() { return cores_slot().load(std::memory_order_relaxed); }
+
+void bind_process_to_cores(const std::vector<int>& cores) {
+  TANDEM_CHECK(!cores.empty(), "bind_process_to_cores: no cores given");
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  for (const int cpu : cores) {
+    TANDEM_CHECK(cpu >= 0 && cpu < CPU_SETSIZE, "bind_process_to_cores: no CPU ", cpu);
+    CPU_SET(cpu, &set);
+  }
+  // sched_setaffinity applies to one thread: every thread running now (an OpenMP team, a
+  // prefetch thread) is moved, and threads started later inherit the caller's mask.
+  DIR* tasks = ::opendir("/proc/self/task");
+  TANDEM_CHECK(tasks != nullptr,
+               "bind_process_to_cores: cannot list /proc/self/task: ", std::strerror(errno));
+  while (const dirent* entry = ::readdir(tasks)) {
+    if (entry->d_name[0] == '.') continue;
+    const pid_t tid = static_cast<pid_t>(std::atoi(entry->d_name));
+    // A thread that ended since the listing is no error.
+    if (sched_setaffinity(tid, sizeof(set), &set) != 0 && errno != ESRCH) {
+      const int error = errno;
+      ::closedir(tasks);
+      TANDEM_THROW("cannot bind the process to cores ", format_cores(cores), ": ",
+                   std::strerror(error));
+    }
+  }
+  ::closedir(tasks);
+  TANDEM_CHECK(sched_setaffinity(0, sizeof(set), &set) == 0, "cannot bind the process to cores ",
+               format_cores(cores), ": ", std::strerror(errno));
+  cores_slot().store(static_cast<int>(cores.size()), std::memory_order_relaxed);
+}
+
+std::string format_cores(const std::vector<int>& cores) {
+  std::ostringstream out;
+  for (size_t i = 0; i < cores.size();) {
+    size_t j = i;
+    while (j + 1 < cores.size() && cores[j + 1] == cores[j] + 1) ++j;
+    out << (i > 0 ? "," : "") << cores[i];
+    if (j > i) out << "-" << cores[j];
+    i = j + 1;
+  }
+  return out.str();
+}
+
+std::string kernel_identity() {
+  std::ifstream in("/proc/sys/kernel/random/boot_id");
+  std::string id;
+  std::getline(in, id);
+  if (!id.empty()) return id;
+  // No procfs: the host name is the next best thing.
+  char host[256] = {};
+  ::gethostname(host, sizeof(host) - 1);
+  return std::string("host:") + host;
 }
 
 namespace {

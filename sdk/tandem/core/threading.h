@@ -4,11 +4,26 @@
 #pragma once
 
 #include <cstdint>
+#include <string>
+#include <vector>
 
 namespace tandem {
 
-/// Cores available to this process (sched_getaffinity), at least 1.
+/// Cores available to this process (sched_getaffinity), at least 1; after
+/// bind_process_to_cores, the cores it was bound to.
 int hardware_cores();
+/// The CPU numbers this process may run on (its affinity), in increasing order.
+std::vector<int> process_cores();
+/// Restricts every thread of the process (and the threads it starts later) to `cores`, as
+/// mpirun's --bind-to core does before a program starts; hardware_cores() then counts them.
+/// Raises naming the cores when the kernel refuses.
+void bind_process_to_cores(const std::vector<int>& cores);
+/// "0-3,8" for {0, 1, 2, 3, 8}.
+std::string format_cores(const std::vector<int>& cores);
+/// What tells processes on one machine apart from those on another: the running kernel's boot
+/// id (the same for every process and container on one host, whose CPU numbers are then the
+/// same CPUs).
+std::string kernel_identity();
 /// Sets the compute-thread count for parallel loops started from the calling thread.
 void set_compute_threads(int threads);
 /// The calling thread's compute-thread count (default: all cores).

@@ -127,12 +127,12 @@ MultiWorkerMirroredStrategy::MultiWorkerMirroredStrategy(std::vector<Device> loc
 std::unique_ptr<Strategy> make_strategy() {
   const ClusterSpec cluster = ClusterResolver::from_environment();
   if (cluster.size > 1) {
-    const bool tf_config = cluster.source == "tf_config";
-    if (tf_config ? !build_info().gloo : !build_info().mpi)
-      throw NotBuiltError(detail::str_cat(
-          "make_strategy: started as worker ", cluster.rank, " of ", cluster.size, " (",
-          cluster.source, ") but this build has no ", tf_config ? "Gloo" : "MPI",
-          "; configure with ", tf_config ? "Gloo (libgloo-dev)" : "Open MPI"));
+    // TF_CONFIG workers on one machine need nothing more (shared memory); on several, Gloo,
+    // which the strategy asks for by name when it is missing.
+    if (cluster.source != "tf_config" && !build_info().mpi)
+      throw NotBuiltError(detail::str_cat("make_strategy: started as worker ", cluster.rank,
+                                          " of ", cluster.size, " (", cluster.source,
+                                          ") but this build has no MPI; configure with Open MPI"));
     return std::make_unique<MultiWorkerMirroredStrategy>();
   }
   return std::make_unique<MirroredStrategy>();

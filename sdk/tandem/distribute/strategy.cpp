@@ -5,9 +5,11 @@
 // their device choice in mirrored_strategy.cpp.
 #include "tandem/distribute/strategy.h"
 
+#include <cstdlib>
 #include <mutex>
 
 #include "tandem/core/logging.h"
+#include "tandem/core/threading.h"
 #include "tandem/distribute/cluster_resolver.h"
 #include "tandem/distribute/internal/gradient_reducer.h"
 #include "tandem/distribute/internal/strategy_impl.h"
@@ -19,14 +21,60 @@ namespace {
 
 thread_local const Strategy* t_scope_strategy = nullptr;
 
-using InitialBroadcast = std::function<Tensor(const Tensor&)>;
+/// Workers that share a machine divide its cores, as mpirun's --bind-to core does: every
+/// worker says which kernel it runs on and which cores it may use, and the workers with the
+/// same kernel and the same cores each take a share (rank order). Workers already bound apart
+/// (mpirun, taskset, a container's cpuset) keep their cores, and TANDEM_CPU_BIND=none keeps
+/// every worker on all of them. Logs what this worker took.
+void divide_machine_cores(collectives::WorkerCollectives& workers, const std::string& owner) {
+  const char* setting = std::getenv("TANDEM_CPU_BIND");
+  const std::string bind = setting && *setting ? setting : "cores";
+  TANDEM_CHECK(bind == "cores" || bind == "none", "TANDEM_CPU_BIND=\"", bind,
+               "\": expected cores (the default) or none");
+  const std::vector<int> mine = process_cores();
+  const std::string identity = kernel_identity() + "\n" + format_cores(mine);
+  const std::vector<std::vector<char>> all =
+      workers.all_gather(std::vector<char>(identity.begin(), identity.end()), "machine cores");
+  int sharing = 0, position = 0;
+  for (int w = 0; w < static_cast<int>(all.size()); ++w) {
+    if (std::string(all[static_cast<size_t>(w)].begin(), all[static_cast<size_t>(w)].end()) !=
+        identity)
+      continue;
+    if (w < workers.rank()) ++position;
+    ++sharing;
+  }
+  std::vector<int> share = mine;
+  std::string how;
+  if (sharing <= 1 || mine.empty()) {
+    how = "no other worker of the job uses them";
+  } else if (bind == "none") {
+    how = detail::str_cat("shared with ", sharing - 1, " other worker", sharing == 2 ? "" : "s",
+                          " of the job (TANDEM_CPU_BIND=none)");
+  } else {
+    const size_t cores = mine.size(), n = static_cast<size_t>(sharing),
+                 p = static_cast<size_t>(position);
+    if (cores >= n) {
+      share.assign(mine.begin() + static_cast<ptrdiff_t>(p * cores / n),
+                   mine.begin() + static_cast<ptrdiff_t>((p + 1) * cores / n));
+    } else {
+      share = {mine[p % cores]};
+    }
+    bind_process_to_cores(share);
+    how = detail::str_cat(share.size(), " of the ", cores, " this machine gives the job's ",
+                          sharing, " workers here (TANDEM_CPU_BIND=none to keep them all)");
+  }
+  TANDEM_LOG_INFO(owner, ": worker ", workers.rank(), " of ", workers.size(), " computes on core",
+                  share.size() == 1 ? " " : "s ", format_cores(share), ", ", how);
+}
+
+using InitialBroadcast = std::function<Tensor(const std::string&, const Tensor&)>;
 
 /// A variable with one copy per device, every copy equal to `initial` (replica 0's value; with
 /// `broadcast`, the chief's).
 Variable mirrored_variable(const std::vector<Device>& devices, std::string name,
                            const Tensor& initial, bool trainable,
                            const InitialBroadcast& broadcast = nullptr) {
-  const Tensor first = broadcast ? broadcast(initial) : initial;
+  const Tensor first = broadcast ? broadcast(name, initial) : initial;
   Variable variable(std::move(name), first.to(devices[0]), trainable);
   if (devices.size() == 1) return variable;
   std::vector<Tensor> copies;
@@ -102,14 +150,22 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
     }
   }
   impl.collectives = collectives::ReplicaGroup::create(layout);
+  // Before the replica threads exist: each sizes its compute threads from this process's cores.
+  if (scope == Scope::kWorkers && impl.collectives->workers() &&
+      impl.collectives->workers()->size() > 1 && impl.devices.front().is_cpu())
+    divide_machine_cores(*impl.collectives->workers(), impl.name);
   if (scope == Scope::kWorkers) {
     set_process_replica_offset(impl.worker_index() * replicas);
     // Metrics and checkpoints combine the workers' state through the installed group.
     if (const std::shared_ptr<WorkerGroup>& workers = impl.collectives->worker_group())
       impl.previous_worker_group = set_worker_group(workers);
-    impl.broadcast_initial = [workers = impl.collectives->workers()](const Tensor& initial) {
+    impl.broadcast_initial = [workers = impl.collectives->workers()](const std::string& name,
+                                                                     const Tensor& initial) {
       std::vector<Tensor> value = {initial.to(Device::cpu()).clone()};
-      workers->broadcast(value, 0, "initial variable value");
+      // The label names the variable: a worker building another model is told which differs.
+      const std::string label = detail::str_cat("the initial value of variable \"", name, "\" ",
+                                                initial.shape(), " ", initial.dtype());
+      workers->broadcast(value, 0, label.c_str());
       return value[0];
     };
   }

@@ -20,11 +20,10 @@ namespace tandem::collectives {
 
 class GlooWorld final : public WorkerCollectives {
  public:
-  /// Worker `rank` of the workers at `addresses` ("host:port", the chief's first): connects to
-  /// the chief's store (serving it when rank is 0), then every pair of workers connects over
-  /// TCP on this worker's host. Workers may start in any order within the collective timeout;
-  /// one that never starts is named.
-  GlooWorld(int rank, std::vector<std::string> addresses);
+  /// Worker `rank` of the workers at `addresses` ("host:port", the chief's first), which met at
+  /// the chief's `store`: every pair of workers connects over TCP on this worker's host. Workers
+  /// may start in any order within the collective timeout; one that never starts is named.
+  GlooWorld(int rank, std::vector<std::string> addresses, std::shared_ptr<TcpStore> store);
   ~GlooWorld() override;
 
   int rank() const override { return rank_; }
@@ -51,6 +50,9 @@ class GlooWorld final : public WorkerCollectives {
   /// Runs one Gloo collective: raises a tandem::Error naming the call, this worker and the
   /// cause (a peer that died or did not arrive within the timeout); afterwards every call
   /// raises at once.
+  /// Why a collective failed, by name: the workers whose connection to the chief's store
+  /// closed (they are gone), or those that did not reach this point (they are stuck).
+  std::string who_is_missing();
   template <typename Fn>
   void run(const char* what, const char* label, Fn&& fn);
   /// Before each collective: every worker shares the call's signature (its number, `label` and
@@ -60,7 +62,7 @@ class GlooWorld final : public WorkerCollectives {
 
   int rank_;
   std::vector<std::string> addresses_;
-  std::unique_ptr<TcpStore> store_;
+  std::shared_ptr<TcpStore> store_;
   std::shared_ptr<gloo::Context> context_;
   uint32_t tag_ = 0;
   uint64_t calls_ = 0;

@@ -26,7 +26,7 @@ struct Strategy::Impl {
   // Makes a variable's initial value the chief's on every worker (set with Scope::kWorkers).
   // Called only where every worker creates the same variables in the same order (the main
   // thread, in scope()).
-  std::function<Tensor(const Tensor&)> broadcast_initial;
+  std::function<Tensor(const std::string& name, const Tensor&)> broadcast_initial;
   std::shared_ptr<WorkerGroup> previous_worker_group;  // given back when this strategy ends
   CommunicationOptions communication;
   detail::MergeState merge;

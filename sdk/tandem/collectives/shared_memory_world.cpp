@@ -1,0 +1,580 @@
+// SharedMemoryWorld: collectives between the processes of one machine through a POSIX
+// shared-memory segment.
+//
+// Layout: a control block (the barrier's futex words; per worker its process, its failure if
+// any, and two headers), then two sets of W data slots and a result slot, chunk_bytes each.
+// Everything a worker writes between two barriers goes to set (barriers passed) % 2 and is read
+// by the others after the next barrier; the set is written again only after one more barrier,
+// which every reader reached after reading. So one barrier per piece of data suffices (two for
+// a large all-reduce, whose workers each reduce a share of every piece into the result slot).
+#include "tandem/collectives/internal/shared_memory_world.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <sched.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <climits>
+#include <cstring>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "tandem/collectives/communicator.h"
+#include "tandem/collectives/internal/reduce_max.h"
+#include "tandem/collectives/internal/tensor_bytes.h"
+#include "tandem/core/dtype.h"
+#include "tandem/core/error.h"
+#include "tandem/core/logging.h"
+#include "tandem/core/profile.h"
+#include "tandem/core/threading.h"
+
+namespace tandem::collectives {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr uint64_t kMagic = 0x314d485354444e54ull;  // "TNDTSHM1"
+/// All-reduces up to this many bytes are combined whole by every worker after one barrier;
+/// larger ones are reduced a share per worker, with a second barrier.
+constexpr size_t kSmallBytes = 64 * 1024;
+
+/// The collective a worker is making: written before it arrives, read by the others after.
+struct Header {
+  int64_t call = 0;
+  int64_t signature = 0;
+  int64_t bytes = 0;  // all_gather: this worker's piece
+};
+
+struct alignas(64) Peer {
+  std::atomic<uint64_t> arrivals{0};  // barriers this worker has arrived at
+  std::atomic<uint32_t> failed{0};    // 1 once `failure` holds why this worker gave up
+  int32_t pid = 0;
+  uint64_t start_time = 0;  // the process's start, /proc/PID/stat field 22: tells reuse apart
+  Header header[2];
+  char failure[512] = {};
+};
+
+long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
+  return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
+}
+
+/// Field 22 of /proc/PID/stat (the start time, in clock ticks since boot), and whether the
+/// process is still running (not gone, not a zombie waiting for its parent).
+bool process_state(int pid, uint64_t* start_time) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(in, text)) return false;
+  const size_t name_end = text.rfind(')');
+  if (name_end == std::string::npos || name_end + 2 >= text.size()) return false;
+  std::istringstream fields(text.substr(name_end + 2));
+  std::string state;
+  fields >> state;
+  std::string skip;
+  for (int field = 4; field < 22 && fields >> skip; ++field) {
+  }
+  uint64_t start = 0;
+  fields >> start;
+  if (start_time) *start_time = start;
+  return state != "Z" && state != "X" && state != "x";
+}
+
+std::string namespace_id(const char* kind) {
+  struct stat info {};
+  const std::string path = std::string("/proc/self/ns/") + kind;
+  if (::stat(path.c_str(), &info) != 0) return "?";
+  return std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino);
+}
+
+std::string to_string(const std::vector<char>& bytes) { return {bytes.begin(), bytes.end()}; }
+std::vector<char> to_bytes(const std::string& text) { return {text.begin(), text.end()}; }
+
+uint64_t signature_of(const char* label, const std::vector<int64_t>& parameters) {
+  uint64_t hash = 1469598103934665603ull;
+  auto mix = [&](const void* data, size_t bytes) {
+    for (size_t i = 0; i < bytes; ++i) {
+      hash ^= static_cast<const unsigned char*>(data)[i];
+      hash *= 1099511628211ull;
+    }
+  };
+  mix(label, std::strlen(label));
+  for (const int64_t p : parameters) mix(&p, sizeof(p));
+  return hash;
+}
+
+}  // namespace
+
+struct SharedMemoryWorld::Segment {
+  uint64_t magic = 0;
+  uint64_t key[2] = {0, 0};
+  int32_t size = 0;
+  uint64_t chunk_bytes = 0;
+  alignas(64) std::atomic<uint32_t> arrived{0};
+  alignas(64) std::atomic<uint32_t> generation{0};
+  std::atomic<uint32_t> sleepers{0};
+  Peer peers[kMaxWorkers];
+};
+
+namespace {
+
+size_t data_offset() { return (sizeof(SharedMemoryWorld::Segment) + 4095) / 4096 * 4096; }
+
+/// Slots of 1 MiB for up to 7 workers, smaller beyond: the segment stays under 20 MiB
+/// (containers often give /dev/shm 64 MiB).
+size_t chunk_bytes_for(int workers) {
+  if (workers <= 7) return size_t{1} << 20;
+  return std::max<size_t>(size_t{64} << 10,
+                          (size_t{8} << 20) / static_cast<size_t>(workers + 1) / 4096 * 4096);
+}
+
+size_t segment_bytes(int workers, size_t chunk) {
+  return data_offset() + 2 * (static_cast<size_t>(workers) + 1) * chunk;
+}
+
+}  // namespace
+
+// ---- joining --------------------------------------------------------------------------------
+
+std::shared_ptr<SharedMemoryWorld> SharedMemoryWorld::connect(
+    int rank, const std::vector<std::string>& addresses, std::shared_ptr<TcpStore> shared_store,
+    std::string* why_not) {
+  TcpStore& store = *shared_store;
+  const int workers = static_cast<int>(addresses.size());
+  // Same machine: the same kernel, and namespaces in which processes and segments are seen
+  // alike (containers on one host may differ in both). Workers in network namespaces of their
+  // own were given addresses of separate hosts: they are treated as such.
+  const std::string machine = kernel_identity() + "|pid " + namespace_id("pid") + "|ipc " +
+                              namespace_id("ipc") + "|net " + namespace_id("net");
+  store.set("machine/" + std::to_string(rank), to_bytes(machine));
+  int machines = 1;
+  bool same = true;
+  std::vector<std::string> seen = {machine};
+  for (int w = 0; w < workers; ++w) {
+    const std::string other = to_string(store.get("machine/" + std::to_string(w)));
+    if (std::find(seen.begin(), seen.end(), other) == seen.end()) {
+      seen.push_back(other);
+      ++machines;
+    }
+    same = same && other == machine;
+  }
+  if (!same) {
+    *why_not = detail::str_cat("the ", workers, " workers run on ", machines,
+                               " machines (or in separate containers)");
+    return nullptr;
+  }
+  if (workers > kMaxWorkers) {
+    *why_not = detail::str_cat(workers, " workers share this machine; shared memory takes at most ",
+                               kMaxWorkers);
+    return nullptr;
+  }
+  const size_t chunk = chunk_bytes_for(workers);
+  const size_t bytes = segment_bytes(workers, chunk);
+  std::string name;
+  void* mapping = MAP_FAILED;
+  std::string problem;  // this worker's, empty when it mapped the segment
+  if (rank == 0) {
+    // The chief creates the segment, named after the job's nonce so that jobs never meet.
+    std::random_device device;
+    const uint64_t key[2] = {(static_cast<uint64_t>(device()) << 32) ^ device(),
+                             (static_cast<uint64_t>(device()) << 32) ^ device()};
+    std::ostringstream id;
+    id << "/tandem-" << std::hex << store.job_nonce() << "-" << key[0];
+    name = id.str();
+    const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd < 0) {
+      problem = detail::str_cat("shm_open(", name, "): ", std::strerror(errno));
+    } else {
+      // Reserve the pages now: on a full /dev/shm, a mapping only fails when first touched
+      // (SIGBUS), which must not happen in the middle of a collective.
+      const int reserved = ::ftruncate(fd, static_cast<off_t>(bytes)) == 0
+                               ? ::posix_fallocate(fd, 0, static_cast<off_t>(bytes))
+                               : errno;
+      if (reserved != 0) {
+        problem = detail::str_cat("cannot reserve ", bytes >> 20,
+                                  " MiB in /dev/shm: ", std::strerror(reserved));
+      } else {
+        mapping = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+        if (mapping == MAP_FAILED) problem = detail::str_cat("mmap: ", std::strerror(errno));
+      }
+      ::close(fd);
+    }
+    if (mapping != MAP_FAILED) {
+      Segment* segment = new (mapping) Segment();
+      segment->key[0] = key[0];
+      segment->key[1] = key[1];
+      segment->size = workers;
+      segment->chunk_bytes = chunk;
+      std::atomic_thread_fence(std::memory_order_release);
+      segment->magic = kMagic;
+    }
+    std::ostringstream offer;
+    offer << (problem.empty() ? name : "-") << " " << key[0] << " " << key[1];
+    store.set("shm", to_bytes(offer.str()));
+  } else {
+    std::istringstream offer(to_string(store.get("shm")));
+    uint64_t key[2] = {0, 0};
+    offer >> name >> key[0] >> key[1];
+    if (name == "-") {
+      problem = "the chief could not create the segment";
+    } else {
+      const int fd = ::shm_open(name.c_str(), O_RDWR, 0);
+      if (fd < 0) {
+        problem = detail::str_cat("shm_open(", name, "): ", std::strerror(errno));
+      } else {
+        struct stat info {};
+        if (::fstat(fd, &info) != 0 || static_cast<size_t>(info.st_size) != bytes) {
+          problem = "the segment has another size";
+        } else {
+          mapping = ::mmap(nullptr, bytes, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+          if (mapping == MAP_FAILED) problem = detail::str_cat("mmap: ", std::strerror(errno));
+        }
+        ::close(fd);
+      }
+      if (mapping != MAP_FAILED) {
+        const Segment* segment = static_cast<const Segment*>(mapping);
+        if (segment->magic != kMagic || segment->key[0] != key[0] || segment->key[1] != key[1] ||
+            segment->size != workers) {
+          problem = "the segment is not this job's";
+        }
+      }
+    }
+  }
+  if (problem.empty()) {
+    Peer& me = static_cast<Segment*>(mapping)->peers[rank];
+    me.pid = static_cast<int32_t>(::getpid());
+    process_state(me.pid, &me.start_time);
+  }
+  store.set("shm-ok/" + std::to_string(rank), to_bytes(problem.empty() ? "ok" : problem));
+  std::string refusals;
+  for (int w = 0; w < workers; ++w) {
+    const std::string answer = to_string(store.get("shm-ok/" + std::to_string(w)));
+    if (answer != "ok")
+      refusals += detail::str_cat(refusals.empty() ? "" : "; ", "worker ", w, ": ", answer);
+  }
+  // Every worker has answered, so every one that could has mapped it: the name can go (the
+  // mapping stays until the last worker unmaps it, even if one is killed).
+  if (rank == 0 && !name.empty() && name != "-") ::shm_unlink(name.c_str());
+  if (!refusals.empty()) {
+    if (mapping != MAP_FAILED) ::munmap(mapping, bytes);
+    *why_not = "shared memory did not work for every worker (" + refusals + ")";
+    return nullptr;
+  }
+  return std::shared_ptr<SharedMemoryWorld>(
+      new SharedMemoryWorld(rank, addresses, std::move(shared_store), mapping, bytes));
+}
+
+SharedMemoryWorld::SharedMemoryWorld(int rank, std::vector<std::string> addresses,
+                                     std::shared_ptr<TcpStore> store, void* mapping, size_t bytes)
+    : rank_(rank),
+      addresses_(std::move(addresses)),
+      store_(std::move(store)),
+      segment_(static_cast<Segment*>(mapping)),
+      mapped_bytes_(bytes),
+      chunk_bytes_(static_cast<size_t>(segment_->chunk_bytes)),
+      data_(static_cast<char*>(mapping) + data_offset()) {}
+
+SharedMemoryWorld::~SharedMemoryWorld() {
+  if (segment_ != nullptr) ::munmap(segment_, mapped_bytes_);
+}
+
+std::string SharedMemoryWorld::describe(int worker) const {
+  return detail::str_cat("worker ", worker, " (", addresses_[static_cast<size_t>(worker)], ")");
+}
+
+char* SharedMemoryWorld::slot(int worker, int set) const {
+  return data_ +
+         (static_cast<size_t>(set) * (addresses_.size() + 1) + static_cast<size_t>(worker)) *
+             chunk_bytes_;
+}
+
+char* SharedMemoryWorld::result(int set) const { return slot(size(), set); }
+
+// ---- the barrier -----------------------------------------------------------------------------
+
+void SharedMemoryWorld::fail(const std::string& message, bool timeout) {
+  broken_ = message;
+  Peer& me = segment_->peers[rank_];
+  if (me.failed.load() == 0) {
+    std::strncpy(me.failure, message.c_str(), sizeof(me.failure) - 1);
+    me.failed.store(1, std::memory_order_release);
+  }
+  // Waiters sleeping on the barrier look at the failures when they wake.
+  futex(&segment_->generation, FUTEX_WAKE, INT_MAX, nullptr);
+  if (timeout) throw TimeoutError(message);
+  throw Error(message);
+}
+
+void SharedMemoryWorld::arrive(const char* label) {
+  Segment& s = *segment_;
+  const int workers = size();
+  const uint64_t number = ++barriers_;
+  const uint32_t generation = s.generation.load(std::memory_order_acquire);
+  s.peers[rank_].arrivals.store(number, std::memory_order_release);
+  if (s.arrived.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(workers)) {
+    // The last to arrive opens the barrier for everyone.
+    s.arrived.store(0, std::memory_order_relaxed);
+    s.generation.store(generation + 1, std::memory_order_seq_cst);
+    if (s.sleepers.load(std::memory_order_seq_cst) > 0)
+      futex(&s.generation, FUTEX_WAKE, INT_MAX, nullptr);
+    return;
+  }
+  const auto open = [&] { return s.generation.load(std::memory_order_acquire) != generation; };
+  // Poll hot for a moment (peers a little apart), then yield the core between looks (the
+  // worker's other threads, or other workers when they outnumber the cores, go first), then
+  // sleep on the futex, looking after peers every few milliseconds.
+  const auto start = Clock::now();
+  for (int i = 0; i < 4000; ++i) {
+    if (open()) return;
+#if defined(__x86_64__) || defined(__i386__)
+    __builtin_ia32_pause();
+#endif
+  }
+  while (Clock::now() - start < std::chrono::microseconds(500)) {
+    if (open()) return;
+    ::sched_yield();
+  }
+  const auto deadline = start + collective_timeout();
+  for (;;) {
+    s.sleepers.fetch_add(1, std::memory_order_seq_cst);
+    if (!open()) {
+      const timespec slice{0, 20'000'000};  // 20 ms
+      futex(&s.generation, FUTEX_WAIT, generation, &slice);
+    }
+    s.sleepers.fetch_sub(1, std::memory_order_seq_cst);
+    if (open()) return;
+    // Why is a peer not here? It gave up, it died, or it is late.
+    std::string missing;
+    int count = 0;
+    for (int w = 0; w < workers; ++w) {
+      if (w == rank_) continue;
+      Peer& peer = s.peers[w];
+      if (peer.failed.load(std::memory_order_acquire) != 0) {
+        fail(detail::str_cat(
+                 label, " #", calls_, " across ", workers, " workers: ", describe(w), " gave up: ",
+                 std::string(peer.failure, strnlen(peer.failure, sizeof(peer.failure)))),
+             false);
+      }
+      if (peer.arrivals.load(std::memory_order_acquire) >= number) continue;
+      uint64_t started = 0;
+      if (!process_state(peer.pid, &started) || started != peer.start_time) {
+        fail(detail::str_cat(label, " #", calls_, " across ", workers, " workers: ", describe(w),
+                             " is gone: its process ", peer.pid,
+                             " ended before it arrived (it exited, crashed or was killed)"),
+             false);
+      }
+      missing += detail::str_cat(count++ ? ", " : "", describe(w));
+    }
+    if (Clock::now() > deadline) {
+      fail(detail::str_cat(label, " #", calls_, " across ", workers, " workers: ",
+                           count == 1 ? "" : "workers ", missing, " did not arrive within ",
+                           static_cast<double>(collective_timeout().count()) / 1000.0,
+                           " s (TANDEM_COLLECTIVE_TIMEOUT); ",
+                           count == 1 ? "its process is" : "their processes are",
+                           " still running: stuck, or making other collective calls"),
+           true);
+    }
+  }
+}
+
+std::vector<int64_t> SharedMemoryWorld::begin(const char* label,
+                                              const std::vector<int64_t>& parameters,
+                                              int64_t bytes) {
+  TANDEM_CHECK(broken_.empty(), label, " #", calls_ + 1, " across ", size(),
+               " workers: an earlier collective failed (", broken_, "); the job cannot go on");
+  label_ = label;
+  const uint64_t call = ++calls_;
+  const int set = static_cast<int>(barriers_ % 2);
+  Header& mine = segment_->peers[rank_].header[set];
+  mine.call = static_cast<int64_t>(call);
+  mine.signature = static_cast<int64_t>(signature_of(label, parameters));
+  mine.bytes = bytes;
+  {
+    profile::Span waiting(profile::Phase::kCommWait, profile::communicator_track());
+    arrive(label);
+  }
+  std::string different;
+  std::vector<int64_t> sizes(static_cast<size_t>(size()));
+  for (int w = 0; w < size(); ++w) {
+    const Header& theirs = segment_->peers[w].header[set];
+    sizes[static_cast<size_t>(w)] = theirs.bytes;
+    if (theirs.call != mine.call || theirs.signature != mine.signature)
+      different += (different.empty() ? "" : ", ") + std::to_string(w);
+  }
+  if (!different.empty()) {
+    // Every worker sees every header after the barrier and raises alike: the workers stay in
+    // step and the job may go on.
+    TANDEM_THROW(label, " #", call, " across ", size(),
+                 " workers: ", different.find(',') == std::string::npos ? "worker " : "workers ",
+                 different, " made a different collective call than worker ", rank_,
+                 " (another call, or other sizes or dtypes); every worker must make the same "
+                 "collective calls in the same order");
+  }
+  return sizes;
+}
+
+// ---- collectives -------------------------------------------------------------------------------
+
+void SharedMemoryWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) {
+  if (size() == 1) return;
+  std::vector<int64_t> signature = {static_cast<int64_t>(op)};
+  for (const Tensor& t : tensors) {
+    TANDEM_CHECK(t.defined() && t.device().is_cpu(), "shm ", label,
+                 ": tensors must be defined CPU tensors");
+    signature.push_back(static_cast<int64_t>(t.dtype()));
+    signature.push_back(t.numel());
+  }
+  begin(label, signature, 0);
+  const int workers = size();
+  std::vector<bool> done(tensors.size(), false);
+  for (size_t first = 0; first < tensors.size(); ++first) {
+    if (done[first]) continue;
+    const DType dtype = tensors[first].dtype();
+    std::vector<size_t> group;
+    int64_t count = 0;
+    for (size_t i = first; i < tensors.size(); ++i) {
+      if (done[i] || tensors[i].dtype() != dtype) continue;
+      group.push_back(i);
+      count += tensors[i].numel();
+      done[i] = true;
+    }
+    if (count == 0) continue;
+    const size_t element = dtype_size(dtype);
+    char* buffer = static_cast<char*>(tensors[group[0]].raw_data());
+    if (group.size() > 1) {
+      pack_.resize(static_cast<size_t>(count) * element);
+      char* out = pack_.data();
+      for (size_t i : group) {
+        std::memcpy(out, tensors[i].raw_data(), tensors[i].nbytes());
+        out += tensors[i].nbytes();
+      }
+      buffer = pack_.data();
+    }
+    const size_t total = static_cast<size_t>(count) * element;
+    profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
+    moving.set_bytes(static_cast<int64_t>(total));
+    dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
+      // in[0..W) element-wise into out[0..n), in worker order: the same bits on every worker.
+      const auto combine = [&](T* out, int set, size_t from, size_t to) {
+        const T* first_in = reinterpret_cast<const T*>(slot(0, set));
+        std::copy(first_in + from, first_in + to, out + from);
+        for (int w = 1; w < workers; ++w) {
+          const T* in = reinterpret_cast<const T*>(slot(w, set));
+          if (op == ReduceOp::kMax) {
+            for (size_t i = from; i < to; ++i) out[i] = detail::max_propagating_nan(out[i], in[i]);
+          } else {
+            for (size_t i = from; i < to; ++i) out[i] = static_cast<T>(out[i] + in[i]);
+          }
+        }
+      };
+      const size_t per_chunk = chunk_bytes_ / sizeof(T);
+      const size_t n = total / sizeof(T);
+      for (size_t at = 0; at < n; at += per_chunk) {
+        const size_t length = std::min(per_chunk, n - at);
+        const int set = static_cast<int>(barriers_ % 2);
+        std::memcpy(slot(rank_, set), buffer + at * sizeof(T), length * sizeof(T));
+        arrive(label);
+        T* out = reinterpret_cast<T*>(buffer) + at;
+        if (length * sizeof(T) <= kSmallBytes) {
+          // Small: every worker combines the whole piece itself; no second barrier.
+          std::vector<T> combined(length);
+          combine(combined.data(), set, 0, length);
+          std::copy(combined.begin(), combined.end(), out);
+          continue;
+        }
+        // Large: each worker combines its share into the result slot; then all copy it out.
+        T* reduced = reinterpret_cast<T*>(result(set));
+        const size_t from = length * static_cast<size_t>(rank_) / static_cast<size_t>(workers);
+        const size_t to = length * static_cast<size_t>(rank_ + 1) / static_cast<size_t>(workers);
+        combine(reduced, set, from, to);
+        arrive(label);
+        std::memcpy(out, reduced, length * sizeof(T));
+      }
+    });
+    if (group.size() > 1) {
+      const char* in = pack_.data();
+      for (size_t i : group) {
+        std::memcpy(tensors[i].raw_data(), in, tensors[i].nbytes());
+        in += tensors[i].nbytes();
+      }
+    }
+  }
+  if (op == ReduceOp::kMean)
+    for (Tensor& t : tensors) divide_elements(t, size());
+}
+
+void SharedMemoryWorld::broadcast(std::vector<Tensor>& tensors, int root, const char* label) {
+  if (size() == 1) return;
+  TANDEM_CHECK(root >= 0 && root < size(), "shm ", label, ": root ", root, " is outside [0, ",
+               size(), ")");
+  std::vector<int64_t> signature = {root};
+  for (const Tensor& t : tensors) {
+    TANDEM_CHECK(t.defined() && t.device().is_cpu(), "shm ", label,
+                 ": tensors must be defined CPU tensors");
+    signature.push_back(static_cast<int64_t>(t.nbytes()));
+  }
+  begin(label, signature, 0);
+  profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
+  for (Tensor& t : tensors) {
+    char* bytes = static_cast<char*>(t.raw_data());
+    moving.set_bytes(static_cast<int64_t>(t.nbytes()));
+    for (size_t at = 0; at < t.nbytes(); at += chunk_bytes_) {
+      const size_t length = std::min(chunk_bytes_, t.nbytes() - at);
+      const int set = static_cast<int>(barriers_ % 2);
+      if (rank_ == root) std::memcpy(slot(root, set), bytes + at, length);
+      arrive(label);
+      if (rank_ != root) std::memcpy(bytes + at, slot(root, set), length);
+    }
+  }
+}
+
+std::vector<std::vector<char>> SharedMemoryWorld::all_gather(const std::vector<char>& mine,
+                                                             const char* label) {
+  if (size() == 1) return {mine};
+  const std::vector<int64_t> sizes = begin(label, {}, static_cast<int64_t>(mine.size()));
+  std::vector<std::vector<char>> out(static_cast<size_t>(size()));
+  size_t longest = 0;
+  for (int w = 0; w < size(); ++w) {
+    TANDEM_CHECK(sizes[static_cast<size_t>(w)] >= 0, "shm ", label, ": worker ", w,
+                 " sent a negative length");
+    out[static_cast<size_t>(w)].resize(static_cast<size_t>(sizes[static_cast<size_t>(w)]));
+    longest = std::max(longest, out[static_cast<size_t>(w)].size());
+  }
+  profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
+  moving.set_bytes(static_cast<int64_t>(mine.size()));
+  for (size_t at = 0; at < longest; at += chunk_bytes_) {
+    const int set = static_cast<int>(barriers_ % 2);
+    if (at < mine.size())
+      std::memcpy(slot(rank_, set), mine.data() + at, std::min(chunk_bytes_, mine.size() - at));
+    arrive(label);
+    for (int w = 0; w < size(); ++w) {
+      std::vector<char>& piece = out[static_cast<size_t>(w)];
+      if (at < piece.size())
+        std::memcpy(piece.data() + at, slot(w, set), std::min(chunk_bytes_, piece.size() - at));
+    }
+  }
+  return out;
+}
+
+std::vector<std::vector<Tensor>> SharedMemoryWorld::all_gather_tensors(
+    const std::vector<Tensor>& mine, const char* label) {
+  std::vector<std::vector<Tensor>> out;
+  for (const std::vector<char>& piece : all_gather(tensors_to_bytes(mine), label))
+    out.push_back(tensors_from_bytes(piece, "shm all_gather"));
+  return out;
+}
+
+void SharedMemoryWorld::barrier(const char* label) {
+  if (size() == 1) return;
+  begin(label, {}, 0);
+}
+
+}  // namespace tandem::collectives

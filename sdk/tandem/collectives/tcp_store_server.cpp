@@ -1,0 +1,438 @@
+// TcpStoreServer: one thread serves every connection of the chief's store through poll().
+#include "tandem/collectives/internal/tcp_store_server.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <map>
+#include <random>
+#include <thread>
+#include <vector>
+
+#include "tandem/collectives/internal/tcp_store_protocol.h"
+#include "tandem/core/error.h"
+#include "tandem/core/logging.h"
+
+namespace tandem::collectives {
+
+using namespace store_wire;
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string shorten(const std::string& text) {
+  return text.size() <= 300 ? text : text.substr(0, 300) + "...";
+}
+
+bool equal_in_constant_time(const std::string& a, const std::string& b) {
+  unsigned char difference = a.size() == b.size() ? 0 : 1;
+  for (size_t i = 0; i < a.size() && i < b.size(); ++i)
+    difference |= static_cast<unsigned char>(a[i] ^ b[i]);
+  return difference == 0;
+}
+
+void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
+
+std::string peer_of(int fd) {
+  sockaddr_storage address{};
+  socklen_t length = sizeof(address);
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "?";
+  char host[NI_MAXHOST] = {}, port[NI_MAXSERV] = {};
+  if (::getnameinfo(reinterpret_cast<sockaddr*>(&address), length, host, sizeof(host), port,
+                    sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0)
+    return "?";
+  return std::string(host) + ":" + port;
+}
+
+}  // namespace
+
+struct TcpStoreServer::State {
+  struct Connection {
+    int fd = -1;
+    std::string peer;
+    std::string in, out;  // bytes received and not yet parsed; reply bytes not yet sent
+    bool introduced = false;
+    int rank = -1;
+    bool closing = false;  // drop once `out` is sent
+    Clock::time_point last_progress;
+  };
+
+  TcpStoreOptions options;
+  uint64_t nonce = 0;
+  std::vector<int> listeners;
+  int wake[2] = {-1, -1};
+  std::atomic<bool> stop{false};
+  std::thread thread;
+  std::vector<Connection> connections;
+  size_t max_connections = 0;
+  std::map<std::string, std::pair<std::string, int>> values;  // key -> value, who set it
+  size_t stored_bytes = 0;
+  std::vector<int> joined;                 // per rank: 0 never, 1 connected, 2 left
+  std::vector<Clock::time_point> left_at;  // per rank, when joined == 2
+  std::vector<std::string> joined_from;    // per rank: the connection's peer address
+
+  explicit State(const TcpStoreOptions& o) : options(o) {
+    std::random_device device;
+    nonce = (static_cast<uint64_t>(device()) << 32) ^ device();
+    if (nonce == 0) nonce = 1;
+    joined.assign(static_cast<size_t>(options.world_size), 0);
+    left_at.resize(static_cast<size_t>(options.world_size));
+    joined_from.resize(static_cast<size_t>(options.world_size));
+    max_connections = 2 * static_cast<size_t>(options.world_size) + 8;
+  }
+
+  ~State() {
+    stop = true;
+    if (wake[1] >= 0) {
+      const char byte = 1;
+      [[maybe_unused]] const ssize_t n = ::write(wake[1], &byte, 1);
+    }
+    if (thread.joinable()) thread.join();
+    for (Connection& c : connections) ::close(c.fd);
+    for (int fd : listeners) ::close(fd);
+    for (int fd : wake)
+      if (fd >= 0) ::close(fd);
+  }
+
+  /// Listens on the chief's TF_CONFIG host (every address it resolves to on this machine).
+  void listen_on(const std::string& where) {
+    TANDEM_CHECK(::pipe(wake) == 0, "TF_CONFIG rendezvous: pipe: ", std::strerror(errno));
+    addrinfo hints{};
+    hints.ai_family = AF_UNSPEC;
+    hints.ai_socktype = SOCK_STREAM;
+    hints.ai_flags = AI_NUMERICSERV;
+    addrinfo* found = nullptr;
+    const std::string port = std::to_string(options.port);
+    const int resolved = ::getaddrinfo(options.host.c_str(), port.c_str(), &hints, &found);
+    TANDEM_CHECK(resolved == 0, "TF_CONFIG rendezvous: the chief's host \"", options.host,
+                 "\" does not resolve: ", ::gai_strerror(resolved));
+    int in_use = 0, not_here = 0;
+    std::string last_error;
+    for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      const int fd = open_listener(a->ai_family, a->ai_addr, a->ai_addrlen, /*v6_only=*/true);
+      if (fd >= 0) {
+        listeners.push_back(fd);
+        continue;
+      }
+      in_use += errno == EADDRINUSE;
+      not_here += errno == EADDRNOTAVAIL;
+      last_error = std::strerror(errno);
+    }
+    ::freeaddrinfo(found);
+    if (listeners.empty() && in_use == 0 && not_here > 0) {
+      // A name that maps to this machine through a NAT or a service address (Kubernetes): no
+      // interface has it, so every interface listens.
+      TANDEM_LOG_WARNING("TF_CONFIG rendezvous: the chief's address ", where,
+                         " is not an address of this machine; listening on port ", options.port,
+                         " of every interface");
+      sockaddr_in6 any6{};
+      any6.sin6_family = AF_INET6;
+      any6.sin6_addr = in6addr_any;
+      any6.sin6_port = htons(static_cast<uint16_t>(options.port));
+      int fd = open_listener(AF_INET6, reinterpret_cast<sockaddr*>(&any6), sizeof(any6), false);
+      if (fd < 0) {
+        sockaddr_in any4{};
+        any4.sin_family = AF_INET;
+        any4.sin_addr.s_addr = htonl(INADDR_ANY);
+        any4.sin_port = htons(static_cast<uint16_t>(options.port));
+        fd = open_listener(AF_INET, reinterpret_cast<sockaddr*>(&any4), sizeof(any4), false);
+      }
+      if (fd >= 0) listeners.push_back(fd);
+      in_use += fd < 0 && errno == EADDRINUSE;
+      if (fd < 0) last_error = std::strerror(errno);
+    }
+    TANDEM_CHECK(!listeners.empty(), "TF_CONFIG rendezvous: the chief cannot listen on ", where,
+                 ": ", last_error,
+                 in_use > 0 ? "; another program (or another job's chief) is using that port" : "");
+    thread = std::thread([this] { loop(); });
+  }
+
+  static int open_listener(int family, const sockaddr* address, socklen_t length, bool v6_only) {
+    const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) return -1;
+    const int one = 1, v6 = v6_only ? 1 : 0;
+    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
+    if (family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6, sizeof(v6));
+    if (::bind(fd, address, length) != 0 || ::listen(fd, 128) != 0) {
+      const int error = errno;
+      ::close(fd);
+      errno = error;
+      return -1;
+    }
+    set_nonblocking(fd);
+    return fd;
+  }
+
+  void reply(Connection& c, uint8_t status, const std::string& payload) {
+    c.out += encode_reply(status, payload);
+  }
+  void refuse(Connection& c, const std::string& why, bool close_after) {
+    reply(c, kRefused, why);
+    c.closing = c.closing || close_after;
+  }
+
+  void loop() {
+    std::vector<pollfd> fds;
+    while (!stop.load()) {
+      fds.clear();
+      fds.push_back({wake[0], POLLIN, 0});
+      for (int fd : listeners) fds.push_back({fd, POLLIN, 0});
+      for (const Connection& c : connections)
+        fds.push_back({c.fd, static_cast<short>(c.out.empty() ? POLLIN : (POLLIN | POLLOUT)), 0});
+      const int ready = ::poll(fds.data(), fds.size(), 100);
+      if (ready < 0 && errno != EINTR) break;
+      if (stop.load()) break;
+      const size_t first_connection = 1 + listeners.size();
+      // Existing connections first (their indices match fds), then new ones.
+      for (size_t i = 0; i < connections.size(); ++i) {
+        const short revents = fds[first_connection + i].revents;
+        if (revents != 0) serve(connections[i], revents);
+      }
+      for (size_t l = 0; l < listeners.size(); ++l)
+        if (fds[1 + l].revents & POLLIN) accept_from(listeners[l]);
+      expire_and_drop();
+    }
+  }
+
+  void accept_from(int listener) {
+    for (;;) {
+      const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0) return;
+      Connection c;
+      c.fd = fd;
+      c.peer = peer_of(fd);
+      c.last_progress = Clock::now();
+      const int one = 1;
+      ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+      if (connections.size() >= max_connections) {
+        refuse(c,
+               detail::str_cat("the chief's store already has ", connections.size(),
+                               " connections, as many as a job of ", options.world_size,
+                               " workers needs; this one is refused"),
+               true);
+      }
+      connections.push_back(std::move(c));
+    }
+  }
+
+  void serve(Connection& c, short revents) {
+    if (revents & POLLOUT) flush(c);
+    if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
+    char chunk[64 * 1024];
+    for (;;) {
+      const ssize_t n = ::recv(c.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+      if (n > 0) {
+        // After a refusal the connection only waits for its reply to go out: what the client
+        // still sends is dropped unread.
+        if (c.closing) continue;
+        c.in.append(chunk, static_cast<size_t>(n));
+        c.last_progress = Clock::now();
+        if (!parse(c)) return;
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) break;
+      drop(c);  // closed by the peer, or broken
+      return;
+    }
+    flush(c);
+  }
+
+  void flush(Connection& c) {
+    while (!c.out.empty()) {
+      const ssize_t n = ::send(c.fd, c.out.data(), c.out.size(), MSG_NOSIGNAL | MSG_DONTWAIT);
+      if (n > 0) {
+        c.out.erase(0, static_cast<size_t>(n));
+        c.last_progress = Clock::now();
+        continue;
+      }
+      if (n < 0 && errno == EINTR) continue;
+      if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+      drop(c);
+      return;
+    }
+    if (c.closing) drop(c);
+  }
+
+  /// Handles every complete message in c.in; false when the connection was dropped.
+  bool parse(Connection& c) {
+    for (;;) {
+      if (c.fd < 0 || c.closing) return c.fd >= 0;
+      if (c.in.size() < 4) return true;
+      if (take<uint32_t>(c.in, 0) != kMagic) {
+        drop(c);  // not a client of ours: no reply
+        return false;
+      }
+      if (c.in.size() < kHeaderBytes + 4) return true;
+      const uint8_t op = take<uint8_t>(c.in, 4);
+      if (op < kHello || op > kDeparted) {
+        drop(c);
+        return false;
+      }
+      const size_t a = take<uint32_t>(c.in, kHeaderBytes);
+      if (a > part_limit(op, 0)) {
+        refuse(c,
+               detail::str_cat("a request of ", a, " bytes is larger than the store takes (",
+                               part_limit(op, 0), ")"),
+               true);
+        return true;
+      }
+      if (c.in.size() < kHeaderBytes + 4 + a + 4) return true;
+      const size_t b = take<uint32_t>(c.in, kHeaderBytes + 4 + a);
+      if (b > part_limit(op, 1)) {
+        refuse(c,
+               detail::str_cat("a value of ", b, " bytes is larger than the store takes (",
+                               part_limit(op, 1), ")"),
+               true);
+        return true;
+      }
+      const size_t total = kHeaderBytes + 4 + a + 4 + b;
+      if (c.in.size() < total) return true;
+      const uint64_t nonce_sent = take<uint64_t>(c.in, 5);
+      const int32_t rank = take<int32_t>(c.in, 13);
+      const std::string first = c.in.substr(kHeaderBytes + 4, a);
+      const std::string second = c.in.substr(kHeaderBytes + 8 + a, b);
+      c.in.erase(0, total);
+      handle(c, op, nonce_sent, rank, first, second);
+    }
+  }
+
+  std::string worker(int rank) const {
+    return options.describe_worker ? options.describe_worker(rank)
+                                   : detail::str_cat("worker ", rank);
+  }
+
+  void handle(Connection& c, uint8_t op, uint64_t nonce_sent, int32_t rank,
+              const std::string& first, const std::string& second) {
+    if (op == kHello) {
+      if (c.introduced) return drop(c);
+      const std::string mine = shorten(options.cluster), theirs = shorten(second);
+      if (second != options.cluster) {
+        return refuse(c,
+                      detail::str_cat("the chief at ", options.host, ":", options.port,
+                                      " serves another job: its TF_CONFIG cluster is [", mine,
+                                      "], this worker's is [", theirs, "]"),
+                      true);
+      }
+      if (!equal_in_constant_time(first, options.token)) {
+        return refuse(
+            c,
+            options.token.empty()
+                ? std::string("this worker has TANDEM_JOB_TOKEN set and the chief has "
+                              "none: the chief's job is not this worker's")
+                : std::string("TANDEM_JOB_TOKEN ") +
+                      (first.empty() ? "is not set in this worker" : "differs from the chief's") +
+                      ": the chief's job requires its token",
+            true);
+      }
+      if (rank < 0 || rank >= options.world_size) {
+        return refuse(c,
+                      detail::str_cat("worker index ", rank, " is outside this job's 0..",
+                                      options.world_size - 1),
+                      true);
+      }
+      const auto r = static_cast<size_t>(rank);
+      if (joined[r] == 1) {
+        return refuse(c,
+                      detail::str_cat("another process already joined this job as ", worker(rank),
+                                      " (connected from ", joined_from[r],
+                                      "): is a second job using the same TF_CONFIG addresses?"),
+                      true);
+      }
+      if (joined[r] == 2) {
+        return refuse(c,
+                      detail::str_cat(worker(rank),
+                                      " already joined this job and left it; a running job does "
+                                      "not take a worker back: start the whole job again"),
+                      true);
+      }
+      c.introduced = true;
+      c.rank = rank;
+      joined[r] = 1;
+      joined_from[r] = c.peer;
+      std::string payload;
+      put(payload, nonce);
+      return reply(c, kOk, payload);
+    }
+    if (!c.introduced) return drop(c);
+    if (nonce_sent != nonce) {
+      return refuse(c, "a request with another job's nonce: this connection is not of this job",
+                    true);
+    }
+    if (op == kSet) {
+      auto it = values.find(first);
+      if (it != values.end()) {
+        return refuse(c,
+                      detail::str_cat("key \"", shorten(first), "\" was already set by ",
+                                      worker(it->second.second), "; keys are set once"),
+                      false);
+      }
+      if (values.size() >= TcpStore::kMaxKeys ||
+          stored_bytes + first.size() + second.size() > TcpStore::kMaxStoredBytes) {
+        return refuse(c,
+                      detail::str_cat("the store is full (", values.size(), " keys, ", stored_bytes,
+                                      " bytes)"),
+                      false);
+      }
+      stored_bytes += first.size() + second.size();
+      values.emplace(first, std::make_pair(second, c.rank));
+      return reply(c, kOk, "");
+    }
+    if (op == kGet) {
+      auto it = values.find(first);
+      if (it == values.end()) return reply(c, kMissing, "");
+      return reply(c, kOk, it->second.first);
+    }
+    // kDeparted: {rank: i32, seconds since: f64} for every worker whose connection closed.
+    std::string payload;
+    const auto now = Clock::now();
+    for (size_t r = 0; r < joined.size(); ++r) {
+      if (joined[r] != 2) continue;
+      put(payload, static_cast<int32_t>(r));
+      put(payload, std::chrono::duration<double>(now - left_at[r]).count());
+    }
+    reply(c, kOk, payload);
+  }
+
+  void drop(Connection& c) {
+    if (c.fd < 0) return;
+    ::close(c.fd);
+    c.fd = -1;
+    if (c.introduced && c.rank >= 0) {
+      joined[static_cast<size_t>(c.rank)] = 2;
+      left_at[static_cast<size_t>(c.rank)] = Clock::now();
+    }
+  }
+
+  /// Drops connections that stalled: not introduced, in the middle of a request, or not
+  /// reading their replies, for longer than the timeout. Introduced workers may stay idle.
+  void expire_and_drop() {
+    const auto now = Clock::now();
+    for (Connection& c : connections) {
+      if (c.fd < 0) continue;
+      const bool waiting_on_them = !c.introduced || !c.in.empty() || !c.out.empty();
+      if (waiting_on_them && now - c.last_progress > options.timeout) drop(c);
+    }
+    std::erase_if(connections, [](const Connection& c) { return c.fd < 0; });
+  }
+};
+
+TcpStoreServer::TcpStoreServer(const TcpStoreOptions& options, const std::string& where)
+    : state_(std::make_unique<State>(options)) {
+  state_->listen_on(where);
+}
+
+TcpStoreServer::~TcpStoreServer() = default;
+
+}  // namespace tandem::collectives
