@@ -144,8 +144,7 @@ TEST_CASE("TF_CONFIG: what TensorFlow refuses is refused, numbers checked before
           "TF_CONFIG task.index must be a whole number >= 0, got 0.5");
   refused(cluster + R"("task": {"type": "worker", "index": "1"}})",
           "TF_CONFIG task.index must be a whole number >= 0, got the string \"1\"");
-  refused(cluster + R"("task": {"type": "worker", "index": 4294967296}})",
-          "got 4294967296");
+  refused(cluster + R"("task": {"type": "worker", "index": 4294967296}})", "got 4294967296");
   // Ports are digits alone; hosts hold no spaces, signs or control characters.
   refused(R"({"cluster": {"worker": ["a:+1"]}, "task": {"type": "worker", "index": 0}})",
           "TF_CONFIG cluster.worker[0] = \"a:+1\" is not \"host:port\"");

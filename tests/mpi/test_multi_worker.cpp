@@ -472,6 +472,62 @@ TEST_CASE("multi-worker: a collective that differs between workers raises on eve
             .item<double>() == s.num_workers());
 }
 
+namespace {
+
+/// One update of an 8 -> width -> 4 MLP with Adam(learning_rate), the loss divided by
+/// `global_batch`; returns what the strategy raised ("" when nothing).
+std::string train_once(td::Strategy& s, int64_t width, double learning_rate, int64_t global_batch) {
+  td::nn::Sequential model({td::nn::Dense(width, td::nn::Activation::kRelu), td::nn::Dense(4)});
+  std::unique_ptr<td::optim::Adam> optimizer;
+  {
+    auto scope = s.scope();
+    model.build({8});
+    optimizer =
+        std::make_unique<td::optim::Adam>(td::optim::Adam::Options{.learning_rate = learning_rate});
+  }
+  const std::vector<td::Variable> variables = model.trainable_variables();
+  try {
+    s.run([&](td::ReplicaContext& ctx) {
+      td::GradientTape tape;
+      const td::Tensor x = td::Tensor::ones({2, 8});
+      const td::Tensor y = td::Tensor::from_vector(std::vector<int64_t>{1, 2});
+      const td::Tensor loss = td::compute_average_loss(
+          td::losses::sparse_categorical_crossentropy(y, model(x, true), true), global_batch);
+      optimizer->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+    });
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("multi-worker: workers training something else raise before the first update", "[mpi]") {
+  // Another job's worker, or another version of the program: a hyper-parameter, a layer or the
+  // global batch differs on worker 1. Every worker raises, naming the field and both values.
+  td::Strategy& s = strategy();
+  const int64_t batch = 2 * s.num_replicas_in_sync();
+  const bool other = s.worker_index() == 1;
+  CHECK(train_once(s, 16, 0.01, batch).empty());
+  CHECK_THAT(train_once(s, 16, other ? 0.02 : 0.01, batch),
+             Catch::Contains("the workers do not train the same thing: adam learning_rate is "
+                             "0.01 on the chief (worker 0) and 0.02 on worker 1"));
+  // A layer of another size: the variables' first values come from the chief, and the
+  // broadcast that sends them names the variable.
+  const std::string shape = other ? "[8, 17]" : "[8, 16]";
+  CHECK_THROWS_WITH(train_once(s, other ? 17 : 16, 0.01, batch),
+                    Catch::Contains("the initial value of variable \"dense/kernel\" " + shape) &&
+                        Catch::Contains(" made a different collective call than worker " +
+                                        std::to_string(s.worker_index())));
+  CHECK_THAT(train_once(s, 16, 0.01, other ? batch + 1 : batch),
+             Catch::Contains("global batch size (compute_average_loss) is " +
+                             std::to_string(batch) + " on the chief (worker 0) and " +
+                             std::to_string(batch + 1) + " on worker 1"));
+  // Everyone raised alike: the strategy goes on.
+  CHECK(train_once(s, 16, 0.01, batch).empty());
+}
+
 TEST_CASE("multi-worker: every worker follows the chief's save decisions and its outcome",
           "[mpi]") {
   td::Strategy& s = strategy();
@@ -732,8 +788,10 @@ TEST_CASE("multi-worker fault: a stuck or dead worker", "[.fault]") {
   try {
     s.run([&](td::ReplicaContext& ctx) {
       if (s.worker_index() == 1) {
-        if (kind == "kill") std::raise(SIGKILL);                // dies before the collective
-        std::this_thread::sleep_for(std::chrono::seconds(60));  // stuck: never arrives in time
+        if (kind == "kill") std::raise(SIGKILL);  // dies before the collective
+        // Stuck: never arrives in time (mpirun ends it; TF_CONFIG tests give a shorter sleep).
+        const char* stuck = std::getenv("TANDEM_TEST_STUCK_SECONDS");
+        std::this_thread::sleep_for(std::chrono::seconds(stuck ? std::atoi(stuck) : 60));
       }
       ctx.all_reduce(td::ReduceOp::kSum, td::Tensor::ones({1000}));
     });

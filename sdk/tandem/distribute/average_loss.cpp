@@ -36,6 +36,9 @@ Tensor compute_average_loss(const Tensor& per_example_loss,
                "mean");
   TANDEM_CHECK(!global_batch_size || *global_batch_size >= 0,
                "compute_average_loss: global_batch_size must be >= 0, got ", *global_batch_size);
+  // What every worker must pass alike (the optimizer's first update compares it across workers).
+  if (global_batch_size && current_replica_context() != nullptr)
+    detail::set_last_global_batch_size(*global_batch_size);
   const Tensor weighted =
       sample_weight.defined() ? ops::mul(per_example_loss, sample_weight) : per_example_loss;
   const int64_t divisor =

@@ -83,8 +83,7 @@ std::string printable(std::string_view text) {
 std::string excerpt(std::string_view text) {
   constexpr size_t kShown = 200;
   if (text.size() <= kShown) return printable(text);
-  return printable(text.substr(0, kShown)) + "... (" + std::to_string(text.size()) +
-         " characters)";
+  return printable(text.substr(0, kShown)) + "... (" + std::to_string(text.size()) + " characters)";
 }
 
 /// "host:port": a host valid_host accepts and a port of decimal digits alone in [1, 65535];
@@ -92,7 +91,8 @@ std::string excerpt(std::string_view text) {
 std::string host_of(const std::string& address, const std::string& field) {
   const size_t colon = address.rfind(':');
   bool ok = colon != std::string::npos && colon > 0 && colon + 1 < address.size() &&
-            address.size() - colon - 1 <= 5 && valid_host(std::string_view(address).substr(0, colon));
+            address.size() - colon - 1 <= 5 &&
+            valid_host(std::string_view(address).substr(0, colon));
   long port = 0;
   for (size_t i = colon + 1; ok && i < address.size(); ++i) {
     ok = std::isdigit(static_cast<unsigned char>(address[i])) != 0;
@@ -177,9 +177,9 @@ ClusterSpec ClusterResolver::from_tf_config(std::string_view tf_config) {
     }
   }
   TANDEM_CHECK(!spec.addresses.empty(), "TF_CONFIG cluster lists no \"chief\" or \"worker\"");
-  TANDEM_CHECK(root.has("task") && root["task"].kind == Json::Kind::kObject,
-               "TF_CONFIG has no \"task\" object (which task this process is): ",
-               excerpt(tf_config));
+  TANDEM_CHECK(
+      root.has("task") && root["task"].kind == Json::Kind::kObject,
+      "TF_CONFIG has no \"task\" object (which task this process is): ", excerpt(tf_config));
   const Json& task = root["task"];
   TANDEM_CHECK(task.has("type") && task["type"].kind == Json::Kind::kString,
                "TF_CONFIG task.type must be \"chief\" or \"worker\"");
@@ -198,9 +198,9 @@ ClusterSpec ClusterResolver::from_tf_config(std::string_view tf_config) {
                    std::floor(index.number) == index.number,
                "TF_CONFIG task.index must be a whole number >= 0, got ", index_text(index));
   const size_t jobs = cluster.has(type) ? cluster[type].array.size() : 0;
-  TANDEM_CHECK(index.number < static_cast<double>(jobs), "TF_CONFIG task.index = ",
-               index_text(index), " is out of range: cluster.", type, " has ", jobs, " entr",
-               jobs == 1 ? "y" : "ies");
+  TANDEM_CHECK(index.number < static_cast<double>(jobs),
+               "TF_CONFIG task.index = ", index_text(index), " is out of range: cluster.", type,
+               " has ", jobs, " entr", jobs == 1 ? "y" : "ies");
   const auto i = static_cast<size_t>(index.number);
   const bool has_chief = cluster.has("chief") && !cluster["chief"].array.empty();
   spec.rank = static_cast<int>(type == "chief" ? 0 : i + (has_chief ? 1 : 0));

@@ -3,16 +3,45 @@
 // that say which replica (and which run) the calling thread is.
 #include "tandem/distribute/replica_context.h"
 
+#include <optional>
+
 #include "tandem/collectives/in_process.h"
 #include "tandem/distribute/internal/gradient_reducer.h"
 #include "tandem/distribute/internal/host_reduce.h"
 #include "tandem/distribute/internal/state.h"
+#include "tandem/distribute/strategy.h"
 
 namespace tandem {
 
 namespace {
 thread_local ReplicaContext* t_replica_context = nullptr;
 thread_local uint64_t t_run_index = 0;  // which strategy.run this replica thread runs
+thread_local std::optional<int64_t> t_global_batch_size;
+
+/// "field\tvalue\n" lines; tabs and line breaks inside a value become spaces.
+std::string encode_fields(const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string out;
+  for (const auto& [field, value] : fields) {
+    for (const std::string* part : {&field, &value}) {
+      for (char c : *part) out += (c == '\t' || c == '\n') ? ' ' : c;
+      out += part == &field ? '\t' : '\n';
+    }
+  }
+  return out;
+}
+
+std::vector<std::pair<std::string, std::string>> decode_fields(const std::string& text) {
+  std::vector<std::pair<std::string, std::string>> out;
+  size_t at = 0;
+  while (at < text.size()) {
+    const size_t tab = text.find('\t', at), end = text.find('\n', at);
+    if (tab == std::string::npos || end == std::string::npos || tab > end) break;
+    out.emplace_back(text.substr(at, tab - at), text.substr(tab + 1, end - tab - 1));
+    at = end + 1;
+  }
+  return out;
+}
+
 }  // namespace
 
 ReplicaContext* current_replica_context() { return t_replica_context; }
@@ -24,6 +53,12 @@ void set_current_replica_context(ReplicaContext* context) { t_replica_context = 
 uint64_t current_run_index() { return t_run_index; }
 
 void set_current_run_index(uint64_t run_index) { t_run_index = run_index; }
+
+std::optional<int64_t> last_global_batch_size() { return t_global_batch_size; }
+
+void set_last_global_batch_size(int64_t global_batch_size) {
+  t_global_batch_size = global_batch_size;
+}
 
 std::string describe_exception(const std::exception_ptr& error) {
   try {
@@ -94,6 +129,52 @@ std::vector<Tensor> ReplicaContext::sum_across_replicas(const std::vector<Tensor
 
 void ReplicaContext::expect_micro_step(bool last, const std::vector<Tensor>& accumulators) {
   if (num_replicas_ > 1) reducer_->expect_micro_step(last, accumulators);
+}
+
+void ReplicaContext::agree_before_first_update(
+    const std::vector<std::pair<std::string, std::string>>& description) {
+  // One process: its replicas share the model and the optimizer. A worker of another job or
+  // another program would otherwise train with these workers, unnoticed.
+  if (strategy_->num_workers() <= 1) return;
+  std::vector<std::pair<std::string, std::string>> fields = description;
+  if (const std::optional<int64_t> batch = detail::last_global_batch_size())
+    fields.emplace_back("global batch size (compute_average_loss)", std::to_string(*batch));
+  const std::string mine = encode_fields(fields);
+  // Every replica's text: their lengths, then their bytes concatenated in replica order.
+  const std::vector<int64_t> lengths =
+      all_gather(Tensor::from_vector(std::vector<int64_t>{static_cast<int64_t>(mine.size())}))
+          .to_vector<int64_t>();
+  const std::vector<uint8_t> bytes =
+      all_gather(Tensor::from_vector(std::vector<uint8_t>(mine.begin(), mine.end())))
+          .to_vector<uint8_t>();
+  const int local = strategy_->num_local_replicas();
+  std::vector<std::pair<std::string, std::string>> chief;
+  size_t at = 0;
+  for (int r = 0; r < num_replicas_; ++r) {
+    const auto length = static_cast<size_t>(lengths[static_cast<size_t>(r)]);
+    const auto theirs =
+        decode_fields(std::string(bytes.begin() + static_cast<ptrdiff_t>(at),
+                                  bytes.begin() + static_cast<ptrdiff_t>(at + length)));
+    at += length;
+    if (r == 0) {
+      chief = theirs;
+      continue;
+    }
+    const int worker = r / local;
+    for (size_t f = 0; f < std::max(chief.size(), theirs.size()); ++f) {
+      const bool same = f < chief.size() && f < theirs.size() && chief[f] == theirs[f];
+      if (same) continue;
+      const std::string field = f < chief.size() ? chief[f].first : theirs[f].first;
+      const std::string on_chief = f < chief.size() ? chief[f].second : "(none)";
+      const std::string on_worker =
+          f < theirs.size() && theirs[f].first == field ? theirs[f].second : "(none)";
+      TANDEM_THROW("the workers do not train the same thing: ", field, " is ", on_chief,
+                   " on the chief (worker 0) and ", on_worker, " on worker ", worker,
+                   "; every worker must build the same model and optimizer and pass the same "
+                   "global batch size (is a worker of another job, or of another version of the "
+                   "program, among them?)");
+    }
+  }
 }
 
 std::vector<Tensor> ReplicaContext::sum_accumulated(const std::vector<Tensor>& gradients,

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <type_traits>
 #include <utility>
@@ -104,6 +105,11 @@ class ReplicaContext final : public optim::GradientSync {
   /// optim::GradientSync: all_reduce(kSum, gradients), or the gradient buckets' results.
   std::vector<Tensor> sum_across_replicas(const std::vector<Tensor>& gradients) override;
   void expect_micro_step(bool last, const std::vector<Tensor>& accumulators) override;
+  /// Across workers: every replica's description (and the global batch it passed to
+  /// compute_average_loss) against the chief's; raises on every replica at the first
+  /// difference.
+  void agree_before_first_update(
+      const std::vector<std::pair<std::string, std::string>>& description) override;
   std::vector<Tensor> sum_accumulated(const std::vector<Tensor>& gradients,
                                       const std::vector<Tensor>& accumulated) override;
 

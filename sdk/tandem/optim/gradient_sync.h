@@ -3,6 +3,8 @@
 // optimizer.apply_gradients(ctx, grads, vars) reads the way a gradient goes.
 #pragma once
 
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "tandem/tensor/tensor.h"
@@ -17,6 +19,14 @@ class GradientSync {
   /// batched collective; undefined entries (variables without a gradient) stay undefined. Every
   /// replica calls it with the same shapes, dtypes and undefined entries.
   virtual std::vector<Tensor> sum_across_replicas(const std::vector<Tensor>& gradients) = 0;
+
+  /// Called once per replica before an optimizer's first update through this sync, with what
+  /// every worker of a job must have alike ({field, value}: the optimizer and its
+  /// hyper-parameters, the variables' names, shapes and dtypes). A sync across workers compares
+  /// them and raises on every replica, naming the first field that differs and both values;
+  /// the default (one process) has nothing to compare.
+  virtual void agree_before_first_update(
+      const std::vector<std::pair<std::string, std::string>>& /*description*/) {}
 
   // Gradient accumulation (gradient_accumulation_steps = N > 1).
   /// Told after each micro-step that does not update: whether the next backward pass is the

@@ -9,6 +9,7 @@
 #include "tandem/autograd/tape.h"
 #include "tandem/core/check_numerics.h"
 #include "tandem/core/error.h"
+#include "tandem/core/internal/json.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/profile.h"
 #include "tandem/ops/ops.h"
@@ -170,9 +171,35 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
     finish_accumulation(std::move(accumulated), variables);
 }
 
+std::vector<std::pair<std::string, std::string>> Optimizer::describe_update(
+    const std::vector<Variable>& variables) const {
+  std::vector<std::pair<std::string, std::string>> out;
+  out.emplace_back("optimizer", name_);
+  // Each hyper-parameter by its Keras name (learning_rate, beta_1, global_clipnorm, ...).
+  const tandem::detail::Json config = tandem::detail::JsonReader::parse(config_json());
+  for (const auto& [key, value] : config.object)
+    if (key != "name") out.emplace_back(name_ + " " + key, tandem::detail::to_text(value));
+  out.emplace_back("number of variables", std::to_string(variables.size()));
+  for (size_t i = 0; i < variables.size(); ++i) {
+    const Tensor& value = variables[i].value_untracked();
+    out.emplace_back(tandem::detail::str_cat("variable ", i),
+                     tandem::detail::str_cat("\"", variables[i].name(), "\" ", value.shape(), " ",
+                                             value.dtype()));
+  }
+  return out;
+}
+
 void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gradients,
                                 const std::vector<Variable>& variables) {
   check_pairs(gradients, variables);
+  // Before this optimizer's first update on each replica: workers that build another model or
+  // optimizer (another job's worker, another version of the program) raise here, by name.
+  bool first = false;
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    first = agreed_.insert(ctx.replica_id_in_sync_group()).second;
+  }
+  if (first) ctx.agree_before_first_update(describe_update(variables));
   // Before the all-reduce, so the replica that produced a NaN or Inf is the one named. Off (the
   // default), this is one flag read: not even the replica's name is built.
   if (check_numerics_enabled())

@@ -134,6 +134,10 @@ class Optimizer {
   /// Raises unless gradients and variables pair up (count, shape, dtype) and at least one
   /// gradient is defined; warns once per variable without a gradient.
   void check_pairs(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
+  /// {field, value} pairs of what every worker must have alike: this optimizer's name and
+  /// hyper-parameters, and each variable's name, shape and dtype.
+  std::vector<std::pair<std::string, std::string>> describe_update(
+      const std::vector<Variable>& variables) const;
   /// With TANDEM_CHECK_NUMERICS on, raises at the first gradient holding NaN or Inf, naming
   /// its variable, `replica` ("replica 1", or "" outside a strategy) and the step it was for.
   void check_numerics(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
@@ -157,10 +161,11 @@ class Optimizer {
   int accumulation_steps_;
   Variable iterations_;
   Variable micro_step_;       // defined when accumulation_steps_ > 1
-  mutable std::mutex mutex_;  // guards entries_, index_ and warned_
+  mutable std::mutex mutex_;  // guards entries_, index_, warned_ and agreed_
   std::vector<std::unique_ptr<Entry>> entries_;
   std::unordered_map<const void*, size_t> index_;
   std::unordered_set<const void*> warned_;
+  std::unordered_set<int> agreed_;  // replicas (in sync) that described this optimizer's updates
 };
 
 }  // namespace tandem::optim

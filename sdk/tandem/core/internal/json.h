@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cctype>
+#include <cstdio>
 #include <cstdlib>
 #include <map>
 #include <memory>
@@ -31,6 +32,46 @@ struct Json {
     return it->second;
   }
 };
+
+/// A value back as compact JSON text (numbers with 17 significant digits), for messages that
+/// show what a value was.
+inline std::string to_text(const Json& value) {
+  switch (value.kind) {
+    case Json::Kind::kNull:
+      return "null";
+    case Json::Kind::kBool:
+      return value.boolean ? "true" : "false";
+    case Json::Kind::kNumber: {
+      char text[32];
+      std::snprintf(text, sizeof(text), "%.17g", value.number);
+      // The shortest form that reads back the same (0.001, not 0.0010000000000000000208).
+      for (int digits = 1; digits <= 17; ++digits) {
+        char shorter[32];
+        std::snprintf(shorter, sizeof(shorter), "%.*g", digits, value.number);
+        if (std::strtod(shorter, nullptr) == value.number) return shorter;
+      }
+      return text;
+    }
+    case Json::Kind::kString:
+      return "\"" + value.string + "\"";
+    case Json::Kind::kArray: {
+      std::string out = "[";
+      for (size_t i = 0; i < value.array.size(); ++i)
+        out += (i ? ", " : "") + to_text(value.array[i]);
+      return out + "]";
+    }
+    case Json::Kind::kObject: {
+      std::string out = "{";
+      bool first = true;
+      for (const auto& [key, item] : value.object) {
+        out += (first ? "\"" : ", \"") + key + "\": " + to_text(item);
+        first = false;
+      }
+      return out + "}";
+    }
+  }
+  return "?";
+}
 
 class JsonReader {
  public:

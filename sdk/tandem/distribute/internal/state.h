@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <exception>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -30,6 +31,11 @@ const Strategy* current_scope_strategy();
 uint64_t current_run_index();
 /// Sets it (the replica threads, at the start of each run).
 void set_current_run_index(uint64_t run_index);
+
+/// The global batch size the calling replica thread last passed to compute_average_loss
+/// explicitly (nothing when it never did, or let the function infer it).
+std::optional<int64_t> last_global_batch_size();
+void set_last_global_batch_size(int64_t global_batch_size);
 
 /// The message of an exception_ptr ("an exception of unknown type" for non-std exceptions).
 std::string describe_exception(const std::exception_ptr& error);
