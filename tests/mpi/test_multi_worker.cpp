@@ -61,8 +61,14 @@ TEST_CASE("multi-worker: the cluster spec and the strategy agree with mpirun", "
   CHECK(Access::communicator(s, 0).size() == s.num_replicas_in_sync());
   CHECK(Access::communicator(s, 0).rank() == cluster.rank * local_replicas());
   // Gradient buckets start on where a thread waiting on the workers' collectives sleeps (Gloo,
-  // one replica per worker), and off where it polls (Open MPI) or spins (in-process replicas).
-  const bool sleeps = cluster.source == "tf_config" && local_replicas() == 1;
+  // one replica per worker), and off where it polls (Open MPI, shared memory between the
+  // workers of one machine) or spins (in-process replicas).
+  const std::string transport = Access::communicator(s, 0).name();
+  // TF_CONFIG workers on one machine meet in shared memory; on two (the veth test), or with
+  // TANDEM_WORKER_TRANSPORT=tcp, through Gloo.
+  if (const char* expected = std::getenv("TANDEM_TEST_EXPECT_TRANSPORT"))
+    CHECK(transport == std::string(expected) + "+in_process");
+  const bool sleeps = transport.starts_with("gloo") && local_replicas() == 1;
   CHECK(Access::communicator(s, 0).waits_without_polling() == sleeps);
   CHECK(s.communication_options().bytes_per_pack == (sleeps ? int64_t{25} << 20 : 0));
 }

@@ -57,8 +57,10 @@ class GlooWorld final : public WorkerCollectives {
   void run(const char* what, const char* label, Fn&& fn);
   /// Before each collective: every worker shares the call's signature (its number, `label` and
   /// `parameters`: sizes, dtypes, op, root, hashed) in one small all-gather, and raises naming
-  /// the workers whose call differs, before any data call could pair up wrongly.
-  void agree(const char* label, const std::vector<int64_t>& parameters);
+  /// the workers whose call differs, before any data call could pair up wrongly. Up to 4 KiB
+  /// of `payload` ride along; returns every worker's record (signature, then payload).
+  std::vector<char> agree(const char* label, const std::vector<int64_t>& parameters,
+                          const void* payload = nullptr, size_t bytes = 0);
 
   int rank_;
   std::vector<std::string> addresses_;

@@ -36,8 +36,10 @@ class SharedMemoryWorld final : public WorkerCollectives {
   int rank() const override { return rank_; }
   int size() const override { return static_cast<int>(addresses_.size()); }
   std::string name() const override { return "shm"; }
-  /// A waiting worker polls briefly, yielding its core, then sleeps on a futex.
-  bool waits_without_polling() const override { return true; }
+  /// A waiting worker polls first (then yields its core, then sleeps on a futex), and the data
+  /// moves by the workers' own copies: a communication thread would only take cycles from the
+  /// backward pass, so gradient buckets start off, as under mpirun.
+  bool waits_without_polling() const override { return false; }
 
   void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) override;
   void broadcast(std::vector<Tensor>& tensors, int root, const char* label) override;
