@@ -2,7 +2,8 @@
 // step) at one global batch on 1, 2 and 4 replicas, with the speed-up and scaling efficiency
 // next to the step timeline's breakdown (profile::Profiler) for each count, and what recording
 // the timeline costs: every round times a block of steps with the profiler off, then one with it
-// on, and the table gives the medians over rounds.
+// on, and the table gives the medians over rounds. Replicas in separate processes (mpirun -np 2,
+// workers from TF_CONFIG) beside 2 in one process: bench/scaling_workers.sh.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
