@@ -73,6 +73,41 @@ TEST_CASE("multi-worker: the cluster spec and the strategy agree with mpirun", "
   CHECK(s.communication_options().bytes_per_pack == (sleeps ? int64_t{25} << 20 : 0));
 }
 
+TEST_CASE("multi-worker: workers sharing a machine compute on cores of their own", "[mpi]") {
+  // However they were started (mpirun binds them; TF_CONFIG workers bind themselves), the
+  // workers of one machine do not share cores unless there are fewer cores than workers.
+  td::Strategy& s = strategy();
+  const std::vector<int> mine = td::process_cores();
+  CHECK(td::hardware_cores() == static_cast<int>(mine.size()));
+  const std::string text = td::kernel_identity() + "\n" + td::format_cores(mine);
+  const std::vector<std::vector<char>> all =
+      td::worker_group()->all_gather(std::vector<char>(text.begin(), text.end()), "cores");
+  REQUIRE(static_cast<int>(all.size()) == s.num_workers());
+  int here = 0;
+  std::vector<int> used;
+  for (const std::vector<char>& piece : all) {
+    const std::string theirs(piece.begin(), piece.end());
+    const size_t newline = theirs.find('\n');
+    if (theirs.substr(0, newline) != td::kernel_identity()) continue;
+    ++here;
+    // "0-1,3": every core listed.
+    std::string list = theirs.substr(newline + 1);
+    for (size_t at = 0; at < list.size();) {
+      const size_t end = std::min(list.find(',', at), list.size());
+      const std::string range = list.substr(at, end - at);
+      const size_t dash = range.find('-');
+      const int first = std::stoi(range.substr(0, dash));
+      const int last = dash == std::string::npos ? first : std::stoi(range.substr(dash + 1));
+      for (int c = first; c <= last; ++c) used.push_back(c);
+      at = end + 1;
+    }
+  }
+  std::sort(used.begin(), used.end());
+  const bool disjoint = std::adjacent_find(used.begin(), used.end()) == used.end();
+  INFO(here << " workers here; cores " << td::format_cores(mine) << " of this worker");
+  if (here > 1) CHECK((disjoint || mine.size() == 1));
+}
+
 TEST_CASE("multi-worker: collectives over every replica of every worker", "[mpi]") {
   td::Strategy& s = strategy();
   const int total = s.num_replicas_in_sync();

@@ -26,7 +26,8 @@ thread_local const Strategy* t_scope_strategy = nullptr;
 /// same kernel and the same cores each take a share (rank order). Workers already bound apart
 /// (mpirun, taskset, a container's cpuset) keep their cores, and TANDEM_CPU_BIND=none keeps
 /// every worker on all of them. Logs what this worker took.
-void divide_machine_cores(collectives::WorkerCollectives& workers, const std::string& owner) {
+void divide_machine_cores(collectives::WorkerCollectives& workers, const std::string& owner,
+                          int replicas) {
   const char* setting = std::getenv("TANDEM_CPU_BIND");
   const std::string bind = setting && *setting ? setting : "cores";
   TANDEM_CHECK(bind == "cores" || bind == "none", "TANDEM_CPU_BIND=\"", bind,
@@ -63,8 +64,12 @@ void divide_machine_cores(collectives::WorkerCollectives& workers, const std::st
     how = detail::str_cat(share.size(), " of the ", cores, " this machine gives the job's ",
                           sharing, " workers here (TANDEM_CPU_BIND=none to keep them all)");
   }
+  // The replica threads split this process's cores (replica_threads.cpp).
+  const int threads = std::max(1, static_cast<int>(share.size()) / replicas);
   TANDEM_LOG_INFO(owner, ": worker ", workers.rank(), " of ", workers.size(), " computes on core",
-                  share.size() == 1 ? " " : "s ", format_cores(share), ", ", how);
+                  share.size() == 1 ? " " : "s ", format_cores(share), " with ", threads,
+                  " compute thread", threads == 1 ? "" : "s", " for each of its ", replicas,
+                  " replica", replicas == 1 ? "" : "s", ": ", how);
 }
 
 using InitialBroadcast = std::function<Tensor(const std::string&, const Tensor&)>;
@@ -153,7 +158,7 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
   // Before the replica threads exist: each sizes its compute threads from this process's cores.
   if (scope == Scope::kWorkers && impl.collectives->workers() &&
       impl.collectives->workers()->size() > 1 && impl.devices.front().is_cpu())
-    divide_machine_cores(*impl.collectives->workers(), impl.name);
+    divide_machine_cores(*impl.collectives->workers(), impl.name, impl.num_replicas());
   if (scope == Scope::kWorkers) {
     set_process_replica_offset(impl.worker_index() * replicas);
     // Metrics and checkpoints combine the workers' state through the installed group.
