@@ -1,6 +1,8 @@
 // load_weights: files Keras itself wrote (tests/interop/keras_write_weights.py, when TensorFlow
 // is installed) give Tandem Keras's logits; files in the Keras layouts written here check the
 // matching rules, the errors (layer, names and shapes), and loading into a mirrored model.
+#include <sys/stat.h>
+
 #include <cmath>
 #include <cstdio>
 
@@ -8,6 +10,7 @@
 
 namespace td = tandem;
 using namespace tandem::checkpoint_testing;
+using Catch::Matchers::Contains;
 
 namespace {
 
@@ -334,4 +337,104 @@ TEST_CASE("load_weights: a file in none of Keras's layouts is refused", "[cpu][c
   td::nn::Sequential unbuilt({td::nn::Dense(4)});
   CHECK_THROWS_WITH(td::load_weights(unbuilt, dir.file("other.h5")),
                     Catch::Contains("is not built"));
+}
+
+namespace {
+
+std::string keras_fixture(const std::string& name) {
+  return (fs::path(TANDEM_SOURCE_DIR) / "tests/checkpoint/fixtures" / name).string();
+}
+
+/// Dense(16, relu), Sequential(Dense(12, relu), Dense(6)), Dense(4) on 8 features: the model of
+/// fixtures/keras_nested (make_keras_nested.py).
+td::nn::Sequential nested_model() {
+  td::nn::Sequential inner({td::nn::Dense(12, td::nn::Activation::kRelu), td::nn::Dense(6)});
+  td::nn::Sequential model({td::nn::Dense(16, td::nn::Activation::kRelu), inner, td::nn::Dense(4)});
+  model.build({8});
+  return model;
+}
+
+}  // namespace
+
+TEST_CASE("load_weights: a nested model, in every layout Keras and tf-keras write",
+          "[cpu][checkpoint][interop]") {
+  // Keras's own files (make_keras_nested.py): its outputs on a fixed input are the reference.
+  std::vector<float> expected;
+  {
+    std::istringstream lines(read_text(keras_fixture("keras_nested/outputs.txt")));
+    for (float v; lines >> v;) expected.push_back(v);
+  }
+  REQUIRE(expected.size() == 8);
+  std::vector<float> x(16);
+  for (size_t i = 0; i < x.size(); ++i) x[i] = static_cast<float>(i) / 10.0f - 0.7f;
+  const td::Tensor input = td::Tensor::from_vector(x, td::Shape({2, 8}));
+  for (const char* name :
+       {"keras3.weights.h5", "keras3_legacy.h5", "tf_keras.weights.h5", "tf_keras_legacy.h5"}) {
+    INFO(name);
+    td::nn::Sequential model = nested_model();
+    td::load_weights(model, keras_fixture(std::string("keras_nested/") + name));
+    const std::vector<float> got = model(input).to_vector<float>();
+    REQUIRE(got.size() == expected.size());
+    double difference = 0;
+    for (size_t i = 0; i < got.size(); ++i)
+      difference = std::max<double>(difference, std::fabs(got[i] - expected[i]));
+    CHECK(difference < 1e-5);
+  }
+  // A flat model of the same weights is another model to Keras 3's paths: refused, counting
+  // the file's layers with weights, nested ones included.
+  td::nn::Sequential flat({td::nn::Dense(16, td::nn::Activation::kRelu),
+                           td::nn::Dense(12, td::nn::Activation::kRelu), td::nn::Dense(6),
+                           td::nn::Dense(4)});
+  flat.build({8});
+  CHECK_THAT(mismatch_message(flat, keras_fixture("keras_nested/keras3.weights.h5")),
+             Contains("layer 2 (Tandem \"dense_2\"): Keras stores it at /layers/dense_2/vars, "
+                      "which the file lacks (its layers with weights: \"dense\", \"dense_1\", "
+                      "\"sequential/layers/dense\", \"sequential/layers/dense_1\")"));
+  // One layer too few: the count names every layer with weights, nested ones included.
+  td::nn::Sequential short_model({td::nn::Dense(16, td::nn::Activation::kRelu), td::nn::Dense(4)});
+  short_model.build({8});
+  CHECK_THAT(mismatch_message(short_model, keras_fixture("keras_nested/keras3.weights.h5")),
+             Contains("the file has 4 layers with weights (\"dense\", \"dense_1\", "
+                      "\"sequential/layers/dense\", \"sequential/layers/dense_1\"), the model "
+                      "has 2"));
+}
+
+TEST_CASE("load_weights: non-finite weights, data outside the file and links elsewhere",
+          "[cpu][checkpoint][interop]") {
+  TempDir dir;
+  auto copy = [&](const std::string& name) {
+    const std::string path = dir.file(name);
+    fs::copy_file(keras_fixture("crafted/" + name), path);
+    return path;
+  };
+  SECTION("NaN and Inf are refused by name and count, unless asked for") {
+    const std::string path = copy("keras_nan.h5");
+    td::nn::Sequential model = nested_model();
+    const std::vector<float> before = model.weights()[0].copy(0).to_vector<float>();
+    CHECK_THROWS_WITH(
+        td::load_weights(model, path),
+        Contains(path) && Contains("/dense/dense/kernel:0 holds 128 non-finite values "
+                                   "(128 NaN, 0 Inf) of 128"));
+    CHECK(model.weights()[0].copy(0).to_vector<float>() == before);  // nothing assigned
+    td::load_weights(model, path, {.allow_non_finite = true});
+    CHECK(std::isnan(model.weights()[0].copy(0).to_vector<float>()[0]));
+    CHECK(std::isinf(model.weights()[1].copy(0).to_vector<float>()[0]));
+  }
+  SECTION("a bias stored in /etc/passwd or /dev/urandom is never read") {
+    for (const char* name : {"keras_external_passwd.h5", "keras_external_urandom.h5"}) {
+      td::nn::Sequential model = nested_model();
+      const std::string path = copy(name);
+      CHECK_THROWS_WITH(
+          td::load_weights(model, path),
+          Contains(path) && Contains("bias:0: its data is stored in 1 external file"));
+    }
+  }
+  SECTION("an external link to a FIFO is not followed (nothing blocks)") {
+    const std::string path = copy("keras_external_link_fifo.h5");
+    REQUIRE(::mkfifo(dir.file("fifo").c_str(), 0600) == 0);
+    td::nn::Sequential model = nested_model();
+    CHECK_THROWS_WITH(
+        td::load_weights(model, path),
+        Contains(path) && Contains("kernel:0 is an external link to \"/x\" in \"fifo\""));
+  }
 }

@@ -6,6 +6,7 @@
 #include <sstream>
 
 #include "tandem/checkpoint/checkpoint.h"
+#include "tandem/checkpoint/internal/layout.h"
 #include "tandem/io/internal/hdf5_file.h"
 
 namespace tandem {
@@ -142,7 +143,7 @@ void describe_training_state(const h5::Group& root, std::ostringstream& out) {
 }  // namespace
 
 std::string inspect_checkpoint(const std::string& path) {
-  h5::File file = h5::File::open(path);
+  h5::File file = detail::open_checkpoint(path);
   const h5::Group& root = file.root();
   TANDEM_CHECK(root.has_attr("tandem_format") &&
                    root.read_attr_string("tandem_format") == "tandem.checkpoint",

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <map>
 #include <optional>
+#include <set>
 #include <utility>
 #include <vector>
 
@@ -20,7 +21,7 @@ namespace {
 
 /// One layer of the model that has weights.
 struct ModelLayer {
-  size_t index = 0;  ///< its position among the model's layers
+  size_t index = 0;  ///< its position among the model's layers (a nested model's, for its own)
   std::string name;  ///< its Tandem name
   std::string key;   ///< the path Keras 3 gives it in a .weights.h5 file ("dense_1")
   std::vector<Variable> weights;
@@ -61,20 +62,35 @@ std::string quoted_list(const std::vector<std::string>& names) {
 /// The model's layers that have weights, in order (a model that is a single layer is its own
 /// one layer). `key` follows Keras 3's naming of a container's entries: the snake-case class
 /// name (Tandem's default_name), then "_1", "_2", ... for later layers of the same class.
-std::vector<ModelLayer> model_layers(const nn::Module& model) {
+/// `nested`: a layer that holds layers (a nested Sequential) gives its own layers, keyed below
+/// it ("sequential/layers/dense", as Keras 3 stores them); otherwise it is one layer whose
+/// weights are all of theirs (as Keras's legacy files list them).
+void collect_layers(const nn::Module& model, bool nested, const std::string& prefix, int depth,
+                    size_t top, std::vector<ModelLayer>& out) {
+  TANDEM_CHECK(depth <= 16, "load_weights: models nest deeper than 16 levels");
   std::vector<nn::Module> children = model.children();
-  if (children.empty()) children.push_back(model);
+  if (children.empty() && depth == 0) children.push_back(model);
   std::map<std::string, int> seen;
-  std::vector<ModelLayer> out;
   for (size_t i = 0; i < children.size(); ++i) {
     const nn::Module& child = children[i];
     const std::string& base = child.impl().default_name();
     const int count = seen[base]++;
+    const std::string key = prefix + (count == 0 ? base : base + "_" + std::to_string(count));
+    // `index`: the position of the layer, or of the nested model holding it, in the model.
+    const size_t index = depth == 0 ? i : top;
+    if (nested && !child.children().empty()) {
+      collect_layers(child, nested, key + "/layers/", depth + 1, index, out);
+      continue;
+    }
     std::vector<Variable> weights = child.weights();
     if (weights.empty()) continue;
-    out.push_back({i, child.name(), count == 0 ? base : base + "_" + std::to_string(count),
-                   std::move(weights)});
+    out.push_back({index, child.name(), key, std::move(weights)});
   }
+}
+
+std::vector<ModelLayer> model_layers(const nn::Module& model, bool nested) {
+  std::vector<ModelLayer> out;
+  collect_layers(model, nested, "", 0, 0, out);
   return out;
 }
 
@@ -123,6 +139,24 @@ std::vector<std::string> keras3_vars(const h5::Group& root, const std::string& l
   return out;
 }
 
+/// The Keras 3 layers with weights below `layers` ("layers", "layers/sequential/layers"), in
+/// the file's order, by their path below it ("dense", "sequential/layers/dense"): a nested
+/// model's group holds its own "layers". Bounded: a cycle of groups or nesting deeper than 16
+/// levels raises.
+void keras3_layers(const h5::Group& root, const std::string& layers, const std::string& prefix,
+                   int depth, std::set<std::string>& seen, std::vector<std::string>& out) {
+  TANDEM_CHECK(depth <= 16, root.file(), ": /", layers, ": layers nest deeper than 16 levels");
+  TANDEM_CHECK(seen.insert(root.object_id(layers)).second, root.file(), ": /", layers,
+               " is reached again through a cycle of links; the file is damaged");
+  for (const std::string& name : root.open_group(layers).children()) {
+    const std::string path = layers + "/" + name;
+    if (root.is_dataset(path)) continue;
+    if (!keras3_vars(root, path).empty()) out.push_back(prefix + name);
+    if (root.exists(path + "/layers") && !root.is_dataset(path + "/layers"))
+      keras3_layers(root, path + "/layers", prefix + name + "/layers/", depth + 1, seen, out);
+  }
+}
+
 /// The file's layers matched to `layers`, one for one, in the model's order: in a legacy file
 /// by order, in a Keras 3 file by Keras's path. Raises when the number of layers with weights
 /// differs, or a layer has no counterpart.
@@ -147,11 +181,11 @@ std::vector<FileLayer> match_layers(const h5::Group& root, KerasLayout layout,
     }
     return file;
   }
-  // Keras 3 names each entry of the model's layer list by its class and rank in that class.
-  const h5::Group group = root.open_group("layers");
+  // Keras 3 names each entry of the model's layer list by its class and rank in that class, and
+  // a nested model's entries below its own.
   std::vector<std::string> file_names;
-  for (const std::string& name : group.children())
-    if (!keras3_vars(root, "layers/" + name).empty()) file_names.push_back(name);
+  std::set<std::string> seen;
+  keras3_layers(root, "layers", "", 0, seen, file_names);
   if (file_names.size() != layers.size()) count_mismatch(file_names);
   std::vector<FileLayer> file;
   for (const ModelLayer& layer : layers) {
@@ -186,20 +220,21 @@ KerasLayout detect_layout(const h5::Group& root, const std::string& path) {
 
 }  // namespace
 
-void load_weights(const nn::Module& model, const std::string& path) {
+void load_weights(const nn::Module& model, const std::string& path,
+                  const LoadWeightsOptions& options) {
   TANDEM_CHECK(current_replica_binding().num_replicas <= 1, prefix(path),
                "called inside strategy.run; load weights from the main thread, outside run");
   TANDEM_CHECK(model.built(), prefix(path), "model \"", model.name(),
                "\" is not built; call model.build(input_shape) (or run it once) first, as Keras ",
                "requires a built model too");
-  const std::vector<ModelLayer> layers = model_layers(model);
-
   // 1. Read and check everything; the model is not touched until every value fits.
   std::vector<std::pair<Variable, Tensor>> values;
   {
-    const h5::File file = h5::File::open(path);
+    const h5::File file = h5::File::open(path, h5::Origin::kForeign);
     const h5::Group& root = file.root();
     const KerasLayout layout = detect_layout(root, path);
+    const std::vector<ModelLayer> layers =
+        model_layers(model, /*nested=*/layout == KerasLayout::kKeras3);
     const std::vector<FileLayer> file_layers = match_layers(root, layout, layers, path);
     for (size_t i = 0; i < layers.size(); ++i) {
       const ModelLayer& layer = layers[i];
@@ -229,6 +264,14 @@ void load_weights(const nn::Module& model, const std::string& path) {
                  detail::str_cat(where, short_name(v), " shape ", shape, " in the file (",
                                  stored.group, "/", dataset, "), ", v.shape(), " in the model"));
         Tensor value = group.read_tensor(dataset);
+        if (is_floating(value.dtype()) && !options.allow_non_finite) {
+          const ops::NonFinite found = ops::count_non_finite(value);
+          TANDEM_CHECK(found.total() == 0, prefix(path), where, stored.group, "/", dataset,
+                       " holds ", found.total(), " non-finite values (", found.nan, " NaN, ",
+                       found.inf, " Inf) of ", value.numel(),
+                       "; a model trained into NaN, or a damaged file (pass "
+                       "{.allow_non_finite = true} to load them anyway)");
+        }
         if (value.dtype() != v.dtype()) {
           TANDEM_CHECK(is_floating(value.dtype()) && is_floating(v.dtype()), prefix(path), where,
                        short_name(v), " is ", value.dtype(), " in the file (", stored.group, "/",

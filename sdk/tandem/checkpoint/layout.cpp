@@ -169,6 +169,13 @@ void check_own_signature(const h5::Group& root, const std::string& path,
   throw CheckpointMismatchError(path + ": " + what);
 }
 
+h5::File open_checkpoint(const std::string& path) {
+  h5::File file = h5::File::open(path, h5::Origin::kTandem);
+  if (file.root().has_attr("tandem_checksums")) return file;
+  file.close();
+  return h5::File::open(path, h5::Origin::kForeign);
+}
+
 void require_group(const h5::Group& root, const std::string& name, const std::string& path) {
   TANDEM_CHECK(root.exists(name), path, ": incomplete checkpoint: the group /", name,
                " is missing");

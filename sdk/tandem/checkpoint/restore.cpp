@@ -400,7 +400,7 @@ void Checkpoint::restore(const std::string& path) const {
   Loaded loaded;
   loaded.path = path;
   {
-    h5::File file = h5::File::open(path);
+    h5::File file = detail::open_checkpoint(path);
     const h5::Group& root = file.root();
     TANDEM_CHECK(
         root.has_attr("tandem_format") && root.read_attr_string("tandem_format") == kFormatName,

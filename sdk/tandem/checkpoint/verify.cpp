@@ -1,6 +1,8 @@
 // verify_checkpoint (inspect.h): checks, without the model that wrote it, that a checkpoint
 // would restore: every dataset read back (so every checksum verified) and every value possible.
 #include <cmath>
+#include <set>
+#include <string>
 
 #include "tandem/checkpoint/inspect.h"
 #include "tandem/checkpoint/internal/layout.h"
@@ -22,10 +24,29 @@ using detail::require_group;
 
 namespace {
 
+/// How deep groups may nest below the group a walk starts from (a checkpoint needs 4:
+/// v/<layer>/<variable>), and how many objects one walk visits at most.
+constexpr int kMaxDepth = 16;
+constexpr size_t kMaxObjects = 1'000'000;
+
+/// What a walk of a file has seen: every group by its object id, so that a cycle of hard links
+/// (group A holding B holding A) ends the walk with an error instead of recursing forever.
+struct Walk {
+  std::set<std::string> groups;
+  size_t objects = 0;
+};
+
 /// Reads every dataset below `group` (so HDF5 verifies each checksum) and checks the values
 /// that cannot be valid, as a restore does (`slots`: optimizer slots, "v/..." >= 0).
-void verify_datasets(const h5::Group& group, bool slots, const std::string& prefix = "") {
+void verify_datasets(const h5::Group& group, bool slots, Walk& walk, const std::string& prefix = "",
+                     int depth = 0) {
+  TANDEM_CHECK(walk.groups.insert(group.object_id(".")).second, group.file(), ":", group.path(),
+               ": the group is reached again through a cycle of links; the file is damaged");
+  TANDEM_CHECK(depth <= kMaxDepth, group.file(), ":", group.path(), ": groups nest deeper than ",
+               kMaxDepth, " levels; not a Tandem checkpoint");
   for (const std::string& child : group.children()) {
+    TANDEM_CHECK(++walk.objects <= kMaxObjects, group.file(), ": more than ", kMaxObjects,
+                 " objects; not a Tandem checkpoint");
     // `name`: the path below the group verify_datasets started from ("v/dense/kernel:0").
     const std::string name = prefix.empty() ? child : prefix + "/" + child;
     if (group.is_dataset(child)) {
@@ -34,7 +55,7 @@ void verify_datasets(const h5::Group& group, bool slots, const std::string& pref
                    /*non_negative=*/slots && name.starts_with("v/"),
                    "the second moment v is an average of squares");
     } else {
-      verify_datasets(group.open_group(child), slots, name);
+      verify_datasets(group.open_group(child), slots, walk, name, depth + 1);
     }
   }
 }
@@ -43,7 +64,7 @@ void verify_datasets(const h5::Group& group, bool slots, const std::string& pref
 
 std::string verify_checkpoint(const std::string& path) {
   try {
-    h5::File file = h5::File::open(path);
+    h5::File file = detail::open_checkpoint(path);
     const h5::Group& root = file.root();
     TANDEM_CHECK(
         root.has_attr("tandem_format") && root.read_attr_string("tandem_format") == kFormatName,
@@ -55,12 +76,13 @@ std::string verify_checkpoint(const std::string& path) {
                  kCheckpointFormatVersion);
     for (const char* group : {kModelWeights, kTrainingState}) require_group(root, group, path);
     check_own_signature(root, path);
-    verify_datasets(root.open_group(kModelWeights), /*slots=*/false);
+    Walk walk;
+    verify_datasets(root.open_group(kModelWeights), /*slots=*/false, walk);
     if (root.exists(kOptimizerWeights)) {
       const h5::Group optimizer = root.open_group(kOptimizerWeights);
       check_counter(location(optimizer, kIterationName),
                     optimizer.read_scalar_int64(kIterationName));
-      verify_datasets(optimizer, /*slots=*/true);
+      verify_datasets(optimizer, /*slots=*/true, walk);
     }
     const h5::Group state = root.open_group(kTrainingState);
     for (const char* name : kStandardCounters)
@@ -81,7 +103,7 @@ std::string verify_checkpoint(const std::string& path) {
       const h5::Group data = state.open_group("data");
       for (const std::string& name : data.children()) read_iterator_state(data.open_group(name));
     }
-    if (state.exists("grad_accum")) verify_datasets(state.open_group("grad_accum"), false);
+    if (state.exists("grad_accum")) verify_datasets(state.open_group("grad_accum"), false, walk);
     if (state.exists("rng/replica_state")) state.read_u64("rng/replica_state");
     return "";
   } catch (const std::exception& e) {

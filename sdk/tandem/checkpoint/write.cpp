@@ -59,7 +59,7 @@ void write_model(const h5::Group& root, const nn::Module* model) {
   for (const LayerWeights& layer : layers) layer_names.push_back(layer.name);
   // Keras' legacy h5 layout: load_weights finds no layer_names at the root, descends into
   // /model_weights, and matches the layers that have weights by order.
-  group.write_attr("layer_names", layer_names);
+  group.write_attr_fixed("layer_names", layer_names);
   group.write_attr("backend", std::string("tensorflow"));
   group.write_attr("keras_version", std::string(kKerasVersion));
   for (const LayerWeights& layer : layers) {
@@ -70,7 +70,7 @@ void write_model(const h5::Group& root, const nn::Module* model) {
       // Replica 0's copy: after every synchronised update all copies hold the same bits.
       layer_group.write_tensor(keras_name(v.name()), v.copy(0));
     }
-    layer_group.write_attr("weight_names", weight_names);
+    layer_group.write_attr_fixed("weight_names", weight_names);
   }
 }
 
@@ -84,7 +84,7 @@ void write_optimizer(const h5::Group& root, const optim::Optimizer& optimizer) {
   }
   group.write_attr("optimizer", optimizer.name());
   group.write_attr("config_json", optimizer.config_json());
-  group.write_attr("weight_names", weight_names);
+  group.write_attr_fixed("weight_names", weight_names);
 }
 
 void write_iterator_state(const h5::Group& group, const data::IteratorState& state) {
@@ -95,7 +95,7 @@ void write_iterator_state(const h5::Group& group, const data::IteratorState& sta
                        Tensor::from_vector(values, Shape({static_cast<int64_t>(values.size())})));
   }
   // HDF5 lists links by name; the entry order of the state is kept here.
-  group.write_attr("entry_names", names);
+  group.write_attr_fixed("entry_names", names);
 }
 
 void write_training_state(const h5::Group& root, const std::vector<Checkpoint::Entry>& entries,

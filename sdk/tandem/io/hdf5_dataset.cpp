@@ -1,6 +1,7 @@
 // The HDF5 wrapper's datasets: checkpoints write and read tensors whole (Group::write_tensor,
 // read_tensor, ...); the HDF5 dataset source reads rows in parts (Dataset). Every dataset
 // Tandem writes carries a checksum (see Group::write_tensor).
+#include <algorithm>
 #include <limits>
 
 #include "tandem/io/internal/hdf5_check.h"
@@ -133,6 +134,110 @@ void check_declared_size(hid_t set, const Shape& shape, size_t element_bytes,
 }
 
 constexpr hsize_t kChunkBytes = hsize_t{16} << 20;
+
+/// The name HDF5 gives a filter, for messages ("szip", "scaleoffset", "nbit", ...).
+std::string filter_name(H5Z_filter_t filter, const char* name) {
+  if (name != nullptr && name[0] != '\0')
+    return ::tandem::detail::str_cat(name, " (filter ", filter, ")");
+  return ::tandem::detail::str_cat("filter ", filter);
+}
+
+/// See Group::check_storage: how the dataset `set` keeps its data, against `origin`.
+void check_storage_of(hid_t set, Origin origin, const std::string& where) {
+  Handle dcpl(TANDEM_H5_CHECK(H5Dget_create_plist(set), "creation properties of ", where));
+  const int external =
+      TANDEM_H5_CHECK(H5Pget_external_count(dcpl.id()), "external files of ", where);
+  TANDEM_CHECK(external == 0, where, ": its data is stored in ", external,
+               " external file(s), outside the file; files Tandem reads keep their data inside");
+  const H5D_layout_t layout = TANDEM_H5_CHECK(H5Pget_layout(dcpl.id()), "layout of ", where);
+  TANDEM_CHECK(layout == H5D_COMPACT || layout == H5D_CONTIGUOUS || layout == H5D_CHUNKED, where,
+               ": a ",
+               layout == H5D_VIRTUAL ? "virtual dataset (its data comes from other files)"
+                                     : "dataset of an unknown layout",
+               "; files Tandem reads keep their data inside");
+  Handle space(TANDEM_H5_CHECK(H5Dget_space(set), "dataspace of ", where));
+  const int rank = TANDEM_H5_CHECK(H5Sget_simple_extent_ndims(space.id()), "rank of ", where);
+  std::vector<hsize_t> dims(static_cast<size_t>(rank));
+  if (rank > 0)
+    TANDEM_H5_CHECK(H5Sget_simple_extent_dims(space.id(), dims.data(), nullptr), "extent of ",
+                    where);
+  hsize_t elements = 1;
+  for (hsize_t d : dims) elements *= d;
+  // Only the filters that give back the written bytes exactly.
+  bool checksum = false;
+  const int filters = TANDEM_H5_CHECK(H5Pget_nfilters(dcpl.id()), "filters of ", where);
+  for (int i = 0; i < filters; ++i) {
+    unsigned flags = 0, config = 0;
+    size_t values = 0;
+    char name[64] = {};
+    const H5Z_filter_t filter =
+        TANDEM_H5_CHECK(H5Pget_filter2(dcpl.id(), static_cast<unsigned>(i), &flags, &values,
+                                       nullptr, sizeof(name), name, &config),
+                        "filters of ", where);
+    TANDEM_CHECK(filter == H5Z_FILTER_FLETCHER32 || filter == H5Z_FILTER_DEFLATE ||
+                     filter == H5Z_FILTER_SHUFFLE,
+                 where, ": stored through ", filter_name(filter, name),
+                 ", which Tandem does not read (only Fletcher-32, deflate and shuffle, which give "
+                 "back the written bytes exactly)");
+    checksum = checksum || filter == H5Z_FILTER_FLETCHER32;
+  }
+  if (origin == Origin::kTandem && elements > 0 && layout != H5D_COMPACT) {
+    TANDEM_CHECK(layout == H5D_CHUNKED && checksum, where, ": its data carries no checksum (",
+                 layout == H5D_CHUNKED ? "no Fletcher-32 filter" : "contiguous layout",
+                 "); every dataset Tandem writes does, so the file was altered");
+  }
+  if (layout != H5D_CHUNKED || elements == 0) return;
+  // Where the bytes come from: the chunk index must list each chunk of the dataset once, at
+  // its place. (A damaged index could move a chunk outside the dataset, which would then
+  // read as the fill value: zeros.)
+  std::vector<hsize_t> chunk(static_cast<size_t>(rank));
+  TANDEM_H5_CHECK(H5Pget_chunk(dcpl.id(), rank, chunk.data()), "chunk shape of ", where);
+  hsize_t expected = 1;
+  for (int d = 0; d < rank; ++d) {
+    TANDEM_CHECK(chunk[static_cast<size_t>(d)] > 0, where, ": a chunk extent of 0");
+    expected *= (dims[static_cast<size_t>(d)] + chunk[static_cast<size_t>(d)] - 1) /
+                chunk[static_cast<size_t>(d)];
+  }
+#if H5_VERSION_GE(1, 10, 5)
+  hsize_t stored = 0;
+  TANDEM_H5_CHECK(H5Dget_num_chunks(set, space.id(), &stored), "chunks of ", where);
+  TANDEM_CHECK(stored == expected, where, ": ", stored, " of its ", expected,
+               " chunks are stored; its chunk index is damaged (or it was never fully written)");
+  const hsize_t file_bytes = detail::file_size_of(set, "", where);
+  std::vector<hsize_t> offset(static_cast<size_t>(rank));
+  std::vector<std::vector<hsize_t>> seen;
+  for (hsize_t i = 0; i < stored; ++i) {
+    unsigned mask = 0;
+    haddr_t address = 0;
+    hsize_t bytes = 0;
+    TANDEM_H5_CHECK(H5Dget_chunk_info(set, space.id(), i, offset.data(), &mask, &address, &bytes),
+                    "chunk ", i, " of ", where);
+    bool inside = true;
+    for (int d = 0; d < rank; ++d) {
+      const size_t k = static_cast<size_t>(d);
+      inside = inside && offset[k] < dims[k] && offset[k] % chunk[k] == 0;
+    }
+    auto text = [&] {
+      std::string out = "[";
+      for (int d = 0; d < rank; ++d)
+        out += (d ? ", " : "") + std::to_string(offset[static_cast<size_t>(d)]);
+      return out + "]";
+    };
+    TANDEM_CHECK(inside, where, ": its chunk index puts a chunk at ", text(),
+                 ", outside its shape or off the chunk grid; the chunk index is damaged");
+    TANDEM_CHECK(std::find(seen.begin(), seen.end(), offset) == seen.end(), where,
+                 ": its chunk index lists the chunk at ", text(), " twice; it is damaged");
+    seen.push_back(offset);
+    TANDEM_CHECK(mask == 0, where, ": the chunk at ", text(),
+                 " was stored without its filters (mask ", mask,
+                 "), so without its checksum; the file was altered");
+    TANDEM_CHECK(bytes > 0 && address != HADDR_UNDEF && address <= file_bytes &&
+                     bytes <= file_bytes - address,
+                 where, ": the chunk at ", text(), " lies at bytes ", address, "..",
+                 address + bytes, ", outside the file of ", file_bytes, " bytes");
+  }
+#endif
+}
 
 Handle dataset_properties(const Shape& shape, size_t element_bytes) {
   Handle dcpl(TANDEM_H5_CHECK(H5Pcreate(H5P_DATASET_CREATE), "dataset creation properties"));
@@ -286,6 +391,13 @@ Tensor Group::read_tensor(const std::string& name) const {
   return read_rows(name, 0, shape.rank() == 0 ? 1 : shape[0]);
 }
 
+void Group::check_storage(const std::string& name) const {
+  TANDEM_CHECK(exists(name), where(name), ": dataset not found");
+  Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
+                             where(name)));
+  check_storage_of(set.id(), origin_, where(name));
+}
+
 Tensor Group::read_rows(const std::string& name, int64_t start, int64_t count) const {
   TANDEM_CHECK(exists(name), where(name), ": dataset not found");
   Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
@@ -295,6 +407,7 @@ Tensor Group::read_rows(const std::string& name, int64_t start, int64_t count) c
   Handle space(TANDEM_H5_CHECK(H5Dget_space(set.id()), "dataspace of ", where(name)));
   const Shape full = shape_of_space(space.id(), where(name));
   check_declared_size(set.id(), full, dtype_size(dtype), where(name));
+  check_storage_of(set.id(), origin_, where(name));
   if (full.rank() == 0) {
     Tensor out = Tensor::empty(Shape{}, dtype);
     TANDEM_H5_CHECK(
@@ -319,6 +432,7 @@ std::vector<uint64_t> Group::read_u64(const std::string& name) const {
   Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
                              where(name)));
   check_declared_size(set.id(), shape, sizeof(uint64_t), where(name));
+  check_storage_of(set.id(), origin_, where(name));
   std::vector<uint64_t> values(static_cast<size_t>(shape.numel()));
   if (!values.empty())
     TANDEM_H5_CHECK(

@@ -8,6 +8,8 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <map>
+#include <mutex>
 
 #include "tandem/io/internal/hdf5_check.h"
 
@@ -132,9 +134,10 @@ void Handle::close() {
   TANDEM_H5_CHECK(close_id(id), "closing an HDF5 object");
 }
 
-File::File(Handle handle, std::string path) : file_(std::move(handle)), path_(std::move(path)) {
+File::File(Handle handle, std::string path, Origin origin)
+    : file_(std::move(handle)), path_(std::move(path)) {
   hid_t root = TANDEM_H5_CHECK(H5Gopen2(file_.id(), "/", H5P_DEFAULT), path_, ": opening /");
-  root_ = Group(Handle(root), path_, "/");
+  root_ = Group(Handle(root), path_, "/", origin);
 }
 
 File File::create(const std::string& path) {
@@ -143,9 +146,13 @@ File File::create(const std::string& path) {
   // close() the file on disk is complete and may be fsynced and renamed.
   Handle fapl(TANDEM_H5_CHECK(H5Pcreate(H5P_FILE_ACCESS), "file access properties"));
   TANDEM_H5_CHECK(H5Pset_fclose_degree(fapl.id(), H5F_CLOSE_STRONG), "file access properties");
-  // The 1.8 object format or newer: v2 object headers and superblock carry checksums, so the
-  // metadata (shapes, attributes, compact scalars) is verified too. h5py and Keras read it.
-  TANDEM_H5_CHECK(H5Pset_libver_bounds(fapl.id(), H5F_LIBVER_V18, H5F_LIBVER_LATEST),
+  // The 1.10 format or newer: v2 object headers and superblock carry checksums, so the
+  // metadata (shapes, attributes, compact scalars) is verified, and so are the chunk indexes
+  // (a single chunk's address inside the checksummed layout message; a fixed array with its
+  // own checksum for several), which decide where a dataset's bytes come from: the 1.8
+  // format's v1 B-tree has none, and one flipped byte there moved a chunk outside its dataset,
+  // which then read back as zeros. h5py and Keras (libhdf5 1.10 and newer) read it.
+  TANDEM_H5_CHECK(H5Pset_libver_bounds(fapl.id(), H5F_LIBVER_V110, H5F_LIBVER_LATEST),
                   "file access properties");
   hid_t id = TANDEM_H5_CHECK(H5Fcreate(path.c_str(), H5F_ACC_EXCL, H5P_DEFAULT, fapl.id()),
                              "creating HDF5 file ", path);
@@ -210,7 +217,7 @@ bool is_hdf5(const std::string& path) {
   return result;
 }
 
-File File::open(const std::string& path) {
+File File::open(const std::string& path, Origin origin) {
   silence_hdf5();
   const int fd = open_regular_file(path);
   const bool signature = has_hdf5_signature(fd);
@@ -218,7 +225,7 @@ File File::open(const std::string& path) {
   TANDEM_CHECK(signature, path, ": not an HDF5 file (bad signature)");
   hid_t id = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
   if (id < 0) TANDEM_THROW(path, ": damaged or truncated HDF5 file: ", hdf5_message());
-  return File(Handle(id), path);
+  return File(Handle(id), path, origin);
 }
 
 File File::open_for_update(const std::string& path) {
@@ -275,6 +282,126 @@ void File::close() {
   if (!file_.valid()) return;
   const std::string why = close_file_id(file_.release());
   TANDEM_CHECK(why.empty(), "closing ", path_, ": ", why);
+}
+
+}  // namespace tandem::h5
+
+// ---- global heaps --------------------------------------------------------------------------
+
+namespace tandem::h5 {
+
+namespace {
+
+/// Why the global heap collection at `at` of `bytes` (the file, or the part read of it) is
+/// malformed; "" when it is fine or is no collection after all (only "GCOL" matched).
+std::string check_collection(const unsigned char* bytes, size_t length, size_t at,
+                             uint64_t file_size) {
+  // "GCOL", version 1, three reserved bytes, the collection's size (8-byte lengths, as every
+  // file h5py, Keras and Tandem write has); objects from byte 16.
+  if (at + 16 > length || bytes[at + 4] != 1 || bytes[at + 5] != 0 || bytes[at + 6] != 0 ||
+      bytes[at + 7] != 0)
+    return "";
+  uint64_t size = 0;
+  std::memcpy(&size, bytes + at + 8, sizeof(size));
+  if (size < 4096 || size > file_size - at)
+    return ::tandem::detail::str_cat("it declares ", size, " bytes (at least 4096, within the ",
+                                     file_size - at, " left in the file)");
+  if (at + size > length) return "";  // cut by the part read: checked with the next part
+  constexpr size_t kHeader = 16;      // index u16, references u16, reserved u32, size u64
+  size_t p = at + 16;
+  const size_t end = at + size;
+  while (p < end) {
+    if (p + kHeader > end) break;  // a tail too small for an object: free space
+    uint16_t index = 0;
+    uint64_t object = 0;
+    std::memcpy(&index, bytes + p, sizeof(index));
+    std::memcpy(&object, bytes + p + 8, sizeof(object));
+    uint64_t need = 0;
+    if (index == 0) {
+      // The free space: its size counts its header, and must move the reader forward.
+      if (object < kHeader || object > end - p)
+        return ::tandem::detail::str_cat("its free space at byte ", p - at, " has size ", object,
+                                         " (between ", kHeader, " and ", end - p, ")");
+      need = object;
+    } else {
+      const uint64_t aligned = (object + 7) / 8 * 8;
+      if (object > end - p || aligned > end - p - kHeader)
+        return ::tandem::detail::str_cat("its object ", index, " at byte ", p - at, " has size ",
+                                         object, ", past the collection's end (", end - p - kHeader,
+                                         " bytes left)");
+      need = kHeader + aligned;
+    }
+    p += need;
+  }
+  return "";
+}
+
+}  // namespace
+
+void check_global_heaps(const std::string& path) {
+  static std::mutex mutex;
+  static std::map<std::string, std::string> checked;  // file version -> "" or why it is damaged
+  struct stat info {};
+  TANDEM_CHECK(::stat(path.c_str(), &info) == 0, path,
+               ": cannot stat the file: ", std::strerror(errno));
+  const std::string version =
+      ::tandem::detail::str_cat(path, "|", info.st_dev, ":", info.st_ino, "|", info.st_size, "|",
+                                info.st_mtim.tv_sec, ".", info.st_mtim.tv_nsec);
+  std::lock_guard<std::mutex> lock(mutex);
+  auto found = checked.find(version);
+  if (found == checked.end()) {
+    const int fd = open_regular_file(path);
+    const uint64_t file_size = static_cast<uint64_t>(info.st_size);
+    // Parts of 4 MiB that overlap by a collection's minimum: a collection that starts in one
+    // part is checked in the part that holds it whole (collections are small; a larger one is
+    // read on its own).
+    constexpr size_t kPart = size_t{4} << 20;
+    std::vector<unsigned char> part;
+    std::string why;
+    for (uint64_t start = 0; start < file_size && why.empty();) {
+      const size_t length =
+          static_cast<size_t>(std::min<uint64_t>(kPart + 65536, file_size - start));
+      part.resize(length);
+      size_t got = 0;
+      while (got < length) {
+        const ssize_t n =
+            ::pread(fd, part.data() + got, length - got, static_cast<off_t>(start + got));
+        if (n < 0 && errno == EINTR) continue;
+        if (n <= 0) break;
+        got += static_cast<size_t>(n);
+      }
+      const size_t scan_end = std::min<size_t>(got, kPart);
+      for (size_t at = 0; at + 4 <= scan_end && why.empty(); ++at) {
+        const void* hit = std::memchr(part.data() + at, 'G', scan_end - at);
+        if (hit == nullptr) break;
+        at = static_cast<size_t>(static_cast<const unsigned char*>(hit) - part.data());
+        if (at + 4 > got || std::memcmp(part.data() + at, "GCOL", 4) != 0) continue;
+        std::string bad = check_collection(part.data(), got, at, file_size - start);
+        if (bad.empty() && at + 16 <= got) {
+          // A collection longer than what was read: read it whole.
+          uint64_t size = 0;
+          std::memcpy(&size, part.data() + at + 8, sizeof(size));
+          if (part[at + 4] == 1 && size >= 4096 && size <= file_size - start - at &&
+              at + size > got && size <= (uint64_t{64} << 20)) {
+            std::vector<unsigned char> whole(static_cast<size_t>(size));
+            const ssize_t n =
+                ::pread(fd, whole.data(), whole.size(), static_cast<off_t>(start + at));
+            if (n == static_cast<ssize_t>(whole.size()))
+              bad = check_collection(whole.data(), whole.size(), 0, file_size - start - at);
+          }
+        }
+        if (!bad.empty())
+          why = ::tandem::detail::str_cat(path, ": the global heap collection at offset ",
+                                          start + at, " is damaged: ", bad,
+                                          "; its variable-length strings cannot be read safely");
+      }
+      if (got < length) break;
+      start += kPart;
+    }
+    ::close(fd);
+    found = checked.emplace(version, why).first;
+  }
+  TANDEM_CHECK(found->second.empty(), found->second);
 }
 
 }  // namespace tandem::h5

@@ -20,35 +20,92 @@ std::string Group::where(const std::string& name) const {
   return file_ + ":" + (path_ == "/" ? "" : path_) + "/" + name;
 }
 
+Group Group::child(Handle handle, const std::string& name) const {
+  return Group(std::move(handle), file_, path_ == "/" ? "/" + name : path_ + "/" + name, origin_);
+}
+
 Group Group::create_group(const std::string& name) const {
   hid_t id =
       TANDEM_H5_CHECK(H5Gcreate2(handle_.id(), name.c_str(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                       "creating group ", where(name));
-  return Group(Handle(id), file_, path_ == "/" ? "/" + name : path_ + "/" + name);
+  return child(Handle(id), name);
 }
 
 Group Group::open_group(const std::string& name) const {
   TANDEM_CHECK(exists(name), where(name), ": group not found");
   hid_t id = TANDEM_H5_CHECK(H5Gopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening group ",
                              where(name));
-  return Group(Handle(id), file_, path_ == "/" ? "/" + name : path_ + "/" + name);
+  return child(Handle(id), name);
 }
 
 bool Group::exists(const std::string& name) const {
   silence_hdf5();
-  // Check each component: H5Lexists fails (not false) when an intermediate link is missing.
+  // Check each component: H5Lexists fails (not false) when an intermediate link is missing. And
+  // each must be a hard link before the next is looked up through it: HDF5 follows a soft link
+  // anywhere in the file and an external link into another file (one on a FIFO would block).
   size_t start = 0;
   while (start <= name.size()) {
     const size_t slash = name.find('/', start);
     const std::string prefix = name.substr(0, slash);
-    if (!prefix.empty() && H5Lexists(handle_.id(), prefix.c_str(), H5P_DEFAULT) <= 0) {
-      H5Eclear2(H5E_DEFAULT);
-      return false;
+    if (!prefix.empty()) {
+      if (H5Lexists(handle_.id(), prefix.c_str(), H5P_DEFAULT) <= 0) {
+        H5Eclear2(H5E_DEFAULT);
+        return false;
+      }
+      H5L_info_t link{};
+      TANDEM_H5_CHECK(H5Lget_info(handle_.id(), prefix.c_str(), &link, H5P_DEFAULT), "the link ",
+                      where(prefix));
+      if (link.type != H5L_TYPE_HARD) {
+        std::string target;
+        if (link.type == H5L_TYPE_SOFT || link.type == H5L_TYPE_EXTERNAL) {
+          std::vector<char> value(std::min<size_t>(link.u.val_size, 4096) + 1, '\0');
+          if (H5Lget_val(handle_.id(), prefix.c_str(), value.data(), value.size() - 1,
+                         H5P_DEFAULT) >= 0) {
+            if (link.type == H5L_TYPE_SOFT) {
+              target = std::string(" to \"") + value.data() + "\"";
+            } else {
+              const char* file = nullptr;
+              const char* object = nullptr;
+              unsigned flags = 0;
+              if (H5Lunpack_elink_val(value.data(), value.size() - 1, &flags, &file, &object) >= 0)
+                target = std::string(" to \"") + (object ? object : "") + "\" in \"" +
+                         (file ? file : "") + "\"";
+            }
+          }
+          H5Eclear2(H5E_DEFAULT);
+        }
+        TANDEM_THROW(where(prefix), " is ",
+                     link.type == H5L_TYPE_SOFT       ? "a soft link"
+                     : link.type == H5L_TYPE_EXTERNAL ? "an external link"
+                                                      : "a user-defined link",
+                     target, ", which is not followed: files Tandem reads hold hard links only");
+      }
     }
     if (slash == std::string::npos) break;
     start = slash + 1;
   }
   return true;
+}
+
+std::string Group::object_id(const std::string& name) const {
+  TANDEM_CHECK(name == "." || exists(name), where(name), ": not found");
+#if H5_VERSION_GE(1, 12, 0)
+  H5O_info2_t info{};
+  TANDEM_H5_CHECK(
+      H5Oget_info_by_name3(handle_.id(), name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT),
+      "the object ", where(name));
+  char* text = nullptr;
+  TANDEM_H5_CHECK(H5Otoken_to_str(handle_.id(), &info.token, &text), "the object ", where(name));
+  const std::string id = text ? text : "";
+  H5free_memory(text);
+  return id;
+#else
+  H5O_info_t info{};
+  TANDEM_H5_CHECK(
+      H5Oget_info_by_name2(handle_.id(), name.c_str(), &info, H5O_INFO_BASIC, H5P_DEFAULT),
+      "the object ", where(name));
+  return std::to_string(info.addr);
+#endif
 }
 
 Group Group::require_group(const std::string& name) const {
@@ -57,7 +114,7 @@ Group Group::require_group(const std::string& name) const {
   hid_t id =
       TANDEM_H5_CHECK(H5Gcreate2(handle_.id(), name.c_str(), lcpl.id(), H5P_DEFAULT, H5P_DEFAULT),
                       "creating group ", where(name));
-  return Group(Handle(id), file_, path_ == "/" ? "/" + name : path_ + "/" + name);
+  return child(Handle(id), name);
 }
 
 bool Group::is_dataset(const std::string& name) const {
@@ -85,16 +142,35 @@ void Group::remove(const std::string& name) const {
   TANDEM_H5_CHECK(H5Ldelete(handle_.id(), name.c_str(), H5P_DEFAULT), "deleting ", where(name));
 }
 
-void Group::write_attr(const std::string& name, const std::string& value) const {
+namespace {
+
+/// A fixed-length UTF-8 string type as wide as `value` (at least one byte), null-padded: no
+/// global heap, so reading it never depends on a structure the format does not checksum.
+Handle fixed_string_type(const std::string& value) {
   Handle type(TANDEM_H5_CHECK(H5Tcopy(H5T_C_S1), "string type"));
-  TANDEM_H5_CHECK(H5Tset_size(type.id(), H5T_VARIABLE), "string type");
+  TANDEM_H5_CHECK(H5Tset_size(type.id(), std::max<size_t>(value.size(), 1)), "string type");
+  TANDEM_H5_CHECK(H5Tset_strpad(type.id(), H5T_STR_NULLPAD), "string type");
   TANDEM_H5_CHECK(H5Tset_cset(type.id(), H5T_CSET_UTF8), "string type");
+  return type;
+}
+
+/// Writes `value` into the scalar attribute `attr` of fixed_string_type(value) `type`.
+void write_fixed_string(hid_t type, hid_t attr, const std::string& value,
+                        const std::string& where) {
+  std::vector<char> buffer(std::max<size_t>(value.size(), 1), '\0');
+  std::memcpy(buffer.data(), value.data(), value.size());
+  TANDEM_H5_CHECK(H5Awrite(attr, type, buffer.data()), "writing attribute ", where);
+}
+
+}  // namespace
+
+void Group::write_attr(const std::string& name, const std::string& value) const {
+  Handle type = fixed_string_type(value);
   Handle space(TANDEM_H5_CHECK(H5Screate(H5S_SCALAR), "dataspace"));
   Handle attr(TANDEM_H5_CHECK(
       H5Acreate2(handle_.id(), name.c_str(), type.id(), space.id(), H5P_DEFAULT, H5P_DEFAULT),
       "creating attribute ", where(name)));
-  const char* text = value.c_str();
-  TANDEM_H5_CHECK(H5Awrite(attr.id(), type.id(), &text), "writing attribute ", where(name));
+  write_fixed_string(type.id(), attr.id(), value, where(name));
   attr.close();
 }
 
@@ -148,17 +224,13 @@ void Group::write_attr_fixed(const std::string& name,
 void Group::write_attr_of(const std::string& object, const std::string& name,
                           const std::string& value) const {
   TANDEM_CHECK(exists(object), where(object), ": not found");
-  Handle type(TANDEM_H5_CHECK(H5Tcopy(H5T_C_S1), "string type"));
-  TANDEM_H5_CHECK(H5Tset_size(type.id(), H5T_VARIABLE), "string type");
-  TANDEM_H5_CHECK(H5Tset_cset(type.id(), H5T_CSET_UTF8), "string type");
+  Handle type = fixed_string_type(value);
   Handle space(TANDEM_H5_CHECK(H5Screate(H5S_SCALAR), "dataspace"));
   Handle attr(
       TANDEM_H5_CHECK(H5Acreate_by_name(handle_.id(), object.c_str(), name.c_str(), type.id(),
                                         space.id(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT),
                       "creating attribute ", name, " of ", where(object)));
-  const char* text = value.c_str();
-  TANDEM_H5_CHECK(H5Awrite(attr.id(), type.id(), &text), "writing attribute ", name, " of ",
-                  where(object));
+  write_fixed_string(type.id(), attr.id(), value, name + " of " + where(object));
   attr.close();
 }
 
@@ -172,8 +244,7 @@ std::optional<std::string> Group::read_attr_string_of(const std::string& object,
   }
   Handle opened(TANDEM_H5_CHECK(H5Oopen(handle_.id(), object.c_str(), H5P_DEFAULT), "opening ",
                                 where(object)));
-  const std::string object_path = path_ == "/" ? "/" + object : path_ + "/" + object;
-  return Group(std::move(opened), file_, object_path).read_attr_string(name);
+  return child(std::move(opened), object).read_attr_string(name);
 }
 
 bool Group::has_attr(const std::string& name) const {
@@ -227,6 +298,8 @@ std::vector<std::string> Group::read_attr_strings(const std::string& name) const
                  " bytes can hold; the file is damaged");
   }
   if (H5Tis_variable_str(type.id()) > 0) {
+    // The strings are in the file's global heaps, which libhdf5 reads without checks.
+    check_global_heaps(file_);
     Handle memtype(TANDEM_H5_CHECK(H5Tcopy(H5T_C_S1), "string type"));
     TANDEM_H5_CHECK(H5Tset_size(memtype.id(), H5T_VARIABLE), "string type");
     TANDEM_H5_CHECK(H5Tset_cset(memtype.id(), H5Tget_cset(type.id())), "string type");

@@ -30,6 +30,9 @@ Group Group::create_group(const std::string&) const { not_built(); }
 Group Group::open_group(const std::string&) const { not_built(); }
 Group Group::require_group(const std::string&) const { not_built(); }
 bool Group::exists(const std::string&) const { not_built(); }
+std::string Group::object_id(const std::string&) const { not_built(); }
+Group Group::child(Handle, const std::string&) const { not_built(); }
+void Group::check_storage(const std::string&) const { not_built(); }
 std::vector<std::string> Group::children() const { not_built(); }
 bool Group::is_dataset(const std::string&) const { not_built(); }
 Dataset Group::open_dataset(const std::string&, std::string, std::string) const { not_built(); }
@@ -75,10 +78,11 @@ bool Dataset::compressed() const { not_built(); }
 uint64_t Dataset::file_bytes() const { not_built(); }
 void Dataset::read_rows(int64_t, int64_t, const Shape&, DType, void*) const { not_built(); }
 
-File::File(Handle handle, std::string path) : file_(std::move(handle)), path_(std::move(path)) {}
+File::File(Handle handle, std::string path, Origin)
+    : file_(std::move(handle)), path_(std::move(path)) {}
 File::~File() = default;
 File File::create(const std::string&) { not_built(); }
-File File::open(const std::string&) { not_built(); }
+File File::open(const std::string&, Origin) { not_built(); }
 File File::open_for_update(const std::string&) { not_built(); }
 File File::open_as_found(const std::string&, const std::string&) { not_built(); }
 void File::flush() const { not_built(); }
@@ -86,6 +90,7 @@ void File::close() { file_.close(); }
 
 bool is_hdf5(const std::string&) { not_built(); }
 void require_regular_file(const std::string&) { not_built(); }
+void check_global_heaps(const std::string&) { not_built(); }
 
 }  // namespace tandem::h5
 

@@ -1,5 +1,7 @@
 // tandem-ckpt: inspect Tandem checkpoints from the shell.
 //   tandem-ckpt inspect FILE   format, step, variables (shape, dtype), optimizer, training state
+//   tandem-ckpt verify FILE    checks that a checkpoint would restore: its structure, every
+//                              dataset read back (every checksum) and every value possible
 //   tandem-ckpt latest DIR     the newest checkpoint of a CheckpointManager directory that
 //                              restores (every newer one skipped is named on stderr, with why)
 #include <cstdio>
@@ -18,6 +20,8 @@ constexpr int kExitUsage = 2;  // wrong arguments
 
 int usage(std::ostream& out, int status) {
   out << "usage: tandem-ckpt inspect FILE   describe a checkpoint (ckpt-N.h5)\n"
+         "       tandem-ckpt verify FILE    check that a checkpoint would restore (exit 0), or\n"
+         "                                  say why not (exit 1)\n"
          "       tandem-ckpt latest DIR     print the newest checkpoint in DIR that restores\n";
   return status;
 }
@@ -33,6 +37,15 @@ int main(int argc, char** argv) {
   try {
     if (command == "inspect") {
       std::cout << tandem::inspect_checkpoint(target);
+      return 0;
+    }
+    if (command == "verify") {
+      const std::string why = tandem::verify_checkpoint(target);
+      if (!why.empty()) {
+        std::cerr << "tandem-ckpt: " << why << "\n";
+        return kExitError;
+      }
+      std::cout << target << ": ok (every dataset read back and checked)\n";
       return 0;
     }
     if (command == "latest") {

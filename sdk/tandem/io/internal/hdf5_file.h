@@ -53,6 +53,19 @@ struct ElementType {
 /// How a dataset keeps its data in the file.
 enum class Layout { kCompact, kContiguous, kChunked, kVirtual, kOther };
 
+/// Who wrote a file that is read, which decides what a dataset's storage may be. Either way its
+/// objects are reached through hard links only (no soft or external link is followed), its
+/// data is stored in the file itself (no external storage, no virtual dataset), every chunk of
+/// a chunked dataset is allocated once and inside the dataset, and the only filters are those
+/// HDF5 applies losslessly (Fletcher-32, deflate, shuffle).
+enum class Origin {
+  /// A Tandem checkpoint: every dataset that holds data carries Fletcher-32 (chunked layout;
+  /// a scalar is compact, inside its checksummed object header).
+  kTandem,
+  /// A file another program wrote (Keras weights): contiguous and unchecksummed data too.
+  kForeign,
+};
+
 /// A dataset opened to be read in parts (the HDF5 dataset source): what it declares (extents,
 /// element type, storage) and rows read by hyperslab straight into the caller's memory. Its
 /// messages read "<context><what> <label>" ("data::hdf5: dataspace of 'x' in 'part0.h5'"), so
@@ -94,8 +107,11 @@ class Dataset {
 class Group {
  public:
   Group() = default;
-  Group(Handle handle, std::string file, std::string path)
-      : handle_(std::move(handle)), file_(std::move(file)), path_(std::move(path)) {}
+  Group(Handle handle, std::string file, std::string path, Origin origin = Origin::kTandem)
+      : handle_(std::move(handle)),
+        file_(std::move(file)),
+        path_(std::move(path)),
+        origin_(origin) {}
 
   const std::string& path() const { return path_; }
   const std::string& file() const { return file_; }
@@ -104,8 +120,12 @@ class Group {
   Group open_group(const std::string& name) const;
   /// Opens the group `name` (may contain '/'), creating it and any missing parents.
   Group require_group(const std::string& name) const;
-  /// True if a link `name` (may contain '/') exists below this group.
+  /// True if a link `name` (may contain '/') exists below this group. A soft or external link
+  /// on the way raises, naming it: nothing Tandem reads is reached through one.
   bool exists(const std::string& name) const;
+  /// What identifies the object `name` ("." for this group) within its file, whichever links
+  /// lead to it: walks of a file keep these to tell a cycle of hard links.
+  std::string object_id(const std::string& name) const;
   /// Names of the direct children, in creation order where recorded, else by name.
   std::vector<std::string> children() const;
   /// True if `name` exists and is a dataset (false for a group or a missing link).
@@ -126,6 +146,7 @@ class Group {
   /// Reads a whole dataset as a CPU tensor of its stored type (uint64 reads as int64 bits).
   /// Every read is bounded by the file's size before anything is allocated: a dataset whose
   /// declared shape needs more bytes than the file holds (a damaged header) raises naming it.
+  /// So does a dataset stored otherwise than its file's Origin allows (check_storage).
   Tensor read_tensor(const std::string& name) const;
   /// Reads a dataset of exactly one element (a scalar, or shape [1]) as int64 / float64; any
   /// other shape (an empty [0] included) raises naming the file, the dataset and its shape.
@@ -133,6 +154,11 @@ class Group {
   double read_scalar_float64(const std::string& name) const;
   /// True when the dataset `name` carries the Fletcher-32 checksum filter.
   bool has_checksum(const std::string& name) const;
+  /// Raises naming the dataset unless it is stored as its file's Origin allows (see Origin):
+  /// external storage, a virtual dataset, a filter other than Fletcher-32, deflate or shuffle,
+  /// a chunk index listing a chunk outside the dataset, twice, or not at all, a chunk whose
+  /// filters were skipped, or (kTandem) data without a checksum.
+  void check_storage(const std::string& name) const;
   /// Deletes the link `name` (tools and tests that edit a file).
   void remove(const std::string& name) const;
   std::vector<uint64_t> read_u64(const std::string& name) const;
@@ -164,26 +190,33 @@ class Group {
   std::string read_attr_string(const std::string& name) const;
   int64_t read_attr_int64(const std::string& name) const;
   /// Reads a 1-D string attribute, variable- or fixed-length; an attribute of no elements (of any
-  /// type) reads as an empty list.
+  /// type) reads as an empty list. Variable-length strings live in the file's global heaps,
+  /// which the format does not checksum and which libhdf5 reads trustingly (a damaged one can
+  /// hang or crash it): before the first such read the file's global heaps are checked
+  /// (check_global_heaps), and a damaged one raises naming the file and the offset.
   std::vector<std::string> read_attr_strings(const std::string& name) const;
 
  private:
   std::string where(const std::string& name) const;
+  /// A group below this one, of the same file and origin.
+  Group child(Handle handle, const std::string& name) const;
   Handle handle_;
   std::string file_;
   std::string path_;
+  Origin origin_ = Origin::kTandem;
 };
 
 /// An open HDF5 file.
 class File {
  public:
   /// Creates `path`; fails if it exists (exclusive create, for crash-safe temp files). The file
-  /// uses the HDF5 1.8 object format or newer (v2 object headers, which carry checksums).
+  /// uses the HDF5 1.10 format or newer: every piece of metadata carries a checksum (v2 object
+  /// headers, and the chunk indexes that decide where a dataset's bytes are).
   static File create(const std::string& path);
   /// Opens an existing file read-only; a missing, truncated or non-HDF5 file, or one that is not
   /// a regular file (a FIFO, a device, a directory: checked before HDF5 opens it, so nothing
-  /// blocks), raises an error naming the file.
-  static File open(const std::string& path);
+  /// blocks), raises an error naming the file. `origin` says what its datasets may be (Origin).
+  static File open(const std::string& path, Origin origin = Origin::kTandem);
   /// Opens an existing file for reading and writing (tools and tests that edit a file).
   static File open_for_update(const std::string& path);
   /// Opens `path` read-only as HDF5 finds it, without open()'s checks (the caller makes those
@@ -206,7 +239,7 @@ class File {
   void close();
 
  private:
-  File(Handle handle, std::string path);
+  File(Handle handle, std::string path, Origin origin = Origin::kTandem);
   Handle file_;
   Group root_;
   std::string path_;
@@ -219,5 +252,12 @@ bool is_hdf5(const std::string& path);
 /// Raises naming `path` unless it is a regular file (after following symbolic links): a
 /// missing file, a symbolic-link loop, a FIFO, a device or a directory.
 void require_regular_file(const std::string& path);
+
+/// Raises naming the file and the offset unless every global heap collection in it ("GCOL",
+/// where variable-length strings live) is well formed: each object inside the collection and
+/// of a size that moves the reader forward (libhdf5 1.10.8 loops forever on a free-space object
+/// of size 0, and copies past the collection for an object that runs over its end). Scans the
+/// file's bytes once per file version (path, inode, size, modification time).
+void check_global_heaps(const std::string& path);
 
 }  // namespace tandem::h5
