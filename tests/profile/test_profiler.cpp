@@ -1,9 +1,16 @@
 // The step timeline: synthetic runs with known answers (a slow input pipeline, a slow replica,
 // a large all-reduce for little compute, a healthy run) against the profiler's figures and
 // advice, and the Chrome trace it writes.
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
 #include <atomic>
 #include <catch2/catch.hpp>
 #include <chrono>
+#include <csignal>
 #include <filesystem>
 #include <fstream>
 #include <map>
@@ -11,8 +18,6 @@
 #include <string>
 #include <thread>
 #include <vector>
-
-#include <unistd.h>
 
 #include "tandem/core/internal/json.h"
 #include "tandem/tandem.h"
@@ -80,11 +85,10 @@ TEST_CASE("a slow input pipeline: the input wait is its share of the step, and i
   const td::Tensor x = td::Tensor::zeros({96, 4}, td::DType::kFloat32);
   std::atomic<int64_t> produced_us{0};
   std::vector<std::atomic<int64_t>> computed_us(2);
-  td::data::Dataset data =
-      td::data::from_tensor_slices({x}).batch(8).map([&](td::data::Element e) {
-        sleep_ms(kProduceMs, &produced_us);
-        return e;
-      });
+  td::data::Dataset data = td::data::from_tensor_slices({x}).batch(8).map([&](td::data::Element e) {
+    sleep_ms(kProduceMs, &produced_us);
+    return e;
+  });
   td::data::DistributedDataset batches = strategy.distribute_dataset(data);
   profile::Profiler profiler(strategy, {.trace_file = "", .print_summaries = false});
   for (const td::PerReplica<td::data::Batch>& batch : batches)
@@ -145,7 +149,8 @@ TEST_CASE("a large model's gradients for a tiny batch on 4 replicas: communicati
   // 8M float gradients (32 MB) per replica, and a 2x8 by 8x8 product of compute.
   td::PerReplica<td::Tensor> gradients(
       std::vector<td::Tensor>(4, td::Tensor::ones({int64_t{1} << 23}, td::DType::kFloat32)));
-  for (int r = 0; r < 4; ++r) gradients.values()[static_cast<size_t>(r)] = gradients.values()[0].clone();
+  for (int r = 0; r < 4; ++r)
+    gradients.values()[static_cast<size_t>(r)] = gradients.values()[0].clone();
   const td::Tensor a = td::Tensor::ones({2, 8}, td::DType::kFloat32);
   const td::Tensor b = td::Tensor::ones({8, 8}, td::DType::kFloat32);
   profile::Profiler profiler(strategy, {.trace_file = "", .print_summaries = false});
@@ -176,8 +181,8 @@ TEST_CASE("a healthy run gets no advice", "[cpu][profile]") {
   CAPTURE(s.to_string());
   CHECK(s.advice.empty());
   for (const profile::ReplicaBreakdown& r : s.per_replica)
-    CHECK(r.compute_ms == Approx(per_step_ms(slept_us[static_cast<size_t>(r.replica)], 8))
-                              .epsilon(0.1));
+    CHECK(r.compute_ms ==
+          Approx(per_step_ms(slept_us[static_cast<size_t>(r.replica)], 8)).epsilon(0.1));
   CHECK(s.speedup > 1.5);  // about 2: both replicas compute the whole step
   CHECK_THAT(s.to_string(), Catch::Contains("advice: none"));
 }
@@ -262,15 +267,14 @@ TEST_CASE("the optimizer's update is a phase of its own", "[cpu][profile]") {
   td::optim::SGD sgd;
   profile::Profiler profiler(strategy, {.trace_file = "", .print_summaries = false});
   for (int i = 0; i < 3; ++i)
-    strategy.run([&](td::ReplicaContext& ctx) {
-      sgd.apply_gradients(ctx, {td::Tensor::ones({4})}, {w});
-    });
+    strategy.run(
+        [&](td::ReplicaContext& ctx) { sgd.apply_gradients(ctx, {td::Tensor::ones({4})}, {w}); });
   const profile::Summary s = profiler.end_epoch();
   REQUIRE(s.steps == 3);
   int optimizer_spans = 0;
   for (const profile::Event& e : profiler.events())
-    optimizer_spans += e.phase == profile::Phase::kOptimizer &&
-                       e.track.kind == profile::TrackKind::kReplica;
+    optimizer_spans +=
+        e.phase == profile::Phase::kOptimizer && e.track.kind == profile::TrackKind::kReplica;
   CHECK(optimizer_spans == 3);
   CHECK(s.per_replica[0].optimizer_ms > 0);
   CHECK(s.per_replica[0].compute_ms >= 0);
@@ -308,4 +312,84 @@ TEST_CASE("spans open and close named ranges in pairs while recording (NVTX with
   // Per run: the loop's and each replica's step, and the all-reduce's three parts per replica.
   CHECK(g_step_pushes == 3 * 3);
   CHECK(g_pushes == 3 * (3 + 2 * 3));
+}
+
+namespace {
+
+/// A fresh folder under /tmp, removed at scope exit.
+struct Scratch {
+  Scratch() {
+    std::string pattern = (std::filesystem::temp_directory_path() / "tandem_trace_XXXXXX").string();
+    REQUIRE(::mkdtemp(pattern.data()) != nullptr);
+    path = pattern;
+  }
+  ~Scratch() { std::filesystem::remove_all(path); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& entry : std::filesystem::directory_iterator(path))
+      out.push_back(entry.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+  std::filesystem::path path;
+};
+
+}  // namespace
+
+TEST_CASE("the trace file is checked when the profiler starts, and never replaces a non-file",
+          "[cpu][profile]") {
+  Scratch scratch;
+  td::MirroredStrategy strategy = td::MirroredStrategy::cpu(1);
+  auto make = [&](const std::string& path) {
+    profile::Profiler profiler(strategy, {.trace_file = path, .print_summaries = false});
+  };
+  // A folder that cannot be made (a file is in the way), a directory, a FIFO: refused at once,
+  // naming the path, before any training.
+  std::ofstream(scratch.file("plain")) << "x";
+  CHECK_THROWS_WITH(make(scratch.file("plain/trace.json")),
+                    Catch::Contains("cannot make the folder of the trace file \"" +
+                                    scratch.file("plain/trace.json")));
+  CHECK_THROWS_WITH(make(scratch.path.string()),
+                    Catch::Contains("is a directory, not a regular file"));
+  REQUIRE(::mkfifo(scratch.file("fifo").c_str(), 0600) == 0);
+  CHECK_THROWS_WITH(
+      make(scratch.file("fifo")),
+      Catch::Contains("\"" + scratch.file("fifo") + "\" is a FIFO, not a regular file"));
+  // A FIFO where a temporary file would go does not block the write at the end, and stays.
+  REQUIRE(::mkfifo(scratch.file("trace.json.tmp").c_str(), 0600) == 0);
+  const auto start = std::chrono::steady_clock::now();
+  {
+    profile::Profiler profiler(
+        strategy, {.trace_file = scratch.file("trace.json"), .print_summaries = false});
+    strategy.run([](td::ReplicaContext&) {});
+  }
+  CHECK(std::chrono::steady_clock::now() - start < std::chrono::seconds(5));
+  CHECK(std::filesystem::is_fifo(scratch.file("trace.json.tmp")));
+  CHECK(std::filesystem::file_size(scratch.file("trace.json")) > 0);
+  CHECK(scratch.entries() ==
+        std::vector<std::string>{"fifo", "plain", "trace.json", "trace.json.tmp"});
+}
+
+TEST_CASE("a trace that cannot be written (a full disk) leaves no file behind", "[cpu][profile]") {
+  // A child process with a file size limit of 64 bytes stands in for a full disk.
+  Scratch scratch;
+  const pid_t pid = ::fork();
+  REQUIRE(pid >= 0);
+  if (pid == 0) {
+    ::signal(SIGXFSZ, SIG_IGN);
+    rlimit limit{64, 64};
+    ::setrlimit(RLIMIT_FSIZE, &limit);
+    {
+      td::MirroredStrategy strategy = td::MirroredStrategy::cpu(1);
+      profile::Profiler profiler(
+          strategy, {.trace_file = scratch.file("trace.json"), .print_summaries = false});
+      for (int i = 0; i < 20; ++i) strategy.run([](td::ReplicaContext&) {});
+    }  // the write fails here: logged, and the temporary file removed
+    std::_Exit(0);
+  }
+  int status = 0;
+  ::waitpid(pid, &status, 0);
+  CHECK(WIFEXITED(status));
+  CHECK(scratch.entries().empty());
 }

@@ -3,10 +3,16 @@
 // workers, the chief gathers every worker's events first).
 #include "tandem/profile/profiler.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <mutex>
@@ -28,10 +34,14 @@ constexpr int kLoopTid = 1, kInputTid = 2, kReplicaTid = 100, kCommunicatorTid =
 
 int tid(Track track) {
   switch (track.kind) {
-    case TrackKind::kLoop: return kLoopTid;
-    case TrackKind::kInput: return kInputTid;
-    case TrackKind::kReplica: return kReplicaTid + track.index;
-    case TrackKind::kCommunicator: return kCommunicatorTid + track.index;
+    case TrackKind::kLoop:
+      return kLoopTid;
+    case TrackKind::kInput:
+      return kInputTid;
+    case TrackKind::kReplica:
+      return kReplicaTid + track.index;
+    case TrackKind::kCommunicator:
+      return kCommunicatorTid + track.index;
   }
   return kLoopTid;
 }
@@ -77,8 +87,8 @@ std::string trace_events(std::vector<Event> events, const std::vector<std::strin
     first = false;
   };
   auto name_track = [&](int thread, const std::string& name) {
-    object("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + pid + ",\"tid\":" +
-           std::to_string(thread) + ",\"args\":{\"name\":" + json_string(name) + "}");
+    object("\"ph\":\"M\",\"name\":\"thread_name\",\"pid\":" + pid +
+           ",\"tid\":" + std::to_string(thread) + ",\"args\":{\"name\":" + json_string(name) + "}");
     object("\"ph\":\"M\",\"name\":\"thread_sort_index\",\"pid\":" + pid + ",\"tid\":" +
            std::to_string(thread) + ",\"args\":{\"sort_index\":" + std::to_string(thread) + "}");
   };
@@ -98,9 +108,9 @@ std::string trace_events(std::vector<Event> events, const std::vector<std::strin
   }
   const int64_t origin = events.empty() ? 0 : events.front().begin_ns;
   for (const Event& e : events) {
-    std::string body = "\"name\":" + json_string(phase_name(e.phase)) + ",\"cat\":\"tandem\",\"pid\":" +
-                       pid + ",\"tid\":" + std::to_string(tid(e.track)) +
-                       ",\"ts\":" + microseconds(e.begin_ns - origin);
+    std::string body =
+        "\"name\":" + json_string(phase_name(e.phase)) + ",\"cat\":\"tandem\",\"pid\":" + pid +
+        ",\"tid\":" + std::to_string(tid(e.track)) + ",\"ts\":" + microseconds(e.begin_ns - origin);
     if (e.phase == Phase::kEpochEnd)
       body += ",\"ph\":\"i\",\"s\":\"t\"";
     else
@@ -134,8 +144,8 @@ std::vector<std::string> gather_to_chief(const Strategy& strategy, const std::st
   for (size_t i = 0; i < mine.size(); ++i)
     bytes[static_cast<size_t>(offset) + i] = static_cast<unsigned char>(mine[i]);
   const std::vector<int32_t> all =
-      detail::StrategyAccess::reduce_across_workers(
-          strategy, ReduceOp::kSum, Tensor::from_vector(bytes, Shape{total}))
+      detail::StrategyAccess::reduce_across_workers(strategy, ReduceOp::kSum,
+                                                    Tensor::from_vector(bytes, Shape{total}))
           .to_vector<int32_t>();
   std::vector<std::string> out;
   int64_t at = 0;
@@ -147,19 +157,74 @@ std::vector<std::string> gather_to_chief(const Strategy& strategy, const std::st
   return out;
 }
 
-/// Writes `text` to `path` through a temporary file, so a reader never sees half a trace.
-void write_file(const std::string& path, const std::string& text) {
-  const std::filesystem::path target(path);
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
-  const std::string temporary = path + ".tmp";
-  {
-    std::ofstream file(temporary, std::ios::binary | std::ios::trunc);
-    TANDEM_CHECK(file.good(), "Profiler: cannot write the trace file \"", temporary, "\"");
-    file << text;
-    file.close();
-    TANDEM_CHECK(file.good(), "Profiler: writing the trace file \"", temporary, "\" failed");
+/// "a FIFO", "a directory", ... for a path that exists and is not a regular file; "" else.
+std::string non_file_kind(const std::string& path) {
+  struct stat info {};
+  if (::stat(path.c_str(), &info) != 0 || S_ISREG(info.st_mode)) return "";
+  if (S_ISDIR(info.st_mode)) return "a directory";
+  if (S_ISFIFO(info.st_mode)) return "a FIFO";
+  if (S_ISCHR(info.st_mode) || S_ISBLK(info.st_mode)) return "a device";
+  if (S_ISSOCK(info.st_mode)) return "a socket";
+  return "not a regular file";
+}
+
+/// Creates a temporary file beside `path` that did not exist before (O_EXCL: never an existing
+/// FIFO or file of that name, which could block or be clobbered); returns its descriptor and
+/// name.
+std::pair<int, std::string> create_temporary(const std::string& path) {
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    const std::string name = detail::str_cat(path, ".tmp.", ::getpid(), ".", attempt);
+    const int fd = ::open(name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+    if (fd >= 0) return {fd, name};
+    TANDEM_CHECK(errno == EEXIST, "Profiler: cannot write the trace file \"", path,
+                 "\": ", std::strerror(errno));
   }
-  std::filesystem::rename(temporary, target);
+  TANDEM_THROW("Profiler: cannot write the trace file \"", path,
+               "\": 100 temporary names beside it are taken");
+}
+
+/// Raises naming `path` unless a trace can be written there: its folder exists (or can be
+/// made) and takes a new file, and `path` is not something other than a regular file.
+void check_trace_path(const std::string& path) {
+  TANDEM_CHECK(!path.empty() && path.back() != '/', "Profiler: the trace file \"", path,
+               "\" names a folder, not a file");
+  const std::string kind = non_file_kind(path);
+  TANDEM_CHECK(kind.empty(), "Profiler: the trace file \"", path, "\" is ", kind,
+               ", not a regular file; name a file (it would not be replaced)");
+  const std::filesystem::path target(path);
+  if (target.has_parent_path()) {
+    std::error_code error;
+    std::filesystem::create_directories(target.parent_path(), error);
+    TANDEM_CHECK(!error, "Profiler: cannot make the folder of the trace file \"", path,
+                 "\": ", error.message());
+  }
+  const auto [fd, temporary] = create_temporary(path);
+  ::close(fd);
+  ::unlink(temporary.c_str());
+}
+
+/// Writes `text` to `path` through a temporary file, so a reader never sees half a trace; on
+/// any failure (a full disk) the temporary file is removed and `path` is left as it was.
+void write_file(const std::string& path, const std::string& text) {
+  check_trace_path(path);
+  const auto [fd, temporary] = create_temporary(path);
+  std::string failure;
+  for (size_t at = 0; at < text.size() && failure.empty();) {
+    const ssize_t n = ::write(fd, text.data() + at, text.size() - at);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) failure = n < 0 ? std::strerror(errno) : "nothing written";
+    if (n > 0) at += static_cast<size_t>(n);
+  }
+  if (failure.empty() && ::fsync(fd) != 0) failure = std::strerror(errno);
+  if (::close(fd) != 0 && failure.empty()) failure = std::strerror(errno);
+  if (failure.empty() && !non_file_kind(path).empty())
+    failure = "\"" + path + "\" became " + non_file_kind(path) + " meanwhile";
+  if (failure.empty() && ::rename(temporary.c_str(), path.c_str()) != 0)
+    failure = std::strerror(errno);
+  if (!failure.empty()) {
+    ::unlink(temporary.c_str());
+    TANDEM_THROW("Profiler: writing the trace file \"", path, "\" failed: ", failure);
+  }
 }
 
 }  // namespace
@@ -201,8 +266,11 @@ struct Profiler::Impl {
 };
 
 Profiler::Profiler(const Strategy& strategy, ProfilerOptions options) {
-  TANDEM_CHECK(!g_profiler_alive.exchange(true), "Profiler: another profiler is recording; end it "
-                                                 "before creating a new one");
+  // The chief writes the trace at the end: a path it cannot write fails now, not after training.
+  if (!options.trace_file.empty() && strategy.is_chief()) check_trace_path(options.trace_file);
+  TANDEM_CHECK(!g_profiler_alive.exchange(true),
+               "Profiler: another profiler is recording; end it "
+               "before creating a new one");
   impl_ = std::make_unique<Impl>(strategy, std::move(options));
   install_device_ranges();  // NVTX ranges with CUDA
   start_recording();
@@ -212,7 +280,8 @@ Profiler::Profiler(const Strategy& strategy, ProfilerOptions options) {
 std::unique_ptr<Profiler> Profiler::from_environment(const Strategy& strategy) {
   const char* file = std::getenv("TANDEM_PROFILE");
   if (file == nullptr || *file == '\0') return nullptr;
-  return std::make_unique<Profiler>(strategy, ProfilerOptions{.trace_file = file, .print_summaries = true});
+  return std::make_unique<Profiler>(strategy,
+                                    ProfilerOptions{.trace_file = file, .print_summaries = true});
 }
 
 Profiler::~Profiler() {

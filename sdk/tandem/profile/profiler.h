@@ -79,7 +79,10 @@ std::string chrome_trace(const std::vector<Event>& events, const std::vector<std
                          int worker = 0);
 
 struct ProfilerOptions {
-  /// Where the Chrome trace goes when the profiler ends; empty: no trace.
+  /// Where the Chrome trace goes when the profiler ends; empty: no trace. Checked when the
+  /// profiler starts (on the chief, which writes it): a folder that cannot take the file, or a
+  /// path that is a directory, FIFO or device, raises then, naming it. Written through a
+  /// temporary file beside it, removed again if writing fails.
   std::string trace_file;
   /// Print each epoch's summary (stderr, info level) when the epoch ends.
   bool print_summaries = true;
