@@ -327,6 +327,10 @@ TEST_CASE("gradient buckets: a replica that fails while buckets are in flight",
       std::vector<td::Tensor> grads = tape.gradient(loss, variables);
       // The buckets of this backward pass are in flight now.
       if (ctx.replica_id_in_sync_group() == failing) throw std::runtime_error("replica died");
+      // The others meet once more before they update: the failure releases them here, so no
+      // replica applies this step (without it, a replica whose buckets completed before the
+      // abort reached it would update alone).
+      ctx.all_reduce(td::ReduceOp::kSum, td::Tensor::ones({1}));
       optimizer->apply_gradients(ctx, grads, variables);
     });
   };

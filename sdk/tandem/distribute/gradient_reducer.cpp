@@ -391,4 +391,13 @@ void GradientReducer::finish_run(bool raise) {
   if (raise && error) std::rethrow_exception(error);
 }
 
+void GradientReducer::forget_layout() {
+  reset_step();
+  last_sources_.clear();
+  last_order_.clear();
+  last_gradients_.clear();
+  std::lock_guard<std::mutex> lock(mutex_);
+  layout_.reset();
+}
+
 }  // namespace tandem::detail

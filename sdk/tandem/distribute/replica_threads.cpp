@@ -247,6 +247,13 @@ void ReplicaThreads::run(const ReplicaTask& task) {
     if (any_gpu_)
       for (const StreamEvent& end : run_end_) end.wait();
   }
+  // A replica failed: the others may have finished their step, buckets and all, before the
+  // abort reached them. Every replica forgets its bucket layout, so that the next run lays them
+  // out on every replica alike (a replica keeping its buckets while another made new ones would
+  // pair a bucket with a whole-gradient all-reduce).
+  if (std::any_of(errors_.begin(), errors_.end(), [](const std::exception_ptr& e) { return e; }) &&
+      pending_.load(std::memory_order_acquire) == 0)
+    for (ReplicaContext* ctx : options_.contexts) ctx->reducer_->forget_layout();
   raise_errors();
 }
 

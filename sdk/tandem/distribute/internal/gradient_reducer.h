@@ -81,6 +81,10 @@ class GradientReducer final : public autograd::GradientListener {
   /// dropped. `raise`: raise what they raised (the task succeeded); otherwise the group was
   /// aborted and they are only waited for.
   void finish_run(bool raise);
+  /// Forgets the layout between runs, so that the next step lays the buckets out again: after
+  /// a run in which any replica failed, every replica calls it (the ones whose own step
+  /// completed too), and all of them lay out together.
+  void forget_layout();
 
   /// Buckets of the layout in use (0 while there is none): for tests and the timeline.
   size_t num_buckets() const { return layout_ ? layout_->buckets.size() : 0; }
