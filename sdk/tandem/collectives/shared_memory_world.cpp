@@ -213,7 +213,7 @@ std::shared_ptr<SharedMemoryWorld> SharedMemoryWorld::connect(
       segment->key[1] = key[1];
       segment->size = workers;
       segment->chunk_bytes = chunk;
-      std::atomic_thread_fence(std::memory_order_release);
+      // The others map it only after the chief's offer reaches them through the store.
       segment->magic = kMagic;
     }
     std::ostringstream offer;
