@@ -1,5 +1,6 @@
 // The file layout of CHECKPOINT_FORMAT.md, read back through the HDF5 wrapper: root attributes,
-// the Keras /model_weights, /optimizer_weights, /training_state; `tandem-ckpt` inspect and latest.
+// the Keras /model_weights, /optimizer_weights, /training_state; `tandem-ckpt` inspect, verify and
+// latest.
 #include "checkpoint_test_util.h"
 
 namespace td = tandem;
@@ -118,7 +119,7 @@ TEST_CASE("checkpoint format: the layout of CHECKPOINT_FORMAT.md", "[cpu][checkp
   }
 }
 
-TEST_CASE("checkpoint format: tandem-ckpt inspect and latest", "[cpu][checkpoint]") {
+TEST_CASE("checkpoint format: tandem-ckpt inspect, verify and latest", "[cpu][checkpoint]") {
   TempDir dir;
   TrainingRun run(/*replicas=*/2);
   run.train(3);
@@ -144,6 +145,15 @@ TEST_CASE("checkpoint format: tandem-ckpt inspect and latest", "[cpu][checkpoint
   CHECK(output == text);
   CHECK(run_command(tool + " latest " + dir.str(), output, scratch) == 0);
   CHECK(output == path + "\n");
+  CHECK(run_command(tool + " verify " + path, output, scratch) == 0);
+  CHECK(output == path + ": ok (every dataset read back and checked)\n");
+  // A crafted one: a kernel stored in /dev/zero (tests/checkpoint/test_crafted.cpp has more).
+  const std::string crafted = (fs::path(TANDEM_SOURCE_DIR) /
+                               "tests/checkpoint/fixtures/crafted/external_storage_zero.h5")
+                                  .string();
+  CHECK(run_command(tool + " verify " + crafted, output, scratch) == 1);
+  CHECK_THAT(output, Contains("tandem-ckpt: " + crafted) &&
+                         Contains("kernel:0: its data is stored in 1 external file(s)"));
 
   const std::string garbage = dir.file("garbage.h5");
   fill_with_random_bytes(garbage, 1000, 3);
