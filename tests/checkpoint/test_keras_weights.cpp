@@ -419,6 +419,12 @@ TEST_CASE("load_weights: non-finite weights, data outside the file and links els
     td::load_weights(model, path, {.allow_non_finite = true});
     CHECK(std::isnan(model.weights()[0].copy(0).to_vector<float>()[0]));
     CHECK(std::isinf(model.weights()[1].copy(0).to_vector<float>()[0]));
+    // A float64 weight finite in the file but too large for the model's float32.
+    const std::string overflow = copy("keras_float64_overflow.h5");
+    td::nn::Sequential other = nested_model();
+    CHECK_THROWS_WITH(td::load_weights(other, overflow),
+                      Contains("/dense/dense/kernel:0 holds 128 non-finite values (0 NaN, 128 Inf) "
+                               "of 128 as float32"));
   }
   SECTION("a bias stored in /etc/passwd or /dev/urandom is never read") {
     for (const char* name : {"keras_external_passwd.h5", "keras_external_urandom.h5"}) {

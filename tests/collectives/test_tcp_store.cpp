@@ -196,10 +196,15 @@ TEST_CASE("tcp store: another job's worker, a second worker 1 and a wrong token 
                                       cluster_of(port, 2) + "], this worker's is [127.0.0.1:" +
                                       std::to_string(port) + ", 127.0.0.1:9]"));
   }
-  SECTION("the token: missing, different; never shown") {
+  SECTION("the token: missing, different; never shown, and checked before the cluster") {
     TcpStoreOptions o = options(port, 1);
     CHECK_THROWS_WITH(TcpStore(o), Catch::Contains("TANDEM_JOB_TOKEN is not set in this worker") &&
                                        !Catch::Contains("s3cret"));
+    // Without the token, a client learns nothing of the job (not its cluster).
+    o.cluster = "10.9.9.9:1, 10.9.9.9:2";
+    CHECK_THROWS_WITH(TcpStore(o), Catch::Contains("TANDEM_JOB_TOKEN is not set in this worker") &&
+                                       !Catch::Contains(cluster_of(port, 2)));
+    o.cluster = cluster_of(port, 2);
     o.token = "guess";
     CHECK_THROWS_WITH(TcpStore(o), Catch::Contains("TANDEM_JOB_TOKEN differs from the chief's") &&
                                        !Catch::Contains("s3cret") && !Catch::Contains("guess"));
@@ -309,6 +314,25 @@ TEST_CASE("tcp store: huge sizes, many connections and garbage are refused witho
   // Every descriptor the store opened for these clients is closed again.
   CHECK(eventually([&] { return open_descriptors() == descriptors; }));
   CHECK(threads() == thread_count);
+}
+
+TEST_CASE("tcp store: connections that never introduce themselves give their places back",
+          "[cpu][collectives][store]") {
+  // 12 connections (2 x 2 workers + 8) fill the chief's store; silent ones are dropped once
+  // the time to introduce themselves (here the 3 s timeout) has passed, and a worker joins.
+  const int port = free_port();
+  TcpStore chief(options(port, 0));
+  std::vector<std::unique_ptr<RawClient>> silent;
+  for (int i = 0; i < 11; ++i) silent.push_back(std::make_unique<RawClient>(port));
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  TcpStoreOptions o = options(port, 1);
+  o.timeout = std::chrono::milliseconds(1000);
+  CHECK_THROWS_WITH(TcpStore(o), Catch::Contains("connections"));
+  std::this_thread::sleep_for(std::chrono::milliseconds(3500));
+  o.timeout = std::chrono::milliseconds(3000);
+  TcpStore worker(o);
+  CHECK(worker.job_nonce() == chief.job_nonce());
+  for (auto& c : silent) CHECK(c->closed_by_store());
 }
 
 TEST_CASE("tcp store: it listens on the chief's address only, and knows who left",

@@ -158,6 +158,14 @@ TEST_CASE("TF_CONFIG: what TensorFlow refuses is refused, numbers checked before
           "\"a b:1\" is not \"host:port\"");
   refused(R"({"cluster": {"worker": ["[::1:1"]}, "task": {"type": "worker", "index": 0}})",
           "\"[::1:1\" is not \"host:port\"");
+  // \u escapes read as the characters they are (not folded into ASCII look-alikes).
+  refused(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "\u0177orker", "index": 0}})",
+          "TF_CONFIG task.type = \"\u0177orker\" is not \"chief\" or \"worker\"");
+  refused(
+      R"({"cluster": {"worker": ["127.0.0.\u0131:1"]}, "task": {"type": "worker", "index": 0}})",
+      "is not \"host:port\"");
+  refused(R"({"cluster": {"worker": ["a:1"]}, "task": {"type": "\uZZZZ", "index": 0}})",
+          "TF_CONFIG is not valid JSON (json: bad \\u escape");
   // Accepted: IPv6 in brackets, names with dashes and underscores.
   const td::ClusterSpec spec = td::ClusterResolver::from_tf_config(
       R"({"cluster": {"worker": ["[::1]:2222", "node-1.cluster_a:65535"]},

@@ -162,6 +162,11 @@ std::string inspect_checkpoint(const std::string& path) {
       << (root.has_attr("num_workers") ? root.read_attr_int64("num_workers") : 0)
       << " worker(s), backend " << attr_or(root, "backend", "?") << "\n";
   out << "  model_signature " << attr_or(root, "model_signature", "?") << "\n";
+  out << "  checksums       "
+      << (root.has_attr("tandem_checksums")
+              ? attr_or(root, "tandem_checksums", "?") + " on every dataset with data"
+              : std::string("none (written before checkpoints carried them)"))
+      << "\n";
   if (root.exists("training_state/global_step"))
     out << "  step            " << scalar_int64(root.open_group("training_state"), "global_step")
         << "\n";
@@ -172,6 +177,10 @@ std::string inspect_checkpoint(const std::string& path) {
   out << "\n";
   describe_training_state(root, out);
   return out.str();
+}
+
+bool checkpoint_has_checksums(const std::string& path) {
+  return detail::open_checkpoint(path).root().has_attr("tandem_checksums");
 }
 
 }  // namespace tandem

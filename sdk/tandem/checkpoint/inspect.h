@@ -18,4 +18,8 @@ std::string inspect_checkpoint(const std::string& path);
 /// else the reason, naming the file and the dataset.
 std::string verify_checkpoint(const std::string& path);
 
+/// Whether the checkpoint at `path` declares Fletcher-32 checksums on its datasets (every file
+/// Tandem writes now does; files from before the checksums restore without them).
+bool checkpoint_has_checksums(const std::string& path);
+
 }  // namespace tandem

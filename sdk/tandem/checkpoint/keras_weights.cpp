@@ -264,19 +264,20 @@ void load_weights(const nn::Module& model, const std::string& path,
                  detail::str_cat(where, short_name(v), " shape ", shape, " in the file (",
                                  stored.group, "/", dataset, "), ", v.shape(), " in the model"));
         Tensor value = group.read_tensor(dataset);
-        if (is_floating(value.dtype()) && !options.allow_non_finite) {
-          const ops::NonFinite found = ops::count_non_finite(value);
-          TANDEM_CHECK(found.total() == 0, prefix(path), where, stored.group, "/", dataset,
-                       " holds ", found.total(), " non-finite values (", found.nan, " NaN, ",
-                       found.inf, " Inf) of ", value.numel(),
-                       "; a model trained into NaN, or a damaged file (pass "
-                       "{.allow_non_finite = true} to load them anyway)");
-        }
         if (value.dtype() != v.dtype()) {
           TANDEM_CHECK(is_floating(value.dtype()) && is_floating(v.dtype()), prefix(path), where,
                        short_name(v), " is ", value.dtype(), " in the file (", stored.group, "/",
                        dataset, "), ", v.dtype(), " in the model");
           value = ops::cast(value, v.dtype());
+        }
+        // After the cast: a float64 1e300 is finite in the file and Inf in a float32 model.
+        if (is_floating(value.dtype()) && !options.allow_non_finite) {
+          const ops::NonFinite found = ops::count_non_finite(value);
+          TANDEM_CHECK(found.total() == 0, prefix(path), where, stored.group, "/", dataset,
+                       " holds ", found.total(), " non-finite values (", found.nan, " NaN, ",
+                       found.inf, " Inf) of ", value.numel(), " as ", value.dtype(),
+                       "; a model trained into NaN, or a damaged file (pass "
+                       "{.allow_non_finite = true} to load them anyway)");
         }
         values.emplace_back(v, std::move(value));
       }

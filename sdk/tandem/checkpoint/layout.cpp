@@ -172,8 +172,15 @@ void check_own_signature(const h5::Group& root, const std::string& path,
 h5::File open_checkpoint(const std::string& path) {
   h5::File file = h5::File::open(path, h5::Origin::kTandem);
   if (file.root().has_attr("tandem_checksums")) return file;
-  file.close();
-  return h5::File::open(path, h5::Origin::kForeign);
+  // Only a file of an older Tandem (the HDF5 1.8 format or older) may lack them: every file in
+  // the format Tandem writes now declares them.
+  // (A file without tandem_format is no Tandem checkpoint at all: the caller says so.)
+  TANDEM_CHECK(!file.root().has_attr("tandem_format") || file.superblock_version() < 3, path,
+               ": declares no checksums (no tandem_checksums attribute at the root), yet it is in "
+               "the HDF5 1.10 format, in which every Tandem checkpoint declares them; the file "
+               "was altered");
+  file.set_origin(h5::Origin::kForeign);
+  return file;
 }
 
 void require_group(const h5::Group& root, const std::string& name, const std::string& path) {

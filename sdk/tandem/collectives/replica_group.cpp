@@ -125,6 +125,17 @@ std::shared_ptr<WorkerCollectives> join_tf_config(const ReplicaLayout& layout) {
     return worker >= 0 && worker < size ? describe(worker) : "key \"" + key + "\"";
   };
   auto store = std::make_shared<TcpStore>(std::move(options));
+  // Every worker must choose alike: a tcp worker would wait for Gloo while an auto one waits
+  // for the shared-memory offer, both until the timeout.
+  store->set("transport/" + std::to_string(rank),
+             std::vector<char>(transport.begin(), transport.end()));
+  for (int w = 0; w < static_cast<int>(addresses.size()); ++w) {
+    const std::vector<char> theirs = store->get("transport/" + std::to_string(w));
+    TANDEM_CHECK(std::string(theirs.begin(), theirs.end()) == transport,
+                 "TF_CONFIG workers: TANDEM_WORKER_TRANSPORT is \"", transport, "\" on ",
+                 describe(rank), " and \"", std::string(theirs.begin(), theirs.end()), "\" on ",
+                 describe(w), "; set it alike on every worker (or on none)");
+  }
   std::string why_not = "TANDEM_WORKER_TRANSPORT=tcp";
   if (transport != "tcp") {
     if (std::shared_ptr<SharedMemoryWorld> world =

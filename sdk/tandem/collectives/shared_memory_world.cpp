@@ -181,6 +181,20 @@ std::shared_ptr<SharedMemoryWorld> SharedMemoryWorld::connect(
   std::string name;
   void* mapping = MAP_FAILED;
   std::string problem;  // this worker's, empty when it mapped the segment
+  // Whatever way this function is left (a peer that never answers makes the store raise), the
+  // chief unlinks the name it made (every worker that could has mapped the segment by the time
+  // this returns normally; the mapping stays until the last worker unmaps it, even if one is
+  // killed), and a mapping that no world took is unmapped.
+  struct Cleanup {
+    std::string unlink;
+    void* mapping = MAP_FAILED;
+    size_t bytes = 0;
+    ~Cleanup() {
+      if (!unlink.empty()) ::shm_unlink(unlink.c_str());
+      if (mapping != MAP_FAILED) ::munmap(mapping, bytes);
+    }
+  } cleanup;
+  cleanup.bytes = bytes;
   if (rank == 0) {
     // The chief creates the segment, named after the job's nonce so that jobs never meet.
     std::random_device device;
@@ -190,6 +204,7 @@ std::shared_ptr<SharedMemoryWorld> SharedMemoryWorld::connect(
     id << "/tandem-" << std::hex << store.job_nonce() << "-" << key[0];
     name = id.str();
     const int fd = ::shm_open(name.c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+    if (fd >= 0) cleanup.unlink = name;
     if (fd < 0) {
       problem = detail::str_cat("shm_open(", name, "): ", std::strerror(errno));
     } else {
@@ -248,6 +263,7 @@ std::shared_ptr<SharedMemoryWorld> SharedMemoryWorld::connect(
       }
     }
   }
+  cleanup.mapping = mapping;
   if (problem.empty()) {
     Peer& me = static_cast<Segment*>(mapping)->peers[rank];
     me.pid = static_cast<int32_t>(::getpid());
@@ -260,16 +276,14 @@ std::shared_ptr<SharedMemoryWorld> SharedMemoryWorld::connect(
     if (answer != "ok")
       refusals += detail::str_cat(refusals.empty() ? "" : "; ", "worker ", w, ": ", answer);
   }
-  // Every worker has answered, so every one that could has mapped it: the name can go (the
-  // mapping stays until the last worker unmaps it, even if one is killed).
-  if (rank == 0 && !name.empty() && name != "-") ::shm_unlink(name.c_str());
   if (!refusals.empty()) {
-    if (mapping != MAP_FAILED) ::munmap(mapping, bytes);
     *why_not = "shared memory did not work for every worker (" + refusals + ")";
     return nullptr;
   }
-  return std::shared_ptr<SharedMemoryWorld>(
+  auto world = std::shared_ptr<SharedMemoryWorld>(
       new SharedMemoryWorld(rank, addresses, std::move(shared_store), mapping, bytes));
+  cleanup.mapping = MAP_FAILED;  // the world's now
+  return world;
 }
 
 SharedMemoryWorld::SharedMemoryWorld(int rank, std::vector<std::string> addresses,

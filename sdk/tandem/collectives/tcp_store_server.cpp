@@ -31,6 +31,15 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+/// Reply bytes a client may leave unread before its requests are no longer read.
+constexpr size_t kMaxPendingReply = size_t{2} << 20;
+/// Reads of one connection per poll round.
+constexpr int kReadsPerRound = 16;
+/// Seconds a connection has to introduce itself.
+constexpr int kHelloSeconds = 10;
+/// Seconds a refused connection is kept, its reply sent, for its client to close it.
+constexpr int kLingerSeconds = 2;
+
 std::string shorten(const std::string& text) {
   return text.size() <= 300 ? text : text.substr(0, 300) + "...";
 }
@@ -64,7 +73,9 @@ struct TcpStoreServer::State {
     std::string in, out;  // bytes received and not yet parsed; reply bytes not yet sent
     bool introduced = false;
     int rank = -1;
-    bool closing = false;  // drop once `out` is sent
+    bool closing = false;  // refused: its reply goes out, then it is closed
+    bool shut = false;     // closing, and its reply sent (its write side shut)
+    Clock::time_point opened;
     Clock::time_point last_progress;
   };
 
@@ -107,7 +118,8 @@ struct TcpStoreServer::State {
 
   /// Listens on the chief's TF_CONFIG host (every address it resolves to on this machine).
   void listen_on(const std::string& where) {
-    TANDEM_CHECK(::pipe(wake) == 0, "TF_CONFIG rendezvous: pipe: ", std::strerror(errno));
+    TANDEM_CHECK(::pipe2(wake, O_CLOEXEC) == 0,
+                 "TF_CONFIG rendezvous: pipe: ", std::strerror(errno));
     addrinfo hints{};
     hints.ai_family = AF_UNSPEC;
     hints.ai_socktype = SOCK_STREAM;
@@ -188,8 +200,7 @@ struct TcpStoreServer::State {
       fds.clear();
       fds.push_back({wake[0], POLLIN, 0});
       for (int fd : listeners) fds.push_back({fd, POLLIN, 0});
-      for (const Connection& c : connections)
-        fds.push_back({c.fd, static_cast<short>(c.out.empty() ? POLLIN : (POLLIN | POLLOUT)), 0});
+      for (const Connection& c : connections) fds.push_back({c.fd, events_of(c), 0});
       const int ready = ::poll(fds.data(), fds.size(), 100);
       if (ready < 0 && errno != EINTR) break;
       if (stop.load()) break;
@@ -212,7 +223,7 @@ struct TcpStoreServer::State {
       Connection c;
       c.fd = fd;
       c.peer = peer_of(fd);
-      c.last_progress = Clock::now();
+      c.opened = c.last_progress = Clock::now();
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
       if (connections.size() >= max_connections) {
@@ -226,16 +237,38 @@ struct TcpStoreServer::State {
     }
   }
 
+  /// What to wait for on a connection: its requests, unless it is being closed (refused) or
+  /// has not read kMaxPendingReply bytes of replies yet (a client that sends and never reads
+  /// must not make the chief hold its replies without end); its replies while some wait.
+  static short events_of(const Connection& c) {
+    short events = 0;
+    if (c.closing ? c.out.empty() : c.out.size() < kMaxPendingReply) events |= POLLIN;
+    if (!c.out.empty()) events |= POLLOUT;
+    return events;
+  }
+
   void serve(Connection& c, short revents) {
     if (revents & POLLOUT) flush(c);
-    if (!(revents & (POLLIN | POLLHUP | POLLERR))) return;
+    if (c.fd < 0 || !(revents & (POLLIN | POLLHUP | POLLERR))) return;
     char chunk[64 * 1024];
-    for (;;) {
+    if (c.closing) {
+      // Refused, its reply sent: what it still sends is read and dropped (a socket closed with
+      // unread bytes resets the connection, and the client could lose its refusal) until it
+      // closes, or kLingerSeconds have passed (expire_and_drop).
+      for (int reads = 0; reads < kReadsPerRound; ++reads) {
+        const ssize_t n = ::recv(c.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) return;
+        if (n <= 0) return drop(c);
+      }
+      return;
+    }
+    // At most kReadsPerRound reads per poll round, so that one client that keeps sending does
+    // not hold the only thread (the others, and the expiry, wait for the next round).
+    for (int reads = 0; reads < kReadsPerRound; ++reads) {
+      if (c.closing || c.out.size() >= kMaxPendingReply) break;
       const ssize_t n = ::recv(c.fd, chunk, sizeof(chunk), MSG_DONTWAIT);
       if (n > 0) {
-        // After a refusal the connection only waits for its reply to go out: what the client
-        // still sends is dropped unread.
-        if (c.closing) continue;
         c.in.append(chunk, static_cast<size_t>(n));
         c.last_progress = Clock::now();
         if (!parse(c)) return;
@@ -262,7 +295,12 @@ struct TcpStoreServer::State {
       drop(c);
       return;
     }
-    if (c.closing) drop(c);
+    // A refused client has its answer: no more bytes go to it; it closes its end next.
+    if (c.closing && !c.shut) {
+      ::shutdown(c.fd, SHUT_WR);
+      c.shut = true;
+      c.last_progress = Clock::now();
+    }
   }
 
   /// Handles every complete message in c.in; false when the connection was dropped.
@@ -317,14 +355,7 @@ struct TcpStoreServer::State {
               const std::string& first, const std::string& second) {
     if (op == kHello) {
       if (c.introduced) return drop(c);
-      const std::string mine = shorten(options.cluster), theirs = shorten(second);
-      if (second != options.cluster) {
-        return refuse(c,
-                      detail::str_cat("the chief at ", options.host, ":", options.port,
-                                      " serves another job: its TF_CONFIG cluster is [", mine,
-                                      "], this worker's is [", theirs, "]"),
-                      true);
-      }
+      // The token first: a client without it learns nothing of this job (not its cluster).
       if (!equal_in_constant_time(first, options.token)) {
         return refuse(
             c,
@@ -335,6 +366,14 @@ struct TcpStoreServer::State {
                       (first.empty() ? "is not set in this worker" : "differs from the chief's") +
                       ": the chief's job requires its token",
             true);
+      }
+      const std::string mine = shorten(options.cluster), theirs = shorten(second);
+      if (second != options.cluster) {
+        return refuse(c,
+                      detail::str_cat("the chief at ", options.host, ":", options.port,
+                                      " serves another job: its TF_CONFIG cluster is [", mine,
+                                      "], this worker's is [", theirs, "]"),
+                      true);
       }
       if (rank < 0 || rank >= options.world_size) {
         return refuse(c,
@@ -415,13 +454,25 @@ struct TcpStoreServer::State {
     }
   }
 
-  /// Drops connections that stalled: not introduced, in the middle of a request, or not
-  /// reading their replies, for longer than the timeout. Introduced workers may stay idle.
+  /// Drops connections that stalled: not introduced within kHelloSeconds of connecting (a
+  /// worker introduces itself at once; these would hold the places of the job's workers), or
+  /// in the middle of a request, or not reading their replies, for longer than the timeout.
+  /// Introduced workers may stay idle.
   void expire_and_drop() {
     const auto now = Clock::now();
+    const auto hello =
+        std::min<std::chrono::milliseconds>(options.timeout, std::chrono::seconds(kHelloSeconds));
     for (Connection& c : connections) {
       if (c.fd < 0) continue;
-      const bool waiting_on_them = !c.introduced || !c.in.empty() || !c.out.empty();
+      if (c.shut && now - c.last_progress > std::chrono::seconds(kLingerSeconds)) {
+        drop(c);
+        continue;
+      }
+      if (!c.introduced && !c.closing && now - c.opened > hello) {
+        drop(c);
+        continue;
+      }
+      const bool waiting_on_them = !c.in.empty() || !c.out.empty();
       if (waiting_on_them && now - c.last_progress > options.timeout) drop(c);
     }
     std::erase_if(connections, [](const Connection& c) { return c.fd < 0; });

@@ -83,6 +83,28 @@ void bind_process_to_cores(const std::vector<int>& cores) {
   cores_slot().store(static_cast<int>(cores.size()), std::memory_order_relaxed);
 }
 
+std::vector<std::vector<int>> physical_cores(const std::vector<int>& cpus) {
+  std::vector<std::pair<std::string, std::vector<int>>> groups;  // "package/core" -> CPUs
+  for (const int cpu : cpus) {
+    const std::string topology = "/sys/devices/system/cpu/cpu" + std::to_string(cpu) + "/topology/";
+    std::string package, core;
+    std::ifstream(topology + "physical_package_id") >> package;
+    std::ifstream(topology + "core_id") >> core;
+    const std::string key =
+        package.empty() || core.empty() ? "cpu" + std::to_string(cpu) : package + "/" + core;
+    auto it = std::find_if(groups.begin(), groups.end(),
+                           [&](const auto& group) { return group.first == key; });
+    if (it == groups.end()) {
+      groups.push_back({key, {cpu}});
+    } else {
+      it->second.push_back(cpu);
+    }
+  }
+  std::vector<std::vector<int>> out;
+  for (auto& group : groups) out.push_back(std::move(group.second));
+  return out;
+}
+
 std::string format_cores(const std::vector<int>& cores) {
   std::ostringstream out;
   for (size_t i = 0; i < cores.size();) {

@@ -18,6 +18,10 @@ std::vector<int> process_cores();
 /// mpirun's --bind-to core does before a program starts; hardware_cores() then counts them.
 /// Raises naming the cores when the kernel refuses.
 void bind_process_to_cores(const std::vector<int>& cores);
+/// `cpus` grouped by the physical core they belong to (hyperthread siblings together, from
+/// /sys/devices/system/cpu/cpuN/topology: package and core id), groups in the order of their
+/// first CPU; each CPU its own group where the topology is not readable.
+std::vector<std::vector<int>> physical_cores(const std::vector<int>& cpus);
 /// "0-3,8" for {0, 1, 2, 3, 8}.
 std::string format_cores(const std::vector<int>& cores);
 /// What tells processes on one machine apart from those on another: the running kernel's boot

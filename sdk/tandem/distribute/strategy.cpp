@@ -5,6 +5,7 @@
 // their device choice in mirrored_strategy.cpp.
 #include "tandem/distribute/strategy.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <mutex>
 
@@ -52,16 +53,20 @@ void divide_machine_cores(collectives::WorkerCollectives& workers, const std::st
     how = detail::str_cat("shared with ", sharing - 1, " other worker", sharing == 2 ? "" : "s",
                           " of the job (TANDEM_CPU_BIND=none)");
   } else {
-    const size_t cores = mine.size(), n = static_cast<size_t>(sharing),
+    // Whole physical cores each (hyperthread siblings together, as --bind-to core), in order.
+    const std::vector<std::vector<int>> cores = physical_cores(mine);
+    const size_t count = cores.size(), n = static_cast<size_t>(sharing),
                  p = static_cast<size_t>(position);
-    if (cores >= n) {
-      share.assign(mine.begin() + static_cast<ptrdiff_t>(p * cores / n),
-                   mine.begin() + static_cast<ptrdiff_t>((p + 1) * cores / n));
+    share.clear();
+    if (count >= n) {
+      for (size_t c = p * count / n; c < (p + 1) * count / n; ++c)
+        share.insert(share.end(), cores[c].begin(), cores[c].end());
     } else {
-      share = {mine[p % cores]};
+      share = cores[p % count];
     }
+    std::sort(share.begin(), share.end());
     bind_process_to_cores(share);
-    how = detail::str_cat(share.size(), " of the ", cores, " this machine gives the job's ",
+    how = detail::str_cat(share.size(), " of the ", mine.size(), " this machine gives the job's ",
                           sharing, " workers here (TANDEM_CPU_BIND=none to keep them all)");
   }
   // The replica threads split this process's cores (replica_threads.cpp).

@@ -142,8 +142,11 @@ std::string filter_name(H5Z_filter_t filter, const char* name) {
   return ::tandem::detail::str_cat("filter ", filter);
 }
 
-/// See Group::check_storage: how the dataset `set` keeps its data, against `origin`.
-void check_storage_of(hid_t set, Origin origin, const std::string& where) {
+}  // namespace
+
+/// Raises naming the dataset when its data is said to be elsewhere: external storage, or a
+/// virtual dataset (whose source files libhdf5 opens as soon as the extent is asked for).
+void detail::refuse_data_elsewhere(hid_t set, const std::string& where) {
   Handle dcpl(TANDEM_H5_CHECK(H5Dget_create_plist(set), "creation properties of ", where));
   const int external =
       TANDEM_H5_CHECK(H5Pget_external_count(dcpl.id()), "external files of ", where);
@@ -155,6 +158,15 @@ void check_storage_of(hid_t set, Origin origin, const std::string& where) {
                layout == H5D_VIRTUAL ? "virtual dataset (its data comes from other files)"
                                      : "dataset of an unknown layout",
                "; files Tandem reads keep their data inside");
+}
+
+namespace {
+
+/// See Group::check_storage: how the dataset `set` keeps its data, against `origin`.
+void check_storage_of(hid_t set, Origin origin, const std::string& where) {
+  detail::refuse_data_elsewhere(set, where);
+  Handle dcpl(TANDEM_H5_CHECK(H5Dget_create_plist(set), "creation properties of ", where));
+  const H5D_layout_t layout = TANDEM_H5_CHECK(H5Pget_layout(dcpl.id()), "layout of ", where);
   Handle space(TANDEM_H5_CHECK(H5Dget_space(set), "dataspace of ", where));
   const int rank = TANDEM_H5_CHECK(H5Sget_simple_extent_ndims(space.id()), "rank of ", where);
   std::vector<hsize_t> dims(static_cast<size_t>(rank));
@@ -326,16 +338,14 @@ DType dtype_of_type(hid_t type, const std::string& where) {
 
 DType Group::dataset_dtype(const std::string& name) const {
   TANDEM_CHECK(exists(name), where(name), ": dataset not found");
-  Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
-                             where(name)));
+  Handle set = open_set(name);
   Handle type(TANDEM_H5_CHECK(H5Dget_type(set.id()), "type of ", where(name)));
   return dtype_of_type(type.id(), where(name));
 }
 
 std::string Group::dataset_type_name(const std::string& name) const {
   TANDEM_CHECK(exists(name), where(name), ": dataset not found");
-  Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
-                             where(name)));
+  Handle set = open_set(name);
   Handle type(TANDEM_H5_CHECK(H5Dget_type(set.id()), "type of ", where(name)));
   const size_t bits = 8 * H5Tget_size(type.id());
   switch (H5Tget_class(type.id())) {
@@ -352,8 +362,7 @@ std::string Group::dataset_type_name(const std::string& name) const {
 
 Shape Group::dataset_shape(const std::string& name) const {
   TANDEM_CHECK(exists(name), where(name), ": dataset not found");
-  Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
-                             where(name)));
+  Handle set = open_set(name);
   Handle space(TANDEM_H5_CHECK(H5Dget_space(set.id()), "dataspace of ", where(name)));
   return shape_of_space(space.id(), where(name));
 }
@@ -374,8 +383,7 @@ double Group::read_scalar_float64(const std::string& name) const {
 
 bool Group::has_checksum(const std::string& name) const {
   TANDEM_CHECK(exists(name), where(name), ": dataset not found");
-  Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
-                             where(name)));
+  Handle set = open_set(name);
   Handle dcpl(
       TANDEM_H5_CHECK(H5Dget_create_plist(set.id()), "creation properties of ", where(name)));
   unsigned flags = 0, config = 0;
@@ -391,17 +399,24 @@ Tensor Group::read_tensor(const std::string& name) const {
   return read_rows(name, 0, shape.rank() == 0 ? 1 : shape[0]);
 }
 
-void Group::check_storage(const std::string& name) const {
-  TANDEM_CHECK(exists(name), where(name), ": dataset not found");
+Handle Group::open_set(const std::string& name) const {
   Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
                              where(name)));
+  // Before anything asks for its extent or type: a virtual dataset with an unlimited mapping
+  // opens its source files then (one on a FIFO blocks), and external storage names other files.
+  detail::refuse_data_elsewhere(set.id(), where(name));
+  return set;
+}
+
+void Group::check_storage(const std::string& name) const {
+  TANDEM_CHECK(exists(name), where(name), ": dataset not found");
+  Handle set = open_set(name);
   check_storage_of(set.id(), origin_, where(name));
 }
 
 Tensor Group::read_rows(const std::string& name, int64_t start, int64_t count) const {
   TANDEM_CHECK(exists(name), where(name), ": dataset not found");
-  Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
-                             where(name)));
+  Handle set = open_set(name);
   Handle type(TANDEM_H5_CHECK(H5Dget_type(set.id()), "type of ", where(name)));
   const DType dtype = dtype_of_type(type.id(), where(name));
   Handle space(TANDEM_H5_CHECK(H5Dget_space(set.id()), "dataspace of ", where(name)));
@@ -429,8 +444,7 @@ Tensor Group::read_rows(const std::string& name, int64_t start, int64_t count) c
 
 std::vector<uint64_t> Group::read_u64(const std::string& name) const {
   const Shape shape = dataset_shape(name);
-  Handle set(TANDEM_H5_CHECK(H5Dopen2(handle_.id(), name.c_str(), H5P_DEFAULT), "opening dataset ",
-                             where(name)));
+  Handle set = open_set(name);
   check_declared_size(set.id(), shape, sizeof(uint64_t), where(name));
   check_storage_of(set.id(), origin_, where(name));
   std::vector<uint64_t> values(static_cast<size_t>(shape.numel()));

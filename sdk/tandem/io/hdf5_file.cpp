@@ -244,6 +244,17 @@ File File::open_as_found(const std::string& path, const std::string& context) {
   return File(Handle(id), path);
 }
 
+void File::set_origin(Origin origin) {
+  hid_t root = TANDEM_H5_CHECK(H5Gopen2(file_.id(), "/", H5P_DEFAULT), path_, ": opening /");
+  root_ = Group(Handle(root), path_, "/", origin);
+}
+
+int File::superblock_version() const {
+  H5F_info2_t info{};
+  TANDEM_H5_CHECK(H5Fget_info2(file_.id(), &info), path_, ": file information");
+  return static_cast<int>(info.super.version);
+}
+
 void File::flush() const {
   TANDEM_H5_CHECK(H5Fflush(file_.id(), H5F_SCOPE_GLOBAL), "flushing ", path_);
 }

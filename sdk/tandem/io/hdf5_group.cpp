@@ -361,7 +361,9 @@ std::vector<std::string> read_strings_in_child(hid_t attr, hid_t memtype, size_t
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   TANDEM_CHECK(!timed_out, where, ": reading its variable-length strings did not end within ",
-               kSeconds, " s (libhdf5 loops on this file); the file is damaged");
+               kSeconds,
+               " s: libhdf5 loops on this file (it is damaged), or another thread of this "
+               "process was inside libhdf5 when the read began (read the file again)");
   TANDEM_CHECK(!WIFSIGNALED(status), where,
                ": reading its variable-length strings crashed libhdf5 (signal ",
                WIFSIGNALED(status) ? WTERMSIG(status) : 0, "); the file is damaged");

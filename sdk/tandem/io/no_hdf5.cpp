@@ -33,6 +33,7 @@ bool Group::exists(const std::string&) const { not_built(); }
 std::string Group::object_id(const std::string&) const { not_built(); }
 Group Group::child(Handle, const std::string&) const { not_built(); }
 void Group::check_storage(const std::string&) const { not_built(); }
+Handle Group::open_set(const std::string&) const { not_built(); }
 std::vector<std::string> Group::children() const { not_built(); }
 bool Group::is_dataset(const std::string&) const { not_built(); }
 Dataset Group::open_dataset(const std::string&, std::string, std::string) const { not_built(); }
@@ -86,6 +87,8 @@ File File::open(const std::string&, Origin) { not_built(); }
 File File::open_for_update(const std::string&) { not_built(); }
 File File::open_as_found(const std::string&, const std::string&) { not_built(); }
 void File::flush() const { not_built(); }
+void File::set_origin(Origin) { not_built(); }
+int File::superblock_version() const { not_built(); }
 void File::close() { file_.close(); }
 
 bool is_hdf5(const std::string&) { not_built(); }

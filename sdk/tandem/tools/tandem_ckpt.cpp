@@ -45,7 +45,11 @@ int main(int argc, char** argv) {
         std::cerr << "tandem-ckpt: " << why << "\n";
         return kExitError;
       }
-      std::cout << target << ": ok (every dataset read back and checked)\n";
+      std::cout << target
+                << (tandem::checkpoint_has_checksums(target)
+                        ? ": ok (every dataset read back and checked)\n"
+                        : ": ok, without checksums (written before checkpoints carried them): "
+                          "every dataset read back and its values checked\n");
       return 0;
     }
     if (command == "latest") {

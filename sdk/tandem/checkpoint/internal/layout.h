@@ -118,8 +118,9 @@ void check_own_signature(const h5::Group& root, const std::string& path,
 
 /// Opens the checkpoint `path` read-only. A file that declares its checksums (the root attribute
 /// tandem_checksums) must have one on every dataset that holds data (h5::Origin::kTandem); one
-/// written before checkpoints carried them is read as it is (h5::Origin::kForeign). Either way
-/// only hard links, data inside the file and lossless filters are read.
+/// written before checkpoints carried them (in the HDF5 1.8 format or older) is read as it is
+/// (h5::Origin::kForeign); one in the current format that does not declare them raises. Either
+/// way only hard links, data inside the file and lossless filters are read.
 h5::File open_checkpoint(const std::string& path);
 
 /// Raises naming `path` unless the group /`name` exists.

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cctype>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <map>
@@ -109,6 +110,44 @@ class JsonReader {
     at_ += w.size();
   }
 
+  /// Four hex digits of a \\u escape.
+  uint32_t hex4() {
+    if (at_ + 4 > text_.size()) fail("short \\u escape");
+    uint32_t value = 0;
+    for (int i = 0; i < 4; ++i) {
+      const char c = text_[at_++];
+      value <<= 4;
+      if (c >= '0' && c <= '9') {
+        value |= static_cast<uint32_t>(c - '0');
+      } else if (c >= 'a' && c <= 'f') {
+        value |= static_cast<uint32_t>(c - 'a' + 10);
+      } else if (c >= 'A' && c <= 'F') {
+        value |= static_cast<uint32_t>(c - 'A' + 10);
+      } else {
+        fail("bad \\u escape (four hex digits expected)");
+      }
+    }
+    return value;
+  }
+
+  static void append_utf8(std::string& out, uint32_t code) {
+    if (code < 0x80) {
+      out += static_cast<char>(code);
+    } else if (code < 0x800) {
+      out += static_cast<char>(0xC0 | (code >> 6));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    } else if (code < 0x10000) {
+      out += static_cast<char>(0xE0 | (code >> 12));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    } else {
+      out += static_cast<char>(0xF0 | (code >> 18));
+      out += static_cast<char>(0x80 | ((code >> 12) & 0x3F));
+      out += static_cast<char>(0x80 | ((code >> 6) & 0x3F));
+      out += static_cast<char>(0x80 | (code & 0x3F));
+    }
+  }
+
   std::string string() {
     expect('"');
     std::string out;
@@ -145,10 +184,19 @@ class JsonReader {
           out += '\t';
           break;
         case 'u': {
-          if (at_ + 4 > text_.size()) fail("short \\u escape");
-          const std::string hex(text_.substr(at_, 4));
-          at_ += 4;
-          out += static_cast<char>(std::strtol(hex.c_str(), nullptr, 16) & 0x7f);
+          // UTF-16 code units (a surrogate pair for code points beyond U+FFFF), written as UTF-8:
+          // "\u0177orker" must not read as "worker".
+          uint32_t code = hex4();
+          if (code >= 0xD800 && code <= 0xDBFF) {
+            if (text_.substr(at_, 2) != "\\u") fail("unpaired surrogate in a \\u escape");
+            at_ += 2;
+            const uint32_t low = hex4();
+            if (low < 0xDC00 || low > 0xDFFF) fail("unpaired surrogate in a \\u escape");
+            code = 0x10000 + ((code - 0xD800) << 10) + (low - 0xDC00);
+          } else if (code >= 0xDC00 && code <= 0xDFFF) {
+            fail("unpaired surrogate in a \\u escape");
+          }
+          append_utf8(out, code);
           break;
         }
         default:

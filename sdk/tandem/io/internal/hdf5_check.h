@@ -39,6 +39,10 @@ Handle make_space(const Shape& shape);
 /// m and m/dense).
 Handle intermediate_groups_lcpl();
 
+/// Raises naming `where` when the dataset `set` keeps its data outside its file: external
+/// storage, or a virtual dataset. Called before its extent or type is asked for.
+void refuse_data_elsewhere(hid_t set, const std::string& where);
+
 /// The size of the file holding `object`, in bytes; `context` and `where` name the object in
 /// messages ("<context>file of <where>").
 hsize_t file_size_of(hid_t object, const std::string& context, const std::string& where);

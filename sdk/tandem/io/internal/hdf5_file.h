@@ -200,6 +200,9 @@ class Group {
   std::string where(const std::string& name) const;
   /// A group below this one, of the same file and origin.
   Group child(Handle handle, const std::string& name) const;
+  /// Opens the dataset `name`, refusing one whose data is elsewhere (external storage, virtual)
+  /// before anything reads its extent.
+  Handle open_set(const std::string& name) const;
   Handle handle_;
   std::string file_;
   std::string path_;
@@ -229,6 +232,10 @@ class File {
 
   const Group& root() const { return root_; }
   const std::string& path() const { return path_; }
+  /// Reads the file from now on as `origin` says (the root group is opened again).
+  void set_origin(Origin origin);
+  /// The version of its superblock: 0 or 1 for the HDF5 1.6 format, 2 for 1.8, 3 for 1.10.
+  int superblock_version() const;
   /// Flushes HDF5's buffers to the operating system.
   void flush() const;
   /// Closes the file (also done by the destructor); errors raise here, not in the destructor.
