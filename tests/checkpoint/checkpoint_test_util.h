@@ -376,4 +376,29 @@ inline void fill_model(const nn::Module& model, float value) {
   }
 }
 
+/// The weights the checked-in fixtures were written with: element j of variable i is
+/// (i + 1) + j / 1000.
+inline std::vector<float> fixture_values(int variable, int64_t numel) {
+  std::vector<float> values(static_cast<size_t>(numel));
+  for (size_t j = 0; j < values.size(); ++j)
+    values[j] = static_cast<float>(variable + 1) + static_cast<float>(j) / 1000.0f;
+  return values;
+}
+
+/// The model of the checked-in fixtures (tests/checkpoint/fixtures): Dense(13, relu), Dense(3)
+/// on 7 features, Adam, global_step 7.
+struct FixtureModel {
+  FixtureModel() {
+    model.add(nn::Dense(13, nn::Activation::kRelu));
+    model.add(nn::Dense(3));
+    model.build({7});
+  }
+  Checkpoint checkpoint() {
+    return Checkpoint({{"model", &model}, {"optimizer", &optimizer}, {"global_step", &step}});
+  }
+  nn::Sequential model;
+  optim::Adam optimizer;
+  int64_t step = 0;
+};
+
 }  // namespace tandem::checkpoint_testing

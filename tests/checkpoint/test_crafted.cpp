@@ -26,21 +26,8 @@ std::string crafted(const std::string& name) {
   return (fs::path(TANDEM_SOURCE_DIR) / "tests/checkpoint/fixtures/crafted" / name).string();
 }
 
-/// The model of the crafted checkpoints: Dense(13, relu), Dense(3) on 7 features, Adam,
-/// global_step 7; element j of weight i is (i + 1) + j / 1000.
-struct Model {
-  Model() {
-    model.add(td::nn::Dense(13, td::nn::Activation::kRelu));
-    model.add(td::nn::Dense(3));
-    model.build({7});
-  }
-  td::Checkpoint checkpoint() {
-    return td::Checkpoint({{"model", &model}, {"optimizer", &optimizer}, {"global_step", &step}});
-  }
-  td::nn::Sequential model;
-  td::optim::Adam optimizer;
-  int64_t step = 0;
-};
+/// The crafted checkpoints are of the fixtures' model (checkpoint_test_util.h).
+using Model = FixtureModel;
 
 /// Runs `body` in a child process that has `seconds` to finish: a hang or a crash in libhdf5
 /// fails the test instead of stopping the test program. Returns what the body printed and
@@ -139,11 +126,9 @@ TEST_CASE("crafted checkpoints: base.h5, the genuine file they are made from", "
   Model m;
   const std::vector<td::Variable> weights = m.model.weights();
   for (size_t i = 0; i < weights.size(); ++i) {
-    std::vector<float> values(static_cast<size_t>(weights[i].shape().numel()));
-    for (size_t j = 0; j < values.size(); ++j)
-      values[j] = static_cast<float>(i + 1) + static_cast<float>(j) / 1000.0f;
     td::Tensor copy = weights[i].copy(0);
-    copy.copy_from(td::Tensor::from_vector(values, weights[i].shape()));
+    copy.copy_from(td::Tensor::from_vector(
+        fixture_values(static_cast<int>(i), weights[i].shape().numel()), weights[i].shape()));
   }
   m.optimizer.build(m.model.trainable_variables());
   m.step = 7;

@@ -148,9 +148,9 @@ TEST_CASE("checkpoint format: tandem-ckpt inspect, verify and latest", "[cpu][ch
   CHECK(run_command(tool + " verify " + path, output, scratch) == 0);
   CHECK(output == path + ": ok (every dataset read back and checked)\n");
   // A crafted one: a kernel stored in /dev/zero (tests/checkpoint/test_crafted.cpp has more).
-  const std::string crafted = (fs::path(TANDEM_SOURCE_DIR) /
-                               "tests/checkpoint/fixtures/crafted/external_storage_zero.h5")
-                                  .string();
+  const std::string crafted =
+      (fs::path(TANDEM_SOURCE_DIR) / "tests/checkpoint/fixtures/crafted/external_storage_zero.h5")
+          .string();
   CHECK(run_command(tool + " verify " + crafted, output, scratch) == 1);
   CHECK_THAT(output, Contains("tandem-ckpt: " + crafted) &&
                          Contains("kernel:0: its data is stored in 1 external file(s)"));

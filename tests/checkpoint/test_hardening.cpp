@@ -99,29 +99,6 @@ std::string fixture(const std::string& name) {
   return (fs::path(TANDEM_SOURCE_DIR) / "tests/checkpoint/fixtures" / name).string();
 }
 
-/// The weights the fixtures were written with: element j of variable i is (i + 1) + j / 1000.
-std::vector<float> fixture_values(int variable, int64_t numel) {
-  std::vector<float> values(static_cast<size_t>(numel));
-  for (size_t j = 0; j < values.size(); ++j)
-    values[j] = static_cast<float>(variable + 1) + static_cast<float>(j) / 1000.0f;
-  return values;
-}
-
-/// The model of the fixtures: Dense(13, relu), Dense(3) on 7 features, Adam, global_step 7.
-struct FixtureModel {
-  FixtureModel() {
-    model.add(td::nn::Dense(13, td::nn::Activation::kRelu));
-    model.add(td::nn::Dense(3));
-    model.build({7});
-  }
-  td::Checkpoint checkpoint() {
-    return td::Checkpoint({{"model", &model}, {"optimizer", &optimizer}, {"global_step", &step}});
-  }
-  td::nn::Sequential model;
-  td::optim::Adam optimizer;
-  int64_t step = 0;
-};
-
 }  // namespace
 
 // ---- 8. crashes --------------------------------------------------------------------------------

@@ -213,7 +213,8 @@ TEST_CASE("gradient buckets on logical GPU replicas: the weights of the unbucket
     const Trained plain = train(plain_strategy);
     auto bucketed_strategy = logical_replicas(replicas);
     // 8x32 and 32x4 kernels: 1 KiB buckets give several buckets a step.
-    bucketed_strategy.set_communication_options({.bytes_per_pack = 1024, .first_bytes_per_pack = 1});
+    bucketed_strategy.set_communication_options(
+        {.bytes_per_pack = 1024, .first_bytes_per_pack = 1});
     const Trained bucketed = train(bucketed_strategy);
     CHECK(plain.bucketed_steps == 0);
     CHECK(bucketed.bucketed_steps == 11);  // laid out at step 1, used at steps 2..12

@@ -245,30 +245,8 @@ void GlooWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char
     return;
   }
   agree(label, signature);
-  std::vector<bool> done(tensors.size(), false);
   std::vector<char> pack;
-  for (size_t first = 0; first < tensors.size(); ++first) {
-    if (done[first]) continue;
-    const DType dtype = tensors[first].dtype();
-    std::vector<size_t> group;
-    int64_t count = 0;
-    for (size_t i = first; i < tensors.size(); ++i) {
-      if (done[i] || tensors[i].dtype() != dtype) continue;
-      group.push_back(i);
-      count += tensors[i].numel();
-      done[i] = true;
-    }
-    if (count == 0) continue;
-    void* buffer = tensors[group[0]].raw_data();
-    if (group.size() > 1) {
-      pack.resize(static_cast<size_t>(count) * dtype_size(dtype));
-      char* out = pack.data();
-      for (size_t i : group) {
-        std::memcpy(out, tensors[i].raw_data(), tensors[i].nbytes());
-        out += tensors[i].nbytes();
-      }
-      buffer = pack.data();
-    }
+  for_each_dtype_group(tensors, pack, [&](void* buffer, int64_t count, DType dtype) {
     profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
     moving.set_bytes(count * static_cast<int64_t>(dtype_size(dtype)));
     dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
@@ -286,14 +264,7 @@ void GlooWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char
         gloo::allreduce(options);
       });
     });
-    if (group.size() > 1) {
-      const char* in = pack.data();
-      for (size_t i : group) {
-        std::memcpy(tensors[i].raw_data(), in, tensors[i].nbytes());
-        in += tensors[i].nbytes();
-      }
-    }
-  }
+  });
   if (op == ReduceOp::kMean)
     for (Tensor& t : tensors) divide_elements(t, size());
 }

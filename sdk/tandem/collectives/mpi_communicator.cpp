@@ -313,30 +313,8 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
     TANDEM_CHECK(t.defined() && t.device().is_cpu(), "mpi ", label,
                  ": tensors must be defined CPU tensors");
   // One call per dtype: a single tensor in place, several packed into one buffer.
-  std::vector<bool> done(tensors.size(), false);
-  for (size_t first = 0; first < tensors.size(); ++first) {
-    if (done[first]) continue;
-    const DType dtype = tensors[first].dtype();
-    std::vector<size_t> group;
-    int64_t count = 0;
-    for (size_t i = first; i < tensors.size(); ++i) {
-      if (done[i] || tensors[i].dtype() != dtype) continue;
-      group.push_back(i);
-      count += tensors[i].numel();
-      done[i] = true;
-    }
-    if (count == 0) continue;
+  for_each_dtype_group(tensors, impl_->pack, [&](void* buffer, int64_t count, DType dtype) {
     const size_t element = dtype_size(dtype);
-    void* buffer = tensors[group[0]].raw_data();
-    if (group.size() > 1) {
-      impl_->pack.resize(static_cast<size_t>(count) * element);
-      char* out = impl_->pack.data();
-      for (size_t i : group) {
-        std::memcpy(out, tensors[i].raw_data(), tensors[i].nbytes());
-        out += tensors[i].nbytes();
-      }
-      buffer = impl_->pack.data();
-    }
     // Every worker announces itself first (polled, so a missing one is named after the
     // timeout); then the blocking call, Open MPI's tuned algorithms, which its non-blocking
     // collectives do not use.
@@ -365,14 +343,7 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
                                  mpi_op(op), impl_->data),
                    call, label);
     }
-    if (group.size() > 1) {
-      const char* in = impl_->pack.data();
-      for (size_t i : group) {
-        std::memcpy(tensors[i].raw_data(), in, tensors[i].nbytes());
-        in += tensors[i].nbytes();
-      }
-    }
-  }
+  });
   if (op == ReduceOp::kMean)
     for (Tensor& t : tensors) divide_elements(t, size_);
 }

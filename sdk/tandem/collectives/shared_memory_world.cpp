@@ -448,31 +448,9 @@ void SharedMemoryWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, co
   }
   begin(label, signature, 0);
   const int workers = size();
-  std::vector<bool> done(tensors.size(), false);
-  for (size_t first = 0; first < tensors.size(); ++first) {
-    if (done[first]) continue;
-    const DType dtype = tensors[first].dtype();
-    std::vector<size_t> group;
-    int64_t count = 0;
-    for (size_t i = first; i < tensors.size(); ++i) {
-      if (done[i] || tensors[i].dtype() != dtype) continue;
-      group.push_back(i);
-      count += tensors[i].numel();
-      done[i] = true;
-    }
-    if (count == 0) continue;
-    const size_t element = dtype_size(dtype);
-    char* buffer = static_cast<char*>(tensors[group[0]].raw_data());
-    if (group.size() > 1) {
-      pack_.resize(static_cast<size_t>(count) * element);
-      char* out = pack_.data();
-      for (size_t i : group) {
-        std::memcpy(out, tensors[i].raw_data(), tensors[i].nbytes());
-        out += tensors[i].nbytes();
-      }
-      buffer = pack_.data();
-    }
-    const size_t total = static_cast<size_t>(count) * element;
+  for_each_dtype_group(tensors, pack_, [&](void* data, int64_t count, DType dtype) {
+    char* buffer = static_cast<char*>(data);
+    const size_t total = static_cast<size_t>(count) * dtype_size(dtype);
     profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
     moving.set_bytes(static_cast<int64_t>(total));
     dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
@@ -513,14 +491,7 @@ void SharedMemoryWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, co
         std::memcpy(out, reduced, length * sizeof(T));
       }
     });
-    if (group.size() > 1) {
-      const char* in = pack_.data();
-      for (size_t i : group) {
-        std::memcpy(tensors[i].raw_data(), in, tensors[i].nbytes());
-        in += tensors[i].nbytes();
-      }
-    }
-  }
+  });
   if (op == ReduceOp::kMean)
     for (Tensor& t : tensors) divide_elements(t, size());
 }

@@ -19,6 +19,41 @@ void append(std::vector<char>& out, const void* data, size_t bytes) {
 
 }  // namespace
 
+void for_each_dtype_group(
+    std::vector<Tensor>& tensors, std::vector<char>& pack,
+    const std::function<void(void* buffer, int64_t count, DType dtype)>& reduce) {
+  std::vector<bool> done(tensors.size(), false);
+  for (size_t first = 0; first < tensors.size(); ++first) {
+    if (done[first]) continue;
+    const DType dtype = tensors[first].dtype();
+    std::vector<size_t> group;
+    int64_t count = 0;
+    for (size_t i = first; i < tensors.size(); ++i) {
+      if (done[i] || tensors[i].dtype() != dtype) continue;
+      group.push_back(i);
+      count += tensors[i].numel();
+      done[i] = true;
+    }
+    if (count == 0) continue;
+    if (group.size() == 1) {
+      reduce(tensors[group[0]].raw_data(), count, dtype);
+      continue;
+    }
+    pack.resize(static_cast<size_t>(count) * dtype_size(dtype));
+    char* out = pack.data();
+    for (size_t i : group) {
+      std::memcpy(out, tensors[i].raw_data(), tensors[i].nbytes());
+      out += tensors[i].nbytes();
+    }
+    reduce(pack.data(), count, dtype);
+    const char* in = pack.data();
+    for (size_t i : group) {
+      std::memcpy(tensors[i].raw_data(), in, tensors[i].nbytes());
+      in += tensors[i].nbytes();
+    }
+  }
+}
+
 std::vector<char> tensors_to_bytes(const std::vector<Tensor>& tensors) {
   std::vector<char> out;
   const int64_t count = static_cast<int64_t>(tensors.size());

@@ -130,8 +130,8 @@ std::unique_ptr<Strategy> make_strategy() {
     // TF_CONFIG workers on one machine need nothing more (shared memory); on several, Gloo,
     // which the strategy asks for by name when it is missing.
     if (cluster.source != "tf_config" && !build_info().mpi)
-      throw NotBuiltError(detail::str_cat("make_strategy: started as worker ", cluster.rank,
-                                          " of ", cluster.size, " (", cluster.source,
+      throw NotBuiltError(detail::str_cat("make_strategy: started as worker ", cluster.rank, " of ",
+                                          cluster.size, " (", cluster.source,
                                           ") but this build has no MPI; configure with Open MPI"));
     return std::make_unique<MultiWorkerMirroredStrategy>();
   }

@@ -1,8 +1,10 @@
 // Helpers of the collectives across workers (internal): tensor lists as bytes (count, then per
 // tensor its dtype, rank, dims and data: what workers exchange to gather tensors of any shape),
-// and kMean's division of a CPU tensor after the sum.
+// the tensors of one dtype as one buffer for a single reduction, and kMean's division of a CPU
+// tensor after the sum.
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "tandem/tensor/tensor.h"
@@ -12,6 +14,13 @@ namespace tandem::collectives {
 std::vector<char> tensors_to_bytes(const std::vector<Tensor>& tensors);
 /// The tensors (on the CPU) back; raises "`what`: a truncated piece" on short input.
 std::vector<Tensor> tensors_from_bytes(const std::vector<char>& bytes, const char* what);
+/// Calls `reduce(buffer, count, dtype)` once per dtype among `tensors` (CPU tensors; dtypes in
+/// order of first appearance), on one contiguous buffer of all the elements of that dtype: the
+/// tensor itself when it is alone of its dtype, else `pack` holding them in order, copied back
+/// into the tensors afterwards. Dtypes with no elements are skipped.
+void for_each_dtype_group(
+    std::vector<Tensor>& tensors, std::vector<char>& pack,
+    const std::function<void(void* buffer, int64_t count, DType dtype)>& reduce);
 /// Divides every element of CPU tensor `t` by `n`.
 void divide_elements(Tensor& t, int n);
 
