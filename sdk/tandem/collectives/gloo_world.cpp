@@ -150,21 +150,13 @@ std::string GlooWorld::who_is_missing() {
 
 std::vector<char> GlooWorld::agree(const char* label, const std::vector<int64_t>& parameters,
                                    const void* payload, size_t bytes) {
-  uint64_t hash = 1469598103934665603ULL;
-  auto add = [&](uint64_t word) {
-    for (int i = 0; i < 8; ++i) {
-      hash ^= (word >> (8 * i)) & 0xff;
-      hash *= 1099511628211ULL;
-    }
-  };
-  for (const char* c = label; *c != '\0'; ++c) add(static_cast<unsigned char>(*c));
-  for (int64_t p : parameters) add(static_cast<uint64_t>(p));
   const uint64_t call = ++calls_;  // this collective's number, in every message about it
   // Every worker's record has the same size whatever it carries, so that the all-gather pairs
   // up even when the workers' calls differ.
   TANDEM_CHECK(bytes <= kEagerBytes, "gloo: a record carries at most ", kEagerBytes, " bytes");
   std::vector<char> mine(kRecordBytes, 0);
-  const int64_t header[2] = {static_cast<int64_t>(call), static_cast<int64_t>(hash >> 1)};
+  const int64_t header[2] = {static_cast<int64_t>(call),
+                             static_cast<int64_t>(call_signature(label, parameters))};
   std::memcpy(mine.data(), header, sizeof(header));
   if (bytes > 0) std::memcpy(mine.data() + sizeof(header), payload, bytes);
   std::vector<char> all(kRecordBytes * static_cast<size_t>(size()));
@@ -175,33 +167,19 @@ std::vector<char> GlooWorld::agree(const char* label, const std::vector<int64_t>
     options.setTag(tag);
     gloo::allgather(options);
   });
-  std::string different;
-  for (int w = 0; w < size(); ++w) {
-    if (std::memcmp(all.data() + kRecordBytes * static_cast<size_t>(w), header, sizeof(header)) ==
+  std::vector<int> different;
+  for (int w = 0; w < size(); ++w)
+    if (std::memcmp(all.data() + kRecordBytes * static_cast<size_t>(w), header, sizeof(header)) !=
         0)
-      continue;
-    different += (different.empty() ? "" : ", ") + std::to_string(w);
-  }
-  if (!different.empty()) {
-    // No data call was made: the workers are still in step and the job may go on.
-    TANDEM_THROW(label, " #", call, " across ", size(),
-                 " workers: ", different.find(',') == std::string::npos ? "worker " : "workers ",
-                 different, " made a different collective call than worker ", rank_,
-                 " (another call, or other sizes or dtypes); every worker must make the same "
-                 "collective calls in the same order");
-  }
+      different.push_back(w);
+  // No data call was made: the workers are still in step and the job may go on.
+  if (!different.empty()) raise_different_call(label, call, size(), different, rank_);
   return all;
 }
 
 void GlooWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) {
   if (size() == 1) return;
-  std::vector<int64_t> signature = {static_cast<int64_t>(op)};
-  for (const Tensor& t : tensors) {
-    TANDEM_CHECK(t.defined() && t.device().is_cpu(), "gloo ", label,
-                 ": tensors must be defined CPU tensors");
-    signature.push_back(static_cast<int64_t>(t.dtype()));
-    signature.push_back(t.numel());
-  }
+  const std::vector<int64_t> signature = all_reduce_parameters(tensors, op, "gloo", label);
   // Small, of one dtype (a loss, a metric, the end-of-data flag): the data rides on the
   // signature's all-gather, and every worker combines the pieces in worker order (the same
   // bits everywhere): one round trip instead of two.

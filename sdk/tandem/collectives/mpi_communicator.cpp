@@ -161,17 +161,7 @@ uint64_t MpiWorld::arrive(const char* label, std::initializer_list<int64_t> para
   TANDEM_CHECK(bytes <= kEagerBytes, "mpi: an arrival message carries at most ", kEagerBytes,
                " bytes of data, got ", bytes);
   const uint64_t call = ++m.calls;
-  // FNV-1a over the label and the parameters: the same in every process of the job.
-  uint64_t hash = 1469598103934665603ull;
-  auto mix = [&](const void* data, size_t bytes) {
-    for (size_t i = 0; i < bytes; ++i) {
-      hash ^= static_cast<const unsigned char*>(data)[i];
-      hash *= 1099511628211ull;
-    }
-  };
-  mix(label, std::strlen(label));
-  for (int64_t parameter : parameters) mix(&parameter, sizeof(parameter));
-  m.signature = static_cast<int64_t>(hash);
+  m.signature = static_cast<int64_t>(call_signature(label, std::vector<int64_t>(parameters)));
   const std::array<int64_t, 2> header = {static_cast<int64_t>(call), m.signature};
   m.outgoing.resize(kArrivalHeaderBytes + bytes);
   std::memcpy(m.outgoing.data(), header.data(), kArrivalHeaderBytes);
@@ -260,20 +250,11 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
   }
   // Every worker arrived; each must be making the same call (the same collective with the same
   // sizes and dtype), or the blocking MPI calls that follow would pair up wrongly and hang.
-  std::ostringstream different;
-  int count = 0;
-  for (int peer = 0; peer < size_; ++peer) {
-    if (peer == rank_) continue;
-    if (m.received_signature(peer) != m.signature) different << (count++ ? ", " : "") << peer;
-  }
-  if (count > 0) {
-    // No data call was made: MPI itself is fine, and the job may go on after the error.
-    TANDEM_THROW(label, " #", call, " across ", size_,
-                 " workers: ", count == 1 ? "worker " : "workers ", different.str(),
-                 " made a different ", "collective call than worker ", rank_,
-                 " (another call, or other sizes or dtypes); ",
-                 "every worker must make the same collective calls in the same order");
-  }
+  std::vector<int> different;
+  for (int peer = 0; peer < size_; ++peer)
+    if (peer != rank_ && m.received_signature(peer) != m.signature) different.push_back(peer);
+  // No data call was made: MPI itself is fine, and the job may go on after the error.
+  if (!different.empty()) raise_different_call(label, call, size_, different, rank_);
 }
 
 void MpiWorld::run_blocking(int code, uint64_t call, const char* label) {

@@ -98,19 +98,6 @@ std::string namespace_id(const char* kind) {
 std::string to_string(const std::vector<char>& bytes) { return {bytes.begin(), bytes.end()}; }
 std::vector<char> to_bytes(const std::string& text) { return {text.begin(), text.end()}; }
 
-uint64_t signature_of(const char* label, const std::vector<int64_t>& parameters) {
-  uint64_t hash = 1469598103934665603ull;
-  auto mix = [&](const void* data, size_t bytes) {
-    for (size_t i = 0; i < bytes; ++i) {
-      hash ^= static_cast<const unsigned char*>(data)[i];
-      hash *= 1099511628211ull;
-    }
-  };
-  mix(label, std::strlen(label));
-  for (const int64_t p : parameters) mix(&p, sizeof(p));
-  return hash;
-}
-
 }  // namespace
 
 struct SharedMemoryWorld::Segment {
@@ -409,29 +396,22 @@ std::vector<int64_t> SharedMemoryWorld::begin(const char* label,
   const int set = static_cast<int>(barriers_ % 2);
   Header& mine = segment_->peers[rank_].header[set];
   mine.call = static_cast<int64_t>(call);
-  mine.signature = static_cast<int64_t>(signature_of(label, parameters));
+  mine.signature = static_cast<int64_t>(call_signature(label, parameters));
   mine.bytes = bytes;
   {
     profile::Span waiting(profile::Phase::kCommWait, profile::communicator_track());
     arrive(label);
   }
-  std::string different;
+  std::vector<int> different;
   std::vector<int64_t> sizes(static_cast<size_t>(size()));
   for (int w = 0; w < size(); ++w) {
     const Header& theirs = segment_->peers[w].header[set];
     sizes[static_cast<size_t>(w)] = theirs.bytes;
-    if (theirs.call != mine.call || theirs.signature != mine.signature)
-      different += (different.empty() ? "" : ", ") + std::to_string(w);
+    if (theirs.call != mine.call || theirs.signature != mine.signature) different.push_back(w);
   }
-  if (!different.empty()) {
-    // Every worker sees every header after the barrier and raises alike: the workers stay in
-    // step and the job may go on.
-    TANDEM_THROW(label, " #", call, " across ", size(),
-                 " workers: ", different.find(',') == std::string::npos ? "worker " : "workers ",
-                 different, " made a different collective call than worker ", rank_,
-                 " (another call, or other sizes or dtypes); every worker must make the same "
-                 "collective calls in the same order");
-  }
+  // Every worker sees every header after the barrier and raises alike: the workers stay in
+  // step and the job may go on.
+  if (!different.empty()) raise_different_call(label, call, size(), different, rank_);
   return sizes;
 }
 
@@ -439,13 +419,7 @@ std::vector<int64_t> SharedMemoryWorld::begin(const char* label,
 
 void SharedMemoryWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) {
   if (size() == 1) return;
-  std::vector<int64_t> signature = {static_cast<int64_t>(op)};
-  for (const Tensor& t : tensors) {
-    TANDEM_CHECK(t.defined() && t.device().is_cpu(), "shm ", label,
-                 ": tensors must be defined CPU tensors");
-    signature.push_back(static_cast<int64_t>(t.dtype()));
-    signature.push_back(t.numel());
-  }
+  const std::vector<int64_t> signature = all_reduce_parameters(tensors, op, "shm", label);
   begin(label, signature, 0);
   const int workers = size();
   for_each_dtype_group(tensors, pack_, [&](void* data, int64_t count, DType dtype) {

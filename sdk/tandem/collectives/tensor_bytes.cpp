@@ -2,6 +2,7 @@
 #include "tandem/collectives/internal/tensor_bytes.h"
 
 #include <cstring>
+#include <string>
 
 #include "tandem/core/error.h"
 
@@ -18,6 +19,42 @@ void append(std::vector<char>& out, const void* data, size_t bytes) {
 }
 
 }  // namespace
+
+uint64_t call_signature(const char* label, const std::vector<int64_t>& parameters) {
+  uint64_t hash = 1469598103934665603ull;
+  auto mix = [&](const void* data, size_t bytes) {
+    for (size_t i = 0; i < bytes; ++i) {
+      hash ^= static_cast<const unsigned char*>(data)[i];
+      hash *= 1099511628211ull;
+    }
+  };
+  mix(label, std::strlen(label));
+  for (const int64_t parameter : parameters) mix(&parameter, sizeof(parameter));
+  return hash;
+}
+
+std::vector<int64_t> all_reduce_parameters(const std::vector<Tensor>& tensors, ReduceOp op,
+                                           const char* transport, const char* label) {
+  std::vector<int64_t> parameters = {static_cast<int64_t>(op)};
+  for (const Tensor& t : tensors) {
+    TANDEM_CHECK(t.defined() && t.device().is_cpu(), transport, " ", label,
+                 ": tensors must be defined CPU tensors");
+    parameters.push_back(static_cast<int64_t>(t.dtype()));
+    parameters.push_back(t.numel());
+  }
+  return parameters;
+}
+
+void raise_different_call(const char* label, uint64_t call, int size,
+                          const std::vector<int>& workers, int rank) {
+  std::string list;
+  for (const int w : workers) list += (list.empty() ? "" : ", ") + std::to_string(w);
+  TANDEM_THROW(label, " #", call, " across ", size,
+               " workers: ", workers.size() == 1 ? "worker " : "workers ", list,
+               " made a different collective call than worker ", rank,
+               " (another call, or other sizes or dtypes); every worker must make the same "
+               "collective calls in the same order");
+}
 
 void for_each_dtype_group(
     std::vector<Tensor>& tensors, std::vector<char>& pack,
