@@ -1,14 +1,6 @@
 // The HDF5 wrapper's groups: finding, creating and listing links, and the attributes of groups
 // and datasets (strings, string lists, int64). Datasets are in hdf5_dataset.cpp.
-#include <fcntl.h>
-#include <poll.h>
-#include <signal.h>
-#include <sys/wait.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
 #include <cstring>
 
 #include "tandem/io/internal/hdf5_check.h"
@@ -283,110 +275,6 @@ int64_t Group::read_attr_int64(const std::string& name) const {
   return value;
 }
 
-namespace {
-
-bool write_fully(int fd, const char* data, size_t bytes) {
-  while (bytes > 0) {
-    const ssize_t n = ::write(fd, data, bytes);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    data += n;
-    bytes -= static_cast<size_t>(n);
-  }
-  return true;
-}
-
-/// Reads the `count` variable-length strings of the attribute `attr` (as `memtype`) in a forked
-/// child, which sends them back through a pipe: whatever libhdf5 does on a damaged file (crash,
-/// wild allocation, endless loop) happens there, and here becomes an error naming `where`
-/// within kSeconds.
-std::vector<std::string> read_strings_in_child(hid_t attr, hid_t memtype, size_t count,
-                                               const std::string& where) {
-  constexpr int kSeconds = 10;
-  int fds[2];
-  TANDEM_CHECK(::pipe2(fds, O_CLOEXEC) == 0, where, ": pipe: ", std::strerror(errno));
-  const pid_t pid = ::fork();
-  if (pid < 0) {
-    const int error = errno;
-    ::close(fds[0]);
-    ::close(fds[1]);
-    TANDEM_THROW(where, ": fork: ", std::strerror(error));
-  }
-  if (pid == 0) {
-    // The child: libhdf5 only, then _exit (no destructors, no atexit handlers). Its stderr goes
-    // nowhere: a sanitizer's report of a libhdf5 failure is this read's error, said below.
-    ::close(fds[0]);
-    const int null = ::open("/dev/null", O_WRONLY);
-    if (null >= 0) ::dup2(null, 2);
-    std::vector<char*> texts(count, nullptr);
-    std::string reply;
-    if (H5Aread(attr, memtype, texts.data()) < 0) {
-      reply = "E" + detail::hdf5_message();
-    } else {
-      reply = "O";
-      for (char* t : texts) {
-        const uint64_t length = t ? std::strlen(t) : 0;
-        reply.append(reinterpret_cast<const char*>(&length), sizeof(length));
-        if (length > 0) reply.append(t, length);
-      }
-    }
-    const bool sent = write_fully(fds[1], reply.data(), reply.size());
-    ::_exit(sent ? 0 : 1);
-  }
-  ::close(fds[1]);
-  using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::seconds(kSeconds);
-  std::string reply;
-  bool timed_out = false;
-  for (;;) {
-    const auto left =
-        std::chrono::duration_cast<std::chrono::milliseconds>(deadline - Clock::now()).count();
-    if (left <= 0) {
-      timed_out = true;
-      break;
-    }
-    pollfd p{fds[0], POLLIN, 0};
-    const int ready = ::poll(&p, 1, static_cast<int>(std::min<int64_t>(left, 1000)));
-    if (ready < 0 && errno == EINTR) continue;
-    if (ready <= 0) continue;
-    char chunk[65536];
-    const ssize_t n = ::read(fds[0], chunk, sizeof(chunk));
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) break;  // the child closed its end (it exited)
-    reply.append(chunk, static_cast<size_t>(n));
-  }
-  ::close(fds[0]);
-  if (timed_out) ::kill(pid, SIGKILL);
-  int status = 0;
-  while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
-  }
-  TANDEM_CHECK(!timed_out, where, ": reading its variable-length strings did not end within ",
-               kSeconds,
-               " s: libhdf5 loops on this file (it is damaged), or another thread of this "
-               "process was inside libhdf5 when the read began (read the file again)");
-  TANDEM_CHECK(!WIFSIGNALED(status), where,
-               ": reading its variable-length strings crashed libhdf5 (signal ",
-               WIFSIGNALED(status) ? WTERMSIG(status) : 0, "); the file is damaged");
-  TANDEM_CHECK(WIFEXITED(status) && !reply.empty(), where,
-               ": reading its variable-length strings failed in libhdf5 (exit status ",
-               WIFEXITED(status) ? WEXITSTATUS(status) : -1, "); the file is damaged");
-  TANDEM_CHECK(reply[0] == 'O', where, ": reading attribute: ", reply.substr(1));
-  std::vector<std::string> out;
-  size_t at = 1;
-  for (size_t i = 0; i < count; ++i) {
-    uint64_t length = 0;
-    TANDEM_CHECK(at + sizeof(length) <= reply.size(), where, ": its strings came back cut short");
-    std::memcpy(&length, reply.data() + at, sizeof(length));
-    at += sizeof(length);
-    TANDEM_CHECK(length <= reply.size() - at, where, ": its strings came back cut short");
-    out.emplace_back(reply.data() + at, length);
-    at += length;
-  }
-  return out;
-}
-
-}  // namespace
-
 std::vector<std::string> Group::read_attr_strings(const std::string& name) const {
   TANDEM_CHECK(has_attr(name), where(name), ": attribute not found");
   Handle attr(TANDEM_H5_CHECK(H5Aopen(handle_.id(), name.c_str(), H5P_DEFAULT),
@@ -417,8 +305,9 @@ std::vector<std::string> Group::read_attr_strings(const std::string& name) const
     TANDEM_H5_CHECK(H5Tset_cset(memtype.id(), H5Tget_cset(type.id())), "string type");
     // A sound heap can still be pointed at wrongly by a damaged element (an address or index
     // that is no heap object), and libhdf5 follows it without checks (fuzzing found reads past
-    // a collection, wild allocations, crashes): the read runs in a child process.
-    return read_strings_in_child(attr.id(), memtype.id(), static_cast<size_t>(n), where(name));
+    // a collection, wild allocations, crashes): the strings are read in a child process.
+    return detail::read_vlen_strings(attr.id(), memtype.id(), static_cast<size_t>(n), file_,
+                                     object_id("."), name, where(name));
   } else {
     const size_t size = H5Tget_size(type.id());
     std::vector<char> buffer(size * static_cast<size_t>(n));

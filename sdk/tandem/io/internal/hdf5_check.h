@@ -43,6 +43,16 @@ Handle intermediate_groups_lcpl();
 /// storage, or a virtual dataset. Called before its extent or type is asked for.
 void refuse_data_elsewhere(hid_t set, const std::string& where);
 
+/// The `count` variable-length strings of the attribute `name` of the object `object` (its
+/// object_id) of `file`, read as `memtype` in a forked child process: whatever libhdf5 does on
+/// a damaged file (crash, wild allocation, endless loop) happens there and becomes an error
+/// naming `where` here. The first such read of a file (of one version: path, inode, size,
+/// modification time) reads every variable-length string attribute of the file in one child;
+/// later ones are answered from that.
+std::vector<std::string> read_vlen_strings(hid_t attr, hid_t memtype, size_t count,
+                                           const std::string& file, const std::string& object,
+                                           const std::string& name, const std::string& where);
+
 /// The size of the file holding `object`, in bytes; `context` and `where` name the object in
 /// messages ("<context>file of <where>").
 hsize_t file_size_of(hid_t object, const std::string& context, const std::string& where);
