@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <cstring>
 #include <functional>
 #include <map>
@@ -22,7 +23,16 @@ namespace tandem::h5::detail {
 
 namespace {
 
-constexpr int kSeconds = 10;                    // for one child
+/// Seconds one child may take: TANDEM_HDF5_READ_TIMEOUT, default 10 (the fuzzers use 1: a
+/// damaged file that makes libhdf5 loop would otherwise cost each of them 10 s).
+int child_seconds() {
+  static const int seconds = [] {
+    const char* value = std::getenv("TANDEM_HDF5_READ_TIMEOUT");
+    const int parsed = value ? std::atoi(value) : 0;
+    return parsed > 0 ? parsed : 10;
+  }();
+  return seconds;
+}
 constexpr size_t kMaxReply = size_t{64} << 20;  // strings of one file
 constexpr size_t kMaxObjects = 1'000'000;       // objects one walk visits
 constexpr size_t kFilesKept = 16;
@@ -83,7 +93,7 @@ bool read_into(hid_t attr, hid_t memtype, size_t count, std::string& out) {
 
 /// Runs `body` in a forked child that sends back what it returns (a letter and data; "E" and a
 /// message for an error); here, the reply, or an error naming `where` when the child reported
-/// one, failed, crashed or did not end within kSeconds.
+/// one, failed, crashed or did not end within child_seconds().
 std::string in_child(const std::function<std::string()>& body, const std::string& where) {
   int fds[2];
   TANDEM_CHECK(::pipe2(fds, O_CLOEXEC) == 0, where, ": pipe: ", std::strerror(errno));
@@ -105,7 +115,8 @@ std::string in_child(const std::function<std::string()>& body, const std::string
   }
   ::close(fds[1]);
   using Clock = std::chrono::steady_clock;
-  const auto deadline = Clock::now() + std::chrono::seconds(kSeconds);
+  const int seconds = child_seconds();
+  const auto deadline = Clock::now() + std::chrono::seconds(seconds);
   std::string reply;
   bool timed_out = false;
   for (;;) {
@@ -130,7 +141,7 @@ std::string in_child(const std::function<std::string()>& body, const std::string
   while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   TANDEM_CHECK(!timed_out, where, ": reading its variable-length strings did not end within ",
-               kSeconds,
+               seconds,
                " s: libhdf5 loops on this file (it is damaged), or another thread of this "
                "process was inside libhdf5 when the read began (read the file again)");
   TANDEM_CHECK(!WIFSIGNALED(status), where,
