@@ -1,6 +1,7 @@
 // load_weights: files Keras itself wrote (tests/interop/keras_write_weights.py, when TensorFlow
 // is installed) give Tandem Keras's logits; files in the Keras layouts written here check the
 // matching rules, the errors (layer, names and shapes), and loading into a mirrored model.
+#include <fcntl.h>
 #include <sys/stat.h>
 
 #include <cmath>
@@ -443,4 +444,36 @@ TEST_CASE("load_weights: non-finite weights, data outside the file and links els
         td::load_weights(model, path),
         Contains(path) && Contains("kernel:0 is an external link to \"/x\" in \"fifo\""));
   }
+}
+
+TEST_CASE("load_weights: a file rewritten in place is read again, not answered from memory",
+          "[cpu][checkpoint]") {
+  // The variable-length names of a file are read once per open file: a file rewritten at the
+  // same path with the same size, inode and modification time (within the clock's granularity)
+  // must show its new names.
+  TempDir dir;
+  const std::string path = dir.file("m.h5");
+  const td::nn::Sequential file_model = [] {
+    td::nn::Sequential m({td::nn::Flatten(), td::nn::Dense(128), td::nn::Dense(10)});
+    m.build({28, 28});
+    return m;
+  }();
+  td::nn::Sequential model({td::nn::Flatten(), td::nn::Dense(128), td::nn::Dense(64)});
+  model.build({28, 28});
+
+  write_legacy(path, file_model, {.layer_names = {"flatten_1", "dense_1", "dense_2"}});
+  struct stat first {};
+  REQUIRE(::stat(path.c_str(), &first) == 0);
+  CHECK_THAT(mismatch_message(model, path), Contains("Keras \"dense_2\""));
+
+  // Replaced as a writer that deletes and creates would: the new file often gets the freed inode.
+  REQUIRE(std::remove(path.c_str()) == 0);
+  write_legacy(path, file_model, {.layer_names = {"flatten_7", "dense_7", "dense_8"}});
+  const timespec times[2] = {first.st_atim, first.st_mtim};
+  REQUIRE(::utimensat(AT_FDCWD, path.c_str(), times, 0) == 0);
+  struct stat second {};
+  REQUIRE(::stat(path.c_str(), &second) == 0);
+  REQUIRE(second.st_size == first.st_size);
+  INFO("inode " << first.st_ino << " then " << second.st_ino);
+  CHECK_THAT(mismatch_message(model, path), Contains("Keras \"dense_8\""));
 }

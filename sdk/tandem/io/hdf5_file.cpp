@@ -284,7 +284,10 @@ std::string close_file_id(hid_t id) {
 File::~File() {
   // Destructors never throw: a failed close is dropped here (close() reports it).
   root_ = Group();
-  if (file_.valid()) close_file_id(file_.release());
+  if (file_.valid()) {
+    close_file_id(file_.release());
+    detail::forget_vlen_strings(path_);
+  }
 }
 
 void File::close() {
@@ -292,6 +295,7 @@ void File::close() {
   root_ = Group();
   if (!file_.valid()) return;
   const std::string why = close_file_id(file_.release());
+  detail::forget_vlen_strings(path_);
   TANDEM_CHECK(why.empty(), "closing ", path_, ": ", why);
 }
 

@@ -326,4 +326,13 @@ std::vector<std::string> read_vlen_strings(hid_t attr, hid_t memtype, size_t cou
   return strings;
 }
 
+void forget_vlen_strings(const std::string& file) {
+  const std::string prefix = file + "|";
+  std::lock_guard<std::mutex> lock(cache_mutex());
+  for (auto entry = cache().lower_bound(prefix);
+       entry != cache().end() && entry->first.compare(0, prefix.size(), prefix) == 0;) {
+    entry = cache().erase(entry);
+  }
+}
+
 }  // namespace tandem::h5::detail

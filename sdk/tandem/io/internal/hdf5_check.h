@@ -48,10 +48,15 @@ void refuse_data_elsewhere(hid_t set, const std::string& where);
 /// a damaged file (crash, wild allocation, endless loop) happens there and becomes an error
 /// naming `where` here. The first such read of a file (of one version: path, inode, size,
 /// modification time) reads every variable-length string attribute of the file in one child;
-/// later ones are answered from that.
+/// later ones are answered from that until the file is closed (forget_vlen_strings).
 std::vector<std::string> read_vlen_strings(hid_t attr, hid_t memtype, size_t count,
                                            const std::string& file, const std::string& object,
                                            const std::string& name, const std::string& where);
+
+/// Drops what read_vlen_strings kept of `file`: called when a File of that path closes, so that
+/// a file rewritten in place within the clock's granularity (same inode, size and time) is
+/// read again when it is opened again.
+void forget_vlen_strings(const std::string& file);
 
 /// The size of the file holding `object`, in bytes; `context` and `where` name the object in
 /// messages ("<context>file of <where>").
