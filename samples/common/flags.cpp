@@ -126,6 +126,8 @@ Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
       flags.profile = std::string(v);
     } else if (flag == "--accumulation-steps") {
       flags.accumulation_steps = parse_int<int>(flag, value(), 1, 1'000'000, "a whole number >= 1");
+    } else if (flag == "--bucket-mib") {
+      flags.bucket_mib = parse_int<int>(flag, value(), 0, 1024, "a whole number from 0 to 1024");
     } else if (flag == "--max-steps") {
       flags.max_steps = parse_int<int64_t>(flag, value(), 1, INT64_MAX, "a whole number >= 1");
     } else {
@@ -176,6 +178,9 @@ std::string usage(const SampleInfo& info) {
       << "                            update once with their mean: the effective batch is\n"
       << "                            N x the global batch, with the memory of one step and\n"
       << "                            one all-reduce per update (default 1)\n"
+      << "  --bucket-mib N            all-reduce the gradients in buckets of N MiB during the\n"
+      << "                            backward pass (0: one all-reduce after it); default: the\n"
+      << "                            strategy's (buckets for GPUs and TF_CONFIG workers)\n"
       << "  --max-steps N             at most N training steps per epoch (smoke tests); the\n"
       << "                            whole test split is still evaluated\n"
       << "  --help                    this text\n\n"

@@ -44,6 +44,9 @@ struct Flags {
   std::string profile;
   /// Micro-steps per optimizer update (gradient accumulation); 1: update every step.
   int accumulation_steps = 1;
+  /// Gradient bucket size in MiB (all-reduce during the backward pass); 0: no buckets; unset:
+  /// the strategy's default.
+  std::optional<int> bucket_mib;
   /// Cap on training steps per epoch (smoke tests); unset: whole epochs.
   std::optional<int64_t> max_steps;
 

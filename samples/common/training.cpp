@@ -36,6 +36,12 @@ std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags) {
   } else {
     strategy = tandem::make_strategy();
   }
+  if (flags.bucket_mib) {
+    tandem::CommunicationOptions options = strategy->communication_options();
+    options.bytes_per_pack = int64_t{*flags.bucket_mib} << 20;
+    options.first_bytes_per_pack = std::min(int64_t{1} << 20, options.bytes_per_pack);
+    strategy->set_communication_options(options);
+  }
   // The chief alone reports; the other workers train silently (errors still reach stderr).
   if (!strategy->is_chief()) std::cout.setstate(std::ios::failbit);
   return strategy;
