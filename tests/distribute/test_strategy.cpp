@@ -511,6 +511,51 @@ TEST_CASE("apply_gradients(ctx) sums gradients, clips after the sum, updates eve
   REQUIRE(strategy.local_results(steps) == std::vector<int64_t>{2, 2});
 }
 
+TEST_CASE("apply_gradients without ctx inside a run of several replicas raises, naming the fix",
+          "[cpu][distribute]") {
+  auto strategy = td::MirroredStrategy::cpu(2);
+  td::Variable w;
+  std::unique_ptr<td::optim::SGD> sgd;
+  {
+    auto scope = strategy.scope();
+    w = td::make_variable("w", vec({0, 0}));
+    sgd = std::make_unique<td::optim::SGD>(td::optim::SGD::Options{.learning_rate = 1.0});
+  }
+  // Each replica would update its copy with its own gradient alone: the copies would differ.
+  CHECK_THROWS_WITH(strategy.run([&](td::ReplicaContext& ctx) {
+    const td::Tensor g = ctx.replica_id_in_sync_group() == 0 ? vec({3, 0}) : vec({0, 4});
+    sgd->apply_gradients({g}, {w});
+  }),
+                    Catch::Contains("sgd.apply_gradients(gradients, variables) was called inside "
+                                    "strategy.run") &&
+                        Catch::Contains("of 2) without the replica context") &&
+                        Catch::Contains("optimizer.apply_gradients(ctx, gradients, variables)"));
+  for (int r = 0; r < 2; ++r) CHECK(w.copy(r).to_vector<float>() == std::vector<float>{0, 0});
+  CHECK(sgd->iterations() == 0);
+  // Gradients summed by hand, said so: the update of every copy, as with ctx.
+  strategy.run([&](td::ReplicaContext& ctx) {
+    const td::Tensor g = ctx.replica_id_in_sync_group() == 0 ? vec({3, 0}) : vec({0, 4});
+    sgd->apply_gradients({ctx.all_reduce(td::ReduceOp::kSum, g)}, {w},
+                         {.skip_gradients_aggregation = true});
+  });
+  for (int r = 0; r < 2; ++r) CHECK(w.copy(r).to_vector<float>() == std::vector<float>{-3, -4});
+  // In cross-replica context (inside merge_call) the call is the user's own: it does not raise.
+  CHECK_NOTHROW(strategy.run([&](td::ReplicaContext& ctx) {
+    ctx.merge_call([&](td::Strategy&) { sgd->apply_gradients({vec({1, 1})}, {w}); });
+  }));
+  CHECK(sgd->iterations() == 2);
+  // Inside the run of a one-replica strategy there is nothing to sum: it updates.
+  td::OneDeviceStrategy one(td::Device::cpu());
+  td::Variable v;
+  td::optim::SGD plain(td::optim::SGD::Options{.learning_rate = 1.0});
+  {
+    auto scope = one.scope();
+    v = td::make_variable("v", vec({0}));
+  }
+  one.run([&](td::ReplicaContext&) { plain.apply_gradients({vec({2})}, {v}); });
+  CHECK(v.copy(0).to_vector<float>() == std::vector<float>{-2});
+}
+
 TEST_CASE("a sync-on-read metric equals the metric over the whole global batch",
           "[cpu][distribute]") {
   auto strategy = td::MirroredStrategy::cpu(2);

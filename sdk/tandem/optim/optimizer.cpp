@@ -159,7 +159,18 @@ void Optimizer::check_numerics(const std::vector<Tensor>& gradients,
 }
 
 void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
-                                const std::vector<Variable>& variables) {
+                                const std::vector<Variable>& variables,
+                                ApplyGradientsOptions options) {
+  // Inside a replica function of several replicas this would update each replica's copies with
+  // its own gradients alone (tf.distribute would sum them): the replicas would drift apart.
+  const ReplicaBinding binding = current_replica_binding();
+  TANDEM_CHECK(binding.num_replicas_in_sync <= 1 || options.skip_gradients_aggregation, name_,
+               ".apply_gradients(gradients, variables) was called inside strategy.run (replica ",
+               binding.first_global_id + binding.replica_id, " of ", binding.num_replicas_in_sync,
+               ") without the replica context, so the gradients would not be summed across the "
+               "replicas; pass the context the replica function received: "
+               "optimizer.apply_gradients(ctx, gradients, variables) (or, for gradients already "
+               "summed with ctx.all_reduce, add {.skip_gradients_aggregation = true})");
   check_pairs(gradients, variables);
   check_numerics(gradients, variables, "");
   if (accumulation_steps_ == 1) {

@@ -21,6 +21,13 @@
 
 namespace tandem::optim {
 
+/// Options of the plain form of Optimizer::apply_gradients.
+struct ApplyGradientsOptions {
+  /// The gradients are already summed across the replicas (ctx.all_reduce): allowed inside
+  /// strategy.run with several replicas (Keras's skip_gradients_aggregation).
+  bool skip_gradients_aggregation = false;
+};
+
 /// An optimizer. Structure of one update (apply_gradients):
 ///   check the pairs -> clip by global norm (if set) -> learning rate at iterations() ->
 ///   update_step(gradients, variables, slots) per dtype of the variables -> iterations += 1.
@@ -57,9 +64,12 @@ class Optimizer {
   /// One update of `variables` with `gradients` (one per variable, in order). A variable whose
   /// gradient is undefined is left unchanged (a warning is logged once); shapes and dtypes
   /// must match (the error names the variable). Increments iterations() by one (with gradient
-  /// accumulation: accumulates, and updates on every N-th call).
+  /// accumulation: accumulates, and updates on every N-th call). Inside strategy.run with more
+  /// than one replica in sync it raises (each replica would update with its own gradients
+  /// alone): use the replica-context form below, or, for gradients already summed across the
+  /// replicas (ctx.all_reduce), say so with {.skip_gradients_aggregation = true}, as in Keras.
   void apply_gradients(const std::vector<Tensor>& gradients,
-                       const std::vector<Variable>& variables);
+                       const std::vector<Variable>& variables, ApplyGradientsOptions options = {});
   /// The replica-context form (inside strategy.run, `ctx` being the ReplicaContext): all-reduces
   /// (SUM) the gradients across replicas in one batched call, then runs the update above
   /// (clipping after the reduction) on this replica's copies, identically everywhere. With
