@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "tandem/core/internal/json.h"
+#include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
@@ -278,6 +279,59 @@ TEST_CASE("the optimizer's update is a phase of its own", "[cpu][profile]") {
   CHECK(optimizer_spans == 3);
   CHECK(s.per_replica[0].optimizer_ms > 0);
   CHECK(s.per_replica[0].compute_ms >= 0);
+}
+
+TEST_CASE("the speed-balanced split and the timeline read one compute figure per replica",
+          "[cpu][profile]") {
+  // Replica 1 computes longer, replica 0 waits for it at the all-reduce, both run the optimizer
+  // and read a value back: compute is the task less all of that, one measure for both readers.
+  td::MirroredStrategy strategy = td::MirroredStrategy::cpu(2);
+  td::Variable w;
+  std::unique_ptr<td::optim::SGD> sgd;
+  {
+    auto scope = strategy.scope();
+    w = td::make_variable("w", td::Tensor::ones({64}));
+    sgd = std::make_unique<td::optim::SGD>();
+  }
+  std::vector<std::atomic<int64_t>> slept_us(2);
+  profile::Profiler profiler(strategy, {.trace_file = "", .print_summaries = false});
+  std::vector<std::vector<double>> split_ms(2);  // what SplitPolicy::kBySpeed reads, per run
+  constexpr int kSteps = 4;
+  for (int step = 0; step < kSteps; ++step) {
+    strategy.run([&](td::ReplicaContext& ctx) {
+      const int r = ctx.replica_id_in_sync_group();
+      sleep_ms(r == 1 ? 20 : 8, &slept_us[static_cast<size_t>(r)]);
+      sgd->apply_gradients(ctx, {td::Tensor::ones({64})}, {w});
+      (void)td::ops::sum(w.value()).item<float>();
+    });
+    const td::data::ReplicaTimes times = td::detail::StrategyAccess::replica_times(strategy);
+    REQUIRE(times.compute_seconds.size() == 2);
+    for (size_t r = 0; r < 2; ++r) split_ms[r].push_back(times.compute_seconds[r] * 1e3);
+  }
+  const profile::Summary s = profiler.end_epoch();
+  REQUIRE(s.steps == kSteps);
+  // Each replica task's span carries the figure the split read after that run.
+  std::vector<std::vector<double>> trace_ms(2);
+  for (const profile::Event& e : profiler.events())
+    if (e.phase == profile::Phase::kStep && e.track.kind == profile::TrackKind::kReplica)
+      trace_ms[static_cast<size_t>(e.track.index)].push_back(static_cast<double>(e.compute_ns) *
+                                                             1e-6);
+  for (size_t r = 0; r < 2; ++r) {
+    INFO("replica " << r);
+    REQUIRE(trace_ms[r].size() == static_cast<size_t>(kSteps));
+    double mean = 0;
+    for (int step = 0; step < kSteps; ++step) {
+      CHECK(trace_ms[r][static_cast<size_t>(step)] ==
+            Approx(split_ms[r][static_cast<size_t>(step)]).epsilon(1e-12));
+      mean += split_ms[r][static_cast<size_t>(step)] / kSteps;
+    }
+    // The summary's compute is their mean, and it is the sleep (what the replica computed), not
+    // the wait at the all-reduce nor the optimizer.
+    CHECK(s.per_replica[r].compute_ms == Approx(mean).epsilon(1e-9));
+    CHECK(s.per_replica[r].compute_ms >= per_step_ms(slept_us[r], kSteps));
+    CHECK(s.per_replica[r].compute_ms < per_step_ms(slept_us[r], kSteps) + 5.0);
+  }
+  CHECK(s.per_replica[0].comm_wait_ms > 5.0);  // replica 0 waited for replica 1
 }
 
 namespace {

@@ -25,6 +25,7 @@ Buffer& buffer() {
 
 thread_local Track t_track{};
 thread_local bool t_overlaps = false;
+thread_local int64_t t_outside_compute_ns = 0;
 std::atomic<const RangeHooks*> g_range_hooks{nullptr};
 
 }  // namespace
@@ -81,15 +82,21 @@ void set_range_hooks(const RangeHooks* hooks) {
 
 const RangeHooks* range_hooks() { return g_range_hooks.load(std::memory_order_acquire); }
 
+int64_t outside_compute_ns() { return t_outside_compute_ns; }
+
 void Span::begin() {
   // The range is pushed once recording was seen on, and popped by finish() on this thread, so
   // pushes and pops pair up even if recording stops in between.
-  if (const RangeHooks* hooks = range_hooks()) hooks->push(phase_name(phase_).data());
+  if (on_)
+    if (const RangeHooks* hooks = range_hooks()) hooks->push(phase_name(phase_).data());
   begin_ns_ = now_ns();
 }
 
 void Span::finish() {
-  record({phase_, track_, begin_ns_, now_ns(), bytes_, t_overlaps});
+  const int64_t end_ns = now_ns();
+  if (timed_ && !t_overlaps) t_outside_compute_ns += end_ns - begin_ns_;
+  if (!on_) return;
+  record({phase_, track_, begin_ns_, end_ns, bytes_, t_overlaps, compute_ns_});
   if (const RangeHooks* hooks = range_hooks()) hooks->pop();
 }
 

@@ -45,6 +45,9 @@ struct Event {
   /// Recorded by a thread that communicates while its replica computes (a gradient bucket's
   /// all-reduce): the time overlaps the replica's task instead of being part of it.
   bool overlapped;
+  /// A replica's task (kStep on a kReplica track): its compute in nanoseconds, the figure
+  /// strategy.run measured (outside_compute_ns); -1 for every other span.
+  int64_t compute_ns;
 };
 
 /// steady_clock now, in nanoseconds.
@@ -66,6 +69,20 @@ void set_current_track(Track track);
 /// replica's communication thread for gradient buckets); its spans say so (Event::overlapped).
 void set_current_thread_overlaps(bool overlaps);
 
+/// True for the phases that are not compute when a replica's thread spends time in them:
+/// collectives and waits for them (kCommWait, kCommData), the optimizer, host syncs and
+/// checkpoints.
+constexpr bool outside_compute(Phase phase) {
+  return phase == Phase::kCommWait || phase == Phase::kCommData || phase == Phase::kOptimizer ||
+         phase == Phase::kHostSync || phase == Phase::kCheckpoint;
+}
+
+/// Nanoseconds the calling thread has spent so far in spans of outside_compute phases, measured
+/// whether or not a profiler records (a thread marked as overlapping counts none). A replica's
+/// compute is its task's time less the growth of this figure over the task: the one measure
+/// that strategy.run's speed-balanced split and the timeline both read (Event::compute_ns).
+int64_t outside_compute_ns();
+
 /// Records a finished span (nothing when recording is off).
 void record(const Event& event);
 
@@ -83,32 +100,38 @@ const RangeHooks* range_hooks();
 class Span {
  public:
   explicit Span(Phase phase) : Span(phase, current_track()) {}
-  Span(Phase phase, Track track) : on_(enabled()), phase_(phase), track_(track) {
-    if (on_) begin();
+  Span(Phase phase, Track track)
+      : on_(enabled()), timed_(outside_compute(phase)), phase_(phase), track_(track) {
+    if (on_ || timed_) begin();
   }
   ~Span() {
-    if (on_) finish();
+    if (on_ || timed_) finish();
   }
   Span(const Span&) = delete;
   Span& operator=(const Span&) = delete;
 
   /// Data moved, for a collective's span.
   void set_bytes(int64_t bytes) { bytes_ = bytes; }
+  /// A replica's task span: its compute (Event::compute_ns).
+  void set_compute_ns(int64_t compute_ns) { compute_ns_ = compute_ns; }
   /// Ends the span now (the destructor then records nothing more).
   void end() {
-    if (on_) finish();
+    if (on_ || timed_) finish();
     on_ = false;
+    timed_ = false;
   }
 
  private:
   void begin();
   void finish();
 
-  bool on_;
+  bool on_;     // recording: the span becomes an Event
+  bool timed_;  // an outside_compute phase: its time counts in outside_compute_ns()
   Phase phase_;
   Track track_;
   int64_t begin_ns_ = 0;
   int64_t bytes_ = 0;
+  int64_t compute_ns_ = -1;
 };
 
 /// The communicator track of the calling thread's replica (kLoop's 0 off replica threads).

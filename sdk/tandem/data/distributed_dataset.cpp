@@ -319,7 +319,7 @@ void DistributedDataset::end_epoch() {
   if (profile::enabled()) {
     const int64_t now = profile::now_ns();
     profile::record(
-        {profile::Phase::kEpochEnd, {profile::TrackKind::kInput, 0}, now, now, 0, false});
+        {profile::Phase::kEpochEnd, {profile::TrackKind::kInput, 0}, now, now, 0, false, -1});
   }
   s.iterator.reset();
   s.exhausted = false;

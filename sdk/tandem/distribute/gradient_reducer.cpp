@@ -278,14 +278,12 @@ void GradientReducer::communication_thread() {
     Bucket& bucket = layout_->buckets[index];
     lock.unlock();
     std::exception_ptr error;
-    const int64_t start_ns = profile::now_ns();
     try {
       std::vector<Tensor> tensors{bucket.buffer};
       communicator_.all_reduce(tensors, ReduceOp::kSum)->wait();
     } catch (...) {
       error = std::current_exception();
     }
-    overlapped_ns_.fetch_add(profile::now_ns() - start_ns, std::memory_order_relaxed);
     lock.lock();
     bucket.done = true;
     bucket.error = error;

@@ -120,6 +120,22 @@ std::vector<Tensor> ReplicaContext::all_reduce(ReduceOp op, const std::vector<Te
   return result;
 }
 
+bool ReplicaContext::begin(const std::vector<Tensor>& sources) { return reducer_->begin(sources); }
+
+void ReplicaContext::ready(size_t index, const Tensor& gradient) {
+  reducer_->ready(index, gradient);
+}
+
+void ReplicaContext::end(const std::vector<Tensor>& gradients) { reducer_->end(gradients); }
+
+void ReplicaContext::set_bucket_bytes(int64_t first_bucket_bytes, int64_t bucket_bytes) {
+  reducer_->set_bucket_bytes(first_bucket_bytes, bucket_bytes);
+}
+
+void ReplicaContext::finish_task(bool succeeded) { reducer_->finish_run(succeeded); }
+
+void ReplicaContext::forget_bucket_layout() { reducer_->forget_layout(); }
+
 std::vector<Tensor> ReplicaContext::sum_across_replicas(const std::vector<Tensor>& gradients) {
   if (num_replicas_ == 1) return gradients;
   return reducer_->sum(gradients, nullptr, [&](const std::vector<Tensor>& values) {

@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "tandem/autograd/tape.h"
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/reduce_op.h"
 #include "tandem/core/device.h"
@@ -38,6 +39,7 @@ struct MergeFn {
 struct MergeState;
 class GradientReducer;  // internal/gradient_reducer.h
 class ReplicaThreads;   // internal/replica_threads.h
+class ReplicaScope;     // internal/replica_scope.h
 }  // namespace detail
 
 /// Replica `replica_id_in_sync_group()` of the strategy running the current strategy.run.
@@ -47,8 +49,10 @@ class ReplicaThreads;   // internal/replica_threads.h
 /// Collectives here are not recorded on gradient tapes. As an optim::GradientSync it is what
 /// optimizer.apply_gradients(ctx, ...) sums the gradients through: with gradient buckets
 /// (Strategy::set_communication_options), the sums the replica's buckets computed during the
-/// backward pass.
-class ReplicaContext final : public optim::GradientSync {
+/// backward pass. It owns those buckets and is their only driver: the replica thread's tapes
+/// hand it each gradient as it becomes final (it is the thread's autograd::GradientListener),
+/// the optimizer takes the sums from it, and the strategy sets and ends them through it.
+class ReplicaContext final : public optim::GradientSync, private autograd::GradientListener {
  public:
   ~ReplicaContext();
   ReplicaContext(const ReplicaContext&) = delete;
@@ -97,6 +101,7 @@ class ReplicaContext final : public optim::GradientSync {
  private:
   friend class Strategy;
   friend class detail::ReplicaThreads;
+  friend class detail::ReplicaScope;
   ReplicaContext(Strategy* strategy, int replica_id, int num_replicas, Device device,
                  collectives::Communicator* communicator, collectives::InProcessCommunicator* sync,
                  detail::MergeState* merge);
@@ -112,6 +117,22 @@ class ReplicaContext final : public optim::GradientSync {
       const std::vector<std::pair<std::string, std::string>>& description) override;
   std::vector<Tensor> sum_accumulated(const std::vector<Tensor>& gradients,
                                       const std::vector<Tensor>& accumulated) override;
+
+  // autograd::GradientListener: the backward passes of this replica's thread, to its buckets.
+  bool begin(const std::vector<Tensor>& sources) override;
+  void ready(size_t index, const Tensor& gradient) override;
+  void end(const std::vector<Tensor>& gradients) override;
+  autograd::GradientListener* gradient_listener() { return this; }
+
+  // The strategy's side of the buckets.
+  /// Bucket sizes in bytes (0: none); a change lays them out again at the next step.
+  void set_bucket_bytes(int64_t first_bucket_bytes, int64_t bucket_bytes);
+  /// The end of this replica's task in a run: buckets still in flight are waited for and
+  /// dropped; `succeeded`: raise what they raised (otherwise the run failed and the group was
+  /// aborted, and the layout is forgotten).
+  void finish_task(bool succeeded);
+  /// After a run in which any replica failed: every replica lays its buckets out again.
+  void forget_bucket_layout();
 
   Strategy* strategy_;
   int replica_id_;

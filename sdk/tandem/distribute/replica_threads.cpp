@@ -10,7 +10,7 @@
 #include "tandem/collectives/internal/replica_list.h"
 #include "tandem/core/profile.h"
 #include "tandem/core/threading.h"
-#include "tandem/distribute/internal/gradient_reducer.h"
+#include "tandem/distribute/internal/replica_scope.h"
 #include "tandem/distribute/internal/state.h"
 
 namespace tandem::detail {
@@ -109,22 +109,15 @@ void ReplicaThreads::check_usable(const char* what) {
 // ---- a replica thread -------------------------------------------------------------------------
 
 void ReplicaThreads::thread_main(int id) {
-  // Thread budget: replicas split the cores, so replicas x compute threads <= cores.
-  set_compute_threads(std::max(1, hardware_cores() / num_replicas_));
-  set_current_replica_binding({id, num_replicas_, options_.worker_index * num_replicas_,
-                               options_.num_workers * num_replicas_});
-  // Variables created inside run (a model built on first use, optimizer slots) are mirrored
-  // too; code that creates them lazily does so once, under its own lock, not once per replica.
-  set_variable_creator(options_.creator);
-  t_thread_of = this;
-  profile::set_current_track({profile::TrackKind::kReplica, id});
   ReplicaContext& ctx = *options_.contexts[static_cast<size_t>(id)];
-  const collectives::Communicator& communicator = *options_.communicators[static_cast<size_t>(id)];
-  set_current_replica_context(&ctx);
-  // This thread's backward passes hand their gradients to the replica's buckets as they
-  // become final.
-  autograd::set_gradient_listener(ctx.reducer_.get());
-
+  const ReplicaScope scope({.context = &ctx,
+                            .local_replica = id,
+                            .num_local_replicas = num_replicas_,
+                            .first_global_replica = options_.worker_index * num_replicas_,
+                            .num_replicas_in_sync = options_.num_workers * num_replicas_,
+                            .compute_threads = std::max(1, hardware_cores() / num_replicas_),
+                            .creator = options_.creator});
+  t_thread_of = this;
   uint64_t seen = 0;
   for (;;) {
     ReplicaTask task{nullptr, nullptr, nullptr};
@@ -138,7 +131,7 @@ void ReplicaThreads::thread_main(int id) {
       seen = generation_;
       task = task_;
     }
-    set_current_run_index(seen);
+    scope.begin_run(seen);
     {
       // Scoped so that this thread's reference to the exception is gone before the decrement
       // below lets run() read, re-raise and free it.
@@ -148,22 +141,22 @@ void ReplicaThreads::thread_main(int id) {
         // thread starts is created with its mode and parallel loops pass it on.
         const ScopedFloatMode float_mode;
         run_start_[static_cast<size_t>(id)].wait();
-        // Compute: the task less the all-reduces it waited in (a bucket's communication
-        // thread counts in the communicator too, but ran beside the compute).
-        const double collective_seconds_before =
-            communicator.stats().all_reduce_seconds - ctx.reducer_->overlapped_seconds();
-        const profile::Span step(profile::Phase::kStep);
+        // Compute: the task less its time outside compute on this thread (collectives, waits
+        // for buckets, the optimizer, host syncs; profile::outside_compute_ns), the figure the
+        // timeline reads from the task's span too.
+        profile::Span step(profile::Phase::kStep);
         const int64_t start_ns = profile::now_ns();
+        const int64_t outside_before = profile::outside_compute_ns();
         task.call(task.object, ctx);
-        ctx.reducer_->finish_run(/*raise=*/true);  // buckets of a step never applied
+        ctx.finish_task(/*succeeded=*/true);  // buckets of a step never applied
+        const int64_t task_ns = profile::now_ns() - start_ns;
+        const int64_t compute_ns =
+            std::max<int64_t>(0, task_ns - (profile::outside_compute_ns() - outside_before));
+        step.set_compute_ns(compute_ns);
+        step.end();
         // Each thread writes its own slot; run() returns (and readers read) after the decrement.
-        task_seconds_[static_cast<size_t>(id)] =
-            static_cast<double>(profile::now_ns() - start_ns) * 1e-9;
-        const double in_collectives =
-            communicator.stats().all_reduce_seconds - ctx.reducer_->overlapped_seconds();
-        compute_seconds_[static_cast<size_t>(id)] =
-            std::max(0.0, task_seconds_[static_cast<size_t>(id)] -
-                              (in_collectives - collective_seconds_before));
+        task_seconds_[static_cast<size_t>(id)] = static_cast<double>(task_ns) * 1e-9;
+        compute_seconds_[static_cast<size_t>(id)] = static_cast<double>(compute_ns) * 1e-9;
         run_end_[static_cast<size_t>(id)].record(ctx.device());
       } catch (...) {
         error = std::current_exception();
@@ -175,7 +168,7 @@ void ReplicaThreads::thread_main(int id) {
             str_cat("replica ", id, " raised an exception: ", describe_exception(error)));
         // Its buckets in flight end at once in the aborted group; none may outlive the run.
         try {
-          ctx.reducer_->finish_run(/*raise=*/false);
+          ctx.finish_task(/*succeeded=*/false);
         } catch (...) {
         }
         errors_[static_cast<size_t>(id)] = std::move(error);
@@ -211,12 +204,14 @@ void ReplicaThreads::run(const ReplicaTask& task) {
   const profile::Span run_span(profile::Phase::kStep, {profile::TrackKind::kLoop, 0});
 
   if (options_.on_calling_thread) {
-    const ReplicaBinding saved = current_replica_binding();
-    const profile::Track saved_track = profile::current_track();
-    profile::set_current_track({profile::TrackKind::kReplica, 0});
-    set_current_replica_binding({0, 1, 0});
-    set_current_replica_context(options_.contexts[0]);
-    set_current_run_index(++generation_);
+    const ReplicaScope scope({.context = options_.contexts[0],
+                              .local_replica = 0,
+                              .num_local_replicas = 1,
+                              .first_global_replica = options_.worker_index,
+                              .num_replicas_in_sync = options_.num_workers,
+                              .compute_threads = std::nullopt,
+                              .creator = std::nullopt});
+    scope.begin_run(++generation_);
     try {
       const ScopedFloatMode float_mode;  // as on replica threads; restored for the caller
       const profile::Span step(profile::Phase::kStep);
@@ -224,9 +219,6 @@ void ReplicaThreads::run(const ReplicaTask& task) {
     } catch (...) {
       errors_[0] = std::current_exception();
     }
-    profile::set_current_track(saved_track);
-    set_current_replica_context(nullptr);
-    set_current_replica_binding(saved);
   } else {
     if (any_gpu_) {
       for (int r = 0; r < num_replicas_; ++r)
@@ -253,7 +245,7 @@ void ReplicaThreads::run(const ReplicaTask& task) {
   // pair a bucket with a whole-gradient all-reduce).
   if (std::any_of(errors_.begin(), errors_.end(), [](const std::exception_ptr& e) { return e; }) &&
       pending_.load(std::memory_order_acquire) == 0)
-    for (ReplicaContext* ctx : options_.contexts) ctx->reducer_->forget_layout();
+    for (ReplicaContext* ctx : options_.contexts) ctx->forget_bucket_layout();
   raise_errors();
 }
 

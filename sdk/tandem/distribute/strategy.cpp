@@ -189,7 +189,6 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
                            impl.devices[static_cast<size_t>(r)], &impl.collectives->communicator(r),
                            &impl.collectives->local_group().communicator(r), &impl.merge)));
     threads.contexts.push_back(impl.contexts.back().get());
-    threads.communicators.push_back(&impl.collectives->communicator(r));
   }
   threads.name = impl.name;
   threads.devices = impl.devices;
@@ -220,7 +219,7 @@ void Strategy::set_communication_options(const CommunicationOptions& options) {
   const int64_t first =
       options.first_bytes_per_pack > 0 ? options.first_bytes_per_pack : options.bytes_per_pack;
   for (const std::unique_ptr<ReplicaContext>& ctx : impl_->contexts)
-    ctx->reducer_->set_bucket_bytes(first, options.bytes_per_pack);
+    ctx->set_bucket_bytes(first, options.bytes_per_pack);
 }
 
 const CommunicationOptions& Strategy::communication_options() const { return impl_->communication; }
@@ -304,6 +303,10 @@ StrategyScope::~StrategyScope() {
   t_scope_strategy = previous_strategy_;
 }
 
+data::ReplicaTimes Strategy::replica_times() const {
+  return data::ReplicaTimes{impl_->replicas->runs(), impl_->replicas->compute_seconds()};
+}
+
 // ---- input -------------------------------------------------------------------------------------
 
 data::DistributedDataset Strategy::distribute_dataset(const data::Dataset& dataset,
@@ -317,10 +320,7 @@ data::DistributedDataset Strategy::distribute_dataset(const data::Dataset& datas
   install_end_of_data_agreement(distributed);
   if (options.split == data::SplitPolicy::kBySpeed) {
     // The replica threads' timing of the latest run (read between runs, on the loop's thread).
-    const detail::ReplicaThreads* replicas = impl_->replicas.get();
-    distributed.set_replica_timing([replicas] {
-      return data::ReplicaTimes{replicas->runs(), replicas->compute_seconds()};
-    });
+    distributed.set_replica_timing([this] { return replica_times(); });
   }
   return distributed;
 }

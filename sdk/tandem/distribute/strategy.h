@@ -183,6 +183,10 @@ class Strategy {
   // Reached by the library through detail::StrategyAccess (internal/strategy_access.h).
   /// Replica `replica`'s collectives endpoint (call counters in tests; idle outside run).
   collectives::Communicator& communicator(int replica) const;
+  /// The latest run's number and each local replica's compute in it (its task less its time
+  /// outside compute): what SplitPolicy::kBySpeed splits by, and what the timeline shows as
+  /// compute (profile::Event::compute_ns). Read between runs.
+  data::ReplicaTimes replica_times() const;
   /// Cross-replica: `value` (this worker's own, e.g. a metric's combined totals) reduced over
   /// every worker; returned as it is with one worker. Every worker must call it.
   Tensor reduce_across_workers(ReduceOp op, const Tensor& value) const;

@@ -41,12 +41,23 @@ class SpanList {
     return {ns, bytes};
   }
   double time(int64_t lo, int64_t hi) { return take(lo, hi).first; }
+  /// Nanoseconds of compute of the replica tasks that end inside [lo, hi] (Event::compute_ns,
+  /// strategy.run's own figure; a task that raised has none).
+  double compute(int64_t lo, int64_t hi) {
+    while (next_compute_ < spans_.size() && spans_[next_compute_].end_ns <= lo) ++next_compute_;
+    double ns = 0;
+    for (size_t i = next_compute_; i < spans_.size() && spans_[i].begin_ns < hi; ++i)
+      if (spans_[i].end_ns <= hi && spans_[i].compute_ns > 0)
+        ns += static_cast<double>(spans_[i].compute_ns);
+    return ns;
+  }
   bool empty() const { return spans_.empty(); }
   const std::vector<Event>& spans() const { return spans_; }
 
  private:
   std::vector<Event> spans_;
   size_t next_ = 0;
+  size_t next_compute_ = 0;
 };
 
 struct ReplicaSpans {
@@ -256,7 +267,7 @@ Summary summarize(const std::vector<Event>& events, const std::vector<std::strin
       const double sync = spans.host_sync.time(run.begin_ns, run.end_ns);
       const double checkpoint = spans.checkpoint.time(run.begin_ns, run.end_ns);
       b.input_ms += input_ns;
-      b.compute_ms += std::max(0.0, task - wait - data - optimizer - sync - checkpoint);
+      b.compute_ms += spans.task.compute(run.begin_ns, run.end_ns);
       b.comm_wait_ms += wait;
       b.comm_data_ms += data;
       b.bucket_wait_ms += bucket_wait;

@@ -37,7 +37,9 @@
 
 namespace tandem::detail {
 
-class GradientReducer final : public autograd::GradientListener {
+/// Driven by its ReplicaContext alone (the tape's listener, the optimizer's sums, the strategy's
+/// settings and the end of each task all go through the context).
+class GradientReducer final {
  public:
   /// `communicator`: this replica's endpoint over every replica in sync; `local_replica` names
   /// its timeline track (the communication thread's collectives appear on its communicator
@@ -51,10 +53,11 @@ class GradientReducer final : public autograd::GradientListener {
   /// new one. Call between runs.
   void set_bucket_bytes(int64_t first_bucket_bytes, int64_t bucket_bytes);
 
-  // autograd::GradientListener, on the replica's thread.
-  bool begin(const std::vector<Tensor>& sources) override;
-  void ready(size_t index, const Tensor& gradient) override;
-  void end(const std::vector<Tensor>& gradients) override;
+  // The backward pass (ReplicaContext as the thread's autograd::GradientListener), on the
+  // replica's thread.
+  bool begin(const std::vector<Tensor>& sources);
+  void ready(size_t index, const Tensor& gradient);
+  void end(const std::vector<Tensor>& gradients);
 
   /// The SUM over the replicas of `gradients` (GradientSync::sum_across_replicas), or with
   /// gradient accumulation of `*accumulated`, the accumulators to which `gradients` were just
@@ -90,11 +93,6 @@ class GradientReducer final : public autograd::GradientListener {
   size_t num_buckets() const { return layout_ ? layout_->buckets.size() : 0; }
   /// Steps whose gradients came from the buckets so far.
   uint64_t bucketed_steps() const { return bucketed_steps_; }
-  /// Seconds the communication thread has spent in all-reduces so far: counted in the
-  /// communicator's all_reduce_seconds, but beside the replica's compute, not instead of it.
-  double overlapped_seconds() const {
-    return static_cast<double>(overlapped_ns_.load(std::memory_order_relaxed)) * 1e-9;
-  }
 
  private:
   struct Slot {
@@ -168,7 +166,6 @@ class GradientReducer final : public autograd::GradientListener {
   std::condition_variable done_cv_;
   std::vector<size_t> queue_;
   bool stop_ = false;
-  std::atomic<int64_t> overlapped_ns_{0};
   std::thread thread_;
 };
 

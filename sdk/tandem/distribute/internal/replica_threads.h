@@ -35,8 +35,6 @@ class ReplicaThreads {
     /// reset before each run.
     collectives::InProcessGroup* group = nullptr;
     std::vector<ReplicaContext*> contexts;  ///< one per local replica
-    /// Each replica's communicator: its time inside all-reduces is taken out of its compute.
-    std::vector<const collectives::Communicator*> communicators;
     /// Installed on every replica thread, so variables created inside run are mirrored too.
     VariableCreator creator;
   };
@@ -60,7 +58,7 @@ class ReplicaThreads {
   /// Why a run gave up on its replicas; empty while the replicas are usable.
   std::string broken();
   /// Runs so far (the last one's number); for each replica, the seconds of that run's task, and
-  /// of its compute (the task less its time inside all-reduces, waiting for peers included).
+  /// of its compute (the task less its time outside compute: profile::outside_compute_ns).
   /// Read between runs. (A replica that ran on the calling thread is not timed.)
   uint64_t runs() const { return generation_.load(std::memory_order_acquire); }
   const std::vector<double>& task_seconds() const { return task_seconds_; }
@@ -95,7 +93,7 @@ class ReplicaThreads {
   std::vector<std::exception_ptr> errors_;  // per replica, for the current run
   std::vector<char> finished_;              // per replica: returned from the current run
   std::vector<double> task_seconds_;        // per replica: its task's wall time in the last run
-  std::vector<double> compute_seconds_;     // per replica: that less its time in all-reduces
+  std::vector<double> compute_seconds_;     // per replica: that less its time outside compute
   // Set (under `mutex_`) when a run gave up on replicas that did not return: the strategy then
   // refuses every later call, and its destructor leaves the stuck threads its state.
   std::string broken_;

@@ -15,6 +15,10 @@ struct StrategyAccess {
   static collectives::Communicator& communicator(const Strategy& strategy, int replica) {
     return strategy.communicator(replica);
   }
+  /// The latest run's number and each local replica's compute in it (the speed split's figure).
+  static data::ReplicaTimes replica_times(const Strategy& strategy) {
+    return strategy.replica_times();
+  }
   /// Cross-replica: `value` reduced over every worker (as it is with one worker). Every worker
   /// must call it.
   static Tensor reduce_across_workers(const Strategy& strategy, ReduceOp op, const Tensor& value) {
