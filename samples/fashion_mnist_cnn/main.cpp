@@ -2,7 +2,7 @@
 // Conv2D(64, 5, same)-MaxPool-Dense(1024)-Dropout(0.4)-Dense(10), ReLU; the "2 Conv + pooling"
 // row of the Fashion-MNIST benchmark table, 0.916) trained with Adam on Fashion-MNIST images
 // reshaped to [28, 28, 1], data-parallel with MirroredStrategy. The training loop is
-// fashion_mnist_mlp's (DESIGN.md §1); only the model and the input shape differ. Run from the
+// fashion_mnist_mlp's (docs/design.md §1); only the model and the input shape differ. Run from the
 // repository root; --help lists the flags.
 #include <cstdint>
 #include <cstdlib>

@@ -1,6 +1,6 @@
 // fashion_mnist_mlp: the main job. Trains an MLP (784-256-128-10, ReLU) with Adam on
 // Fashion-MNIST, data-parallel with MirroredStrategy on every device present, written the way
-// DESIGN.md §1 shows: a per-replica step that takes the ReplicaContext, strategy.run,
+// docs/design.md §1 shows: a per-replica step that takes the ReplicaContext, strategy.run,
 // strategy.reduce, optimizer.apply_gradients(ctx, ...). Resumes from its checkpoints; Ctrl-C
 // finishes the step, saves and exits 130. Run from the repository root; --help lists the flags.
 #include <cstdint>

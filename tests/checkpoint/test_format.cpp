@@ -1,6 +1,6 @@
-// The file layout of CHECKPOINT_FORMAT.md, read back through the HDF5 wrapper: root attributes,
-// the Keras /model_weights, /optimizer_weights, /training_state; `tandem-ckpt` inspect, verify and
-// latest.
+// The file layout of docs/checkpoint-format.md, read back through the HDF5 wrapper: root
+// attributes, the Keras /model_weights, /optimizer_weights, /training_state; `tandem-ckpt`
+// inspect, verify and latest.
 #include "checkpoint_test_util.h"
 
 namespace td = tandem;
@@ -32,7 +32,7 @@ bool matches_digits_pattern(const std::string& text, const std::string& pattern)
 
 }  // namespace
 
-TEST_CASE("checkpoint format: the layout of CHECKPOINT_FORMAT.md", "[cpu][checkpoint]") {
+TEST_CASE("checkpoint format: the layout of docs/checkpoint-format.md", "[cpu][checkpoint]") {
   TempDir dir;
   TrainingRun run(/*replicas=*/2);
   run.train(5);

@@ -1,4 +1,4 @@
-// Checkpoint: the tracked objects, and writing them in the layout of CHECKPOINT_FORMAT.md
+// Checkpoint: the tracked objects, and writing them in the layout of docs/checkpoint-format.md
 // (version 1). The layout's names and helpers: layout.cpp; the file written: write.cpp; the
 // state gathered across workers: gather.cpp; restoring: restore.cpp; verifying: verify.cpp.
 #include "tandem/checkpoint/checkpoint.h"

@@ -1,6 +1,6 @@
 // Checkpoint: the objects of a training run that are saved and restored together (model,
 // optimizer, data iterators, metrics, step counters, dropout RNG streams), written in the HDF5
-// layout of CHECKPOINT_FORMAT.md (version 1), whose /model_weights Keras can load.
+// layout of docs/checkpoint-format.md (version 1), whose /model_weights Keras can load.
 #pragma once
 
 #include <cstdint>

@@ -1,5 +1,5 @@
 // inspect_checkpoint: walks a checkpoint file through the HDF5 wrapper and prints its layout
-// (CHECKPOINT_FORMAT.md) in a fixed, readable order.
+// (docs/checkpoint-format.md) in a fixed, readable order.
 #include "tandem/checkpoint/inspect.h"
 
 #include <iomanip>

@@ -1,5 +1,5 @@
 // IteratorState: the saved position of a dataset iterator as a few named int64 arrays, the
-// form checkpoints store under training_state/data/ (see CHECKPOINT_FORMAT.md).
+// form checkpoints store under training_state/data/ (see docs/checkpoint-format.md).
 #pragma once
 
 #include <cstdint>

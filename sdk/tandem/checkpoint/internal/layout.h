@@ -1,6 +1,6 @@
-// The checkpoint layout (CHECKPOINT_FORMAT.md, version 1) as writing, restoring and verifying a
-// checkpoint share it: the names of its groups and values, the tracked objects by kind, the
-// model's layers as Keras stores them, and the checks every restored value passes.
+// The checkpoint layout (docs/checkpoint-format.md, version 1) as writing, restoring and
+// verifying a checkpoint share it: the names of its groups and values, the tracked objects by
+// kind, the model's layers as Keras stores them, and the checks every restored value passes.
 // Internal to the checkpoint layer.
 #pragma once
 
@@ -24,7 +24,7 @@ class ReplicaGenerators;
 
 namespace tandem::detail {
 
-// ---- names of the layout (CHECKPOINT_FORMAT.md) ----------------------------------------------
+// ---- names of the layout (docs/checkpoint-format.md) -----------------------------------------
 
 inline constexpr const char* kFormatName = "tandem.checkpoint";
 inline constexpr const char* kModelWeights = "model_weights";
