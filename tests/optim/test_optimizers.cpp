@@ -354,3 +354,32 @@ TEST_CASE("global_clipnorm clips before the update", "[cpu][optim]") {
   CHECK(b.value().item<float>() == Approx(-1.6f));
   CHECK_THROWS(optim::SGD({.global_clipnorm = -1.0}));
 }
+
+TEST_CASE("accumulation: the last micro-step's gradients are added once, by the sync",
+          "[cpu][optim]") {
+  // A sync that keeps what the optimizer hands it on micro-step N: the accumulators must not
+  // hold that micro-step's gradients yet (a bucketed sync adds them while packing; adding them
+  // in the optimizer too was a second addition of every gradient).
+  struct KeepingSync final : td::optim::GradientSync {
+    std::vector<float> accumulators_seen;
+    int replica_id_in_sync_group() const override { return 0; }
+    std::vector<td::Tensor> sum_across_replicas(const std::vector<td::Tensor>& g) override {
+      return g;
+    }
+    std::vector<td::Tensor> sum_accumulated(const std::vector<td::Tensor>& gradients,
+                                            const std::vector<td::Tensor>& accumulators) override {
+      accumulators_seen = accumulators[0].to_vector<float>();
+      return GradientSync::sum_accumulated(gradients, accumulators);
+    }
+  } sync;
+  td::Variable w("w", td::Tensor::from_vector<float>({0, 0}), true);
+  td::optim::SGD sgd({.learning_rate = 1.0, .gradient_accumulation_steps = 3});
+  for (float g : {1.0f, 2.0f, 4.0f})
+    sgd.apply_gradients(sync, {td::Tensor::from_vector<float>({g, 2 * g})}, {w});
+  CHECK(sync.accumulators_seen == std::vector<float>{3, 6});  // micro-steps 1 and 2 only
+  CHECK(sgd.iterations() == 1);
+  // The update: the mean of the three micro-steps, (1 + 2 + 4) / 3.
+  const std::vector<float> value = w.copy(0).to_vector<float>();
+  CHECK(value[0] == Approx(-7.0f / 3));
+  CHECK(value[1] == Approx(-14.0f / 3));
+}

@@ -194,10 +194,12 @@ void ReplicaContext::agree_before_first_update(
 }
 
 std::vector<Tensor> ReplicaContext::sum_accumulated(const std::vector<Tensor>& gradients,
-                                                    const std::vector<Tensor>& accumulated) {
-  if (num_replicas_ == 1) return accumulated;
-  return reducer_->sum(gradients, &accumulated, [&](const std::vector<Tensor>& values) {
-    return all_reduce(ReduceOp::kSum, values);
+                                                    const std::vector<Tensor>& accumulators) {
+  if (num_replicas_ == 1) return add_into(accumulators, gradients);
+  // The buckets hold accumulator + gradient when the backward pass packed them; else the
+  // gradients are added here, once, before one batched all-reduce.
+  return reducer_->sum(gradients, &accumulators, [&](const std::vector<Tensor>& values) {
+    return all_reduce(ReduceOp::kSum, add_into(values, gradients));
   });
 }
 

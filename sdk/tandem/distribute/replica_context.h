@@ -116,7 +116,7 @@ class ReplicaContext final : public optim::GradientSync, private autograd::Gradi
   void agree_before_first_update(
       const std::vector<std::pair<std::string, std::string>>& description) override;
   std::vector<Tensor> sum_accumulated(const std::vector<Tensor>& gradients,
-                                      const std::vector<Tensor>& accumulated) override;
+                                      const std::vector<Tensor>& accumulators) override;
 
   // autograd::GradientListener: the backward passes of this replica's thread, to its buckets.
   bool begin(const std::vector<Tensor>& sources) override;

@@ -35,16 +35,23 @@ class GradientSync {
   /// pass (gradient buckets) then packs accumulator + gradient as each gradient becomes final,
   /// and packs nothing in the other micro-steps.
   virtual void expect_micro_step(bool /*last*/, const std::vector<Tensor>& /*accumulators*/) {}
-  /// The last micro-step: the SUM over every replica in sync of `accumulated` (this replica's
-  /// accumulators, to which this micro-step's `gradients` were just added; undefined where a
-  /// gradient is), as sum_across_replicas(accumulated) gives it.
-  virtual std::vector<Tensor> sum_accumulated(const std::vector<Tensor>& /*gradients*/,
-                                              const std::vector<Tensor>& accumulated) {
-    return sum_across_replicas(accumulated);
+  /// The last micro-step: the SUM over every replica in sync of accumulator + gradient, where
+  /// `accumulators` are this replica's accumulators before this micro-step's `gradients` (one
+  /// per variable, undefined where the gradient is). The addition is made once, here: by the
+  /// buckets that packed accumulator + gradient during the backward pass, or into the
+  /// accumulators before one batched sum (what this default does). The accumulators' contents
+  /// are unspecified afterwards (the optimizer resets them).
+  virtual std::vector<Tensor> sum_accumulated(const std::vector<Tensor>& gradients,
+                                              const std::vector<Tensor>& accumulators) {
+    return sum_across_replicas(add_into(accumulators, gradients));
   }
 
  protected:
   ~GradientSync() = default;
+  /// Adds each defined gradient into its accumulator (in place, unrecorded); returns the
+  /// accumulators.
+  static const std::vector<Tensor>& add_into(const std::vector<Tensor>& accumulators,
+                                             const std::vector<Tensor>& gradients);
 };
 
 }  // namespace tandem::optim

@@ -228,9 +228,9 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
   // all-reduces the accumulators (one batched call, or the gradient buckets its backward pass
   // filled with accumulator + gradient); every replica then divides by N and applies the same
   // update.
-  std::vector<Tensor> accumulated;
-  const int64_t done = accumulate(gradients, variables, accumulated);
-  if (done < accumulation_steps_) {
+  if (micro_step() + 1 < accumulation_steps_) {
+    std::vector<Tensor> accumulated;
+    const int64_t done = accumulate(gradients, variables, accumulated);
     const bool last = done + 1 == accumulation_steps_;
     std::vector<Tensor> accumulators;
     if (last)
@@ -239,8 +239,26 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
     ctx.expect_micro_step(last, accumulators);
     return;
   }
-  finish_accumulation(ctx.sum_accumulated(gradients, accumulated), variables);
+  // Micro-step N: the sync adds this micro-step's gradients to the accumulators, once (the
+  // buckets packed accumulator + gradient during the backward pass, or it adds them before one
+  // batched all-reduce).
+  std::vector<Tensor> accumulators(variables.size());
+  for (size_t i = 0; i < variables.size(); ++i)
+    if (gradients[i].defined())
+      accumulators[i] = entry_for(variables[i]).accumulator.value_untracked();
+  finish_accumulation(ctx.sum_accumulated(gradients, accumulators), variables);
   ctx.expect_micro_step(false, {});  // micro-step 1 of the next update (N > 1)
+}
+
+const std::vector<Tensor>& GradientSync::add_into(const std::vector<Tensor>& accumulators,
+                                                  const std::vector<Tensor>& gradients) {
+  autograd::NoRecordGuard no_record;
+  for (size_t i = 0; i < accumulators.size(); ++i) {
+    if (!accumulators[i].defined() || !gradients[i].defined()) continue;
+    Tensor acc = accumulators[i];
+    ops::add_(acc, gradients[i]);
+  }
+  return accumulators;
 }
 
 void Optimizer::apply_update(const std::vector<Tensor>& gradients,

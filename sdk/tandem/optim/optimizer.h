@@ -68,8 +68,8 @@ class Optimizer {
   /// than one replica in sync it raises (each replica would update with its own gradients
   /// alone): use the replica-context form below, or, for gradients already summed across the
   /// replicas (ctx.all_reduce), say so with {.skip_gradients_aggregation = true}, as in Keras.
-  void apply_gradients(const std::vector<Tensor>& gradients,
-                       const std::vector<Variable>& variables, ApplyGradientsOptions options = {});
+  void apply_gradients(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
+                       ApplyGradientsOptions options = {});
   /// The replica-context form (inside strategy.run, `ctx` being the ReplicaContext): all-reduces
   /// (SUM) the gradients across replicas in one batched call, then runs the update above
   /// (clipping after the reduction) on this replica's copies, identically everywhere. With

@@ -60,10 +60,10 @@ class GradientReducer final {
   void end(const std::vector<Tensor>& gradients);
 
   /// The SUM over the replicas of `gradients` (GradientSync::sum_across_replicas), or with
-  /// gradient accumulation of `*accumulated`, the accumulators to which `gradients` were just
-  /// added (GradientSync::sum_accumulated): the buckets' results when they hold what the last
-  /// backward pass packed, else one batched all-reduce. `batched` runs that all-reduce
-  /// (ReplicaContext::all_reduce).
+  /// gradient accumulation of accumulator + gradient, `*accumulated` being the accumulators
+  /// before this micro-step (GradientSync::sum_accumulated): the buckets' results when they
+  /// hold what the last backward pass packed (the addition made there), else `batched`'s one
+  /// batched all-reduce of `gradients` or of the accumulators (which adds the gradients first).
   template <typename Batched>
   std::vector<Tensor> sum(const std::vector<Tensor>& gradients,
                           const std::vector<Tensor>* accumulated, Batched&& batched) {
