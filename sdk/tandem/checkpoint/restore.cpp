@@ -2,13 +2,13 @@
 // failed restore changes nothing.
 #include <algorithm>
 #include <array>
-#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
 #include <unordered_map>
 
 #include "tandem/checkpoint/internal/layout.h"
+#include "tandem/checkpoint/internal/metric_state.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/workers.h"
 #include "tandem/data/dataset.h"
@@ -38,6 +38,7 @@ using detail::LayerWeights;
 using detail::location;
 using detail::mismatch;
 using detail::read_iterator_state;
+using detail::read_metric_state;
 using detail::require_group;
 using detail::signature_of;
 using detail::strip_keras_suffix;
@@ -307,14 +308,7 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
                          "state");
       continue;
     }
-    const h5::Group m = group.open_group("metrics/" + name);
-    const double total = m.read_scalar_float64("total");
-    const double count = m.read_scalar_float64("count");
-    TANDEM_CHECK(std::isfinite(total), location(m, "total"), " is ", total,
-                 ", not finite; the checkpoint is damaged");
-    TANDEM_CHECK(std::isfinite(count) && count >= 0, location(m, "count"), " is ", count,
-                 ", not a finite count >= 0; the checkpoint is damaged");
-    out.metrics[name] = {total, count};
+    out.metrics[name] = read_metric_state(group.open_group("metrics/" + name));
   }
 }
 

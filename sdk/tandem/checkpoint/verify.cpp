@@ -1,11 +1,11 @@
 // verify_checkpoint (inspect.h): checks, without the model that wrote it, that a checkpoint
 // would restore: every dataset read back (so every checksum verified) and every value possible.
-#include <cmath>
 #include <set>
 #include <string>
 
 #include "tandem/checkpoint/inspect.h"
 #include "tandem/checkpoint/internal/layout.h"
+#include "tandem/checkpoint/internal/metric_state.h"
 
 namespace tandem {
 
@@ -20,6 +20,7 @@ using detail::kStandardCounters;
 using detail::kTrainingState;
 using detail::location;
 using detail::read_iterator_state;
+using detail::read_metric_state;
 using detail::require_group;
 
 namespace {
@@ -89,15 +90,8 @@ std::string verify_checkpoint(const std::string& path) {
       if (state.exists(name)) check_counter(location(state, name), state.read_scalar_int64(name));
     if (state.exists("metrics")) {
       const h5::Group metrics = state.open_group("metrics");
-      for (const std::string& name : metrics.children()) {
-        const h5::Group m = metrics.open_group(name);
-        const double total = m.read_scalar_float64("total");
-        const double count = m.read_scalar_float64("count");
-        TANDEM_CHECK(std::isfinite(total), location(m, "total"), " is ", total,
-                     ", not finite; the checkpoint is damaged");
-        TANDEM_CHECK(std::isfinite(count) && count >= 0, location(m, "count"), " is ", count,
-                     ", not a finite count >= 0; the checkpoint is damaged");
-      }
+      for (const std::string& name : metrics.children())
+        read_metric_state(metrics.open_group(name));
     }
     if (state.exists("data")) {
       const h5::Group data = state.open_group("data");

@@ -189,41 +189,26 @@ void GlooWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char
     bytes += t.nbytes();
     one_dtype = one_dtype && t.dtype() == tensors.front().dtype();
   }
+  std::vector<char> pack;
   if (!tensors.empty() && one_dtype && bytes <= kEagerBytes) {
-    std::vector<char> mine(bytes);
-    char* at = mine.data();
-    for (const Tensor& t : tensors) {
-      if (t.nbytes() > 0) std::memcpy(at, t.raw_data(), t.nbytes());
-      at += t.nbytes();
-    }
-    const std::vector<char> all = agree(label, signature, mine.data(), bytes);
-    profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
-    moving.set_bytes(static_cast<int64_t>(bytes));
-    const size_t header = 2 * sizeof(int64_t);
-    dispatch_numeric(tensors.front().dtype(), "all_reduce", [&]<typename T>() {
-      std::vector<T> sum(bytes / sizeof(T));
-      std::memcpy(sum.data(), all.data() + header, bytes);
-      for (int w = 1; w < size(); ++w) {
-        const char* piece = all.data() + kRecordBytes * static_cast<size_t>(w) + header;
-        for (size_t i = 0; i < sum.size(); ++i) {
-          T value;
-          std::memcpy(&value, piece + i * sizeof(T), sizeof(T));
-          sum[i] = op == ReduceOp::kMax ? detail::max_propagating_nan(sum[i], value)
-                                        : static_cast<T>(sum[i] + value);
-        }
-      }
-      const char* in = reinterpret_cast<const char*>(sum.data());
-      for (Tensor& t : tensors) {
-        if (t.nbytes() > 0) std::memcpy(t.raw_data(), in, t.nbytes());
-        in += t.nbytes();
-      }
+    bool agreed = false;
+    for_each_dtype_group(tensors, pack, [&](void* buffer, int64_t count, DType dtype) {
+      const std::vector<char> all = agree(label, signature, buffer, bytes);
+      agreed = true;
+      profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
+      moving.set_bytes(static_cast<int64_t>(bytes));
+      // Each worker's data follows the {call, hash} header of its record (records are 4 KiB
+      // apart in `all`, so every piece is aligned for its dtype).
+      combine_worker_pieces(buffer, count, dtype, op, size(), [&](int worker) -> const void* {
+        return all.data() + kRecordBytes * static_cast<size_t>(worker) + 2 * sizeof(int64_t);
+      });
     });
+    if (!agreed) agree(label, signature);  // only empty tensors: nothing to combine
     if (op == ReduceOp::kMean)
       for (Tensor& t : tensors) divide_elements(t, size());
     return;
   }
   agree(label, signature);
-  std::vector<char> pack;
   for_each_dtype_group(tensors, pack, [&](void* buffer, int64_t count, DType dtype) {
     profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
     moving.set_bytes(count * static_cast<int64_t>(dtype_size(dtype)));

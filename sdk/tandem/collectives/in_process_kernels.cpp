@@ -8,7 +8,7 @@
 #endif
 
 #include "tandem/collectives/internal/in_process_state.h"
-#include "tandem/collectives/internal/reduce_max.h"
+#include "tandem/collectives/internal/reduce_in_order.h"
 
 #if TANDEM_WITH_CUDA
 #include "tandem/collectives/internal/cuda_in_process.h"
@@ -17,8 +17,6 @@
 namespace tandem::collectives::in_process {
 
 namespace {
-
-using detail::max_propagating_nan;
 
 /// Out-of-place outputs at least this large (bytes per rank) are written with non-temporal
 /// stores: they do not fit in the caches next to their peers anyway, and streaming stores skip
@@ -69,17 +67,8 @@ void reduce_slice(const void* const* src, int num_src, void* const* dst, int num
     const int64_t len = std::min(kBlock, count - done);
     const size_t bytes = static_cast<size_t>(len) * sizeof(T);
     std::memcpy(acc, static_cast<const T*>(src[0]) + done, bytes);
-    for (int k = 1; k < num_src; ++k) {
-      const T* in = static_cast<const T*>(src[k]) + done;
-      if (op == ReduceOp::kMax) {
-        for (int64_t i = 0; i < len; ++i) acc[i] = max_propagating_nan(acc[i], in[i]);
-      } else {
-        for (int64_t i = 0; i < len; ++i) acc[i] = static_cast<T>(acc[i] + in[i]);
-      }
-    }
-    if (op == ReduceOp::kMean) {
-      for (int64_t i = 0; i < len; ++i) acc[i] = static_cast<T>(acc[i] / num_src);
-    }
+    detail::reduce_in_order(acc, len, num_src, op,
+                            [&](int64_t k) { return static_cast<const T*>(src[k]) + done; });
     // Sources for this block were all read above, so writing in place is safe.
     for (int k = 0; k < num_dst; ++k)
       store_block(static_cast<T*>(dst[k]) + done, acc, bytes, stream && dst[k] != src[k]);

@@ -19,7 +19,6 @@
 #include <sstream>
 #include <thread>
 
-#include "tandem/collectives/internal/reduce_max.h"
 #include "tandem/collectives/internal/tensor_bytes.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/profile.h"
@@ -266,25 +265,13 @@ void MpiWorld::run_blocking(int code, uint64_t call, const char* label) {
 
 void MpiWorld::combine_in_worker_order(void* buffer, size_t bytes, DType dtype, ReduceOp op) {
   const Impl& m = *impl_;
-  std::vector<char> mine(static_cast<const char*>(buffer),
-                         static_cast<const char*>(buffer) + bytes);
-  const auto piece = [&](int worker) {
+  // This worker's piece is `buffer` itself, which the combination overwrites.
+  const std::vector<char> mine(static_cast<const char*>(buffer),
+                               static_cast<const char*>(buffer) + bytes);
+  const auto count = static_cast<int64_t>(bytes / dtype_size(dtype));
+  combine_worker_pieces(buffer, count, dtype, op, size_, [&](int worker) -> const void* {
     return worker == rank_ ? mine.data()
                            : m.incoming[static_cast<size_t>(worker)].data() + kArrivalHeaderBytes;
-  };
-  std::memcpy(buffer, piece(0), bytes);
-  dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
-    T* out = static_cast<T*>(buffer);
-    const size_t n = bytes / sizeof(T);
-    for (int worker = 1; worker < size_; ++worker) {
-      const T* in = reinterpret_cast<const T*>(piece(worker));
-      if (op == ReduceOp::kMax) {
-        // NaN wins, as in the in-process step: a non-finite flag is never lost.
-        for (size_t i = 0; i < n; ++i) out[i] = detail::max_propagating_nan(out[i], in[i]);
-      } else {
-        for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(out[i] + in[i]);
-      }
-    }
   });
 }
 

@@ -5,7 +5,7 @@
 #include <cstring>
 #include <sstream>
 
-#include "tandem/collectives/internal/reduce_max.h"
+#include "tandem/collectives/internal/reduce_in_order.h"
 
 namespace tandem::detail {
 
@@ -29,22 +29,13 @@ Tensor combine_elementwise(const std::vector<Tensor>& values, ReduceOp op, const
                  " (pass axis= to reduce along a dimension whose size differs)");
   }
   Tensor out = values[0].to(Device::cpu()).clone();
-  const int64_t n = out.numel();
   dispatch_numeric(out.dtype(), what, [&]<typename T>() {
-    T* acc = out.data<T>();
-    for (size_t k = 1; k < values.size(); ++k) {
-      const Tensor host = values[k].to(Device::cpu());
-      const T* in = host.data<T>();
-      if (op == ReduceOp::kMax) {
-        for (int64_t i = 0; i < n; ++i) acc[i] = max_propagating_nan(acc[i], in[i]);
-      } else {
-        for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] + in[i]);
-      }
-    }
-    if (op == ReduceOp::kMean) {
-      const T count = static_cast<T>(values.size());
-      for (int64_t i = 0; i < n; ++i) acc[i] = static_cast<T>(acc[i] / count);
-    }
+    Tensor host;  // the value being added, on the CPU (one at a time)
+    reduce_in_order(out.data<T>(), out.numel(), static_cast<int64_t>(values.size()), op,
+                    [&](int64_t k) -> const T* {
+                      host = values[static_cast<size_t>(k)].to(Device::cpu());
+                      return host.data<T>();
+                    });
   });
   return out;
 }
@@ -71,14 +62,9 @@ Tensor reduce_over_axis(const Tensor& x, int64_t axis, ReduceOp op, const char* 
       T* row = acc + o * inner;
       const T* block = in + o * length * inner;
       if (length > 0) std::memcpy(row, block, static_cast<size_t>(inner) * sizeof(T));
-      for (int64_t l = 1; l < length; ++l) {
-        const T* src = block + l * inner;
-        if (op == ReduceOp::kMax) {
-          for (int64_t i = 0; i < inner; ++i) row[i] = max_propagating_nan(row[i], src[i]);
-        } else {
-          for (int64_t i = 0; i < inner; ++i) row[i] = static_cast<T>(row[i] + src[i]);
-        }
-      }
+      // kMean sums here: the caller divides by the count it means.
+      reduce_in_order(row, inner, length, op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum,
+                      [&](int64_t l) { return block + l * inner; });
     }
   });
   return out;
