@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/scoped_timeout.h"
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/in_process.h"
 #include "tandem/tensor/allocator.h"
@@ -17,6 +18,7 @@
 namespace td = tandem;
 using td::collectives::InProcessCommunicator;
 using td::collectives::InProcessGroup;
+using td::testing::ScopedTimeout;
 
 namespace {
 
@@ -51,17 +53,6 @@ std::string message_of(const std::exception_ptr& e) {
     return x.what();
   }
 }
-
-/// Sets the collective timeout for one test and restores it afterwards.
-class ScopedTimeout {
- public:
-  explicit ScopedTimeout(std::chrono::milliseconds timeout)
-      : previous_(td::collectives::set_collective_timeout(timeout)) {}
-  ~ScopedTimeout() { td::collectives::set_collective_timeout(previous_); }
-
- private:
-  std::chrono::milliseconds previous_;
-};
 
 /// Rank r's element i: r + 1 + (i % 7) / 2, so sums, means and maxima are exact in float.
 float closed_form(int rank, int64_t i) {

@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "support/compare.h"
+#include "support/require_gpu.h"
 #include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/tandem.h"
 #include "tandem/tensor/device_runtime.h"
@@ -29,17 +30,6 @@ namespace {
 
 using namespace tandem;
 namespace fs = std::filesystem;
-
-bool skip_without_gpu() {
-  if (cuda_device_count() > 0) return false;
-  WARN("skipped: no GPU (" << cuda_availability().reason << ")");
-  return true;
-}
-
-#define TANDEM_REQUIRE_GPU()        \
-  do {                              \
-    if (skip_without_gpu()) return; \
-  } while (0)
 
 /// `replicas` logical replicas on cuda:0.
 MirroredStrategy logical_replicas(int replicas) {

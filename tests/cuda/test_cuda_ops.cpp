@@ -10,25 +10,13 @@
 #include <string>
 #include <vector>
 
+#include "support/require_gpu.h"
 #include "tandem/tandem.h"
 #include "tandem/tensor/device_runtime.h"
 
 namespace {
 
 using namespace tandem;
-
-/// True, after a WARN naming the reason, when this machine has no usable GPU.
-bool skip_without_gpu() {
-  if (cuda_device_count() > 0) return false;
-  WARN("skipped: no GPU (" << cuda_availability().reason << ")");
-  return true;
-}
-
-/// Ends the test case (as passed, with the reason) when there is no GPU.
-#define TANDEM_REQUIRE_GPU()        \
-  do {                              \
-    if (skip_without_gpu()) return; \
-  } while (0)
 
 const Device kGpu = Device::cuda(0);
 

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/require_gpu.h"
 #include "tandem/ops/internal/update_launches.h"
 #include "tandem/tandem.h"
 #include "tandem/tensor/device_runtime.h"
@@ -16,17 +17,6 @@
 namespace {
 
 using namespace tandem;
-
-bool skip_without_gpu() {
-  if (cuda_device_count() > 0) return false;
-  WARN("skipped: no GPU (" << cuda_availability().reason << ")");
-  return true;
-}
-
-#define TANDEM_REQUIRE_GPU()        \
-  do {                              \
-    if (skip_without_gpu()) return; \
-  } while (0)
 
 const Device kGpu = Device::cuda(0);
 constexpr double kTolerance = 1e-6;

@@ -14,9 +14,11 @@
 #include <thread>
 #include <vector>
 
+#include "support/scoped_timeout.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
+using td::testing::ScopedTimeout;
 
 namespace {
 
@@ -28,16 +30,6 @@ class ScopedCheckNumerics {
 
  private:
   bool previous_;
-};
-
-class ScopedTimeout {
- public:
-  explicit ScopedTimeout(std::chrono::milliseconds timeout)
-      : previous_(td::collectives::set_collective_timeout(timeout)) {}
-  ~ScopedTimeout() { td::collectives::set_collective_timeout(previous_); }
-
- private:
-  std::chrono::milliseconds previous_;
 };
 
 constexpr float kNaN = std::numeric_limits<float>::quiet_NaN();

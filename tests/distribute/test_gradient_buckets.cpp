@@ -10,10 +10,12 @@
 #include <string>
 #include <vector>
 
+#include "support/scoped_timeout.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
 namespace optim = tandem::optim;
+using td::testing::ScopedTimeout;
 
 namespace {
 
@@ -21,16 +23,6 @@ constexpr int64_t kBatch = 48;  // global batch per step
 constexpr int64_t kFeatures = 8;
 constexpr int64_t kClasses = 4;
 constexpr int kSteps = 5;
-
-class ScopedTimeout {
- public:
-  explicit ScopedTimeout(std::chrono::milliseconds timeout)
-      : previous_(td::collectives::set_collective_timeout(timeout)) {}
-  ~ScopedTimeout() { td::collectives::set_collective_timeout(previous_); }
-
- private:
-  std::chrono::milliseconds previous_;
-};
 
 struct Data {
   td::Tensor features, labels;

@@ -10,23 +10,14 @@
 #include <thread>
 #include <vector>
 
+#include "support/scoped_timeout.h"
 #include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
+using td::testing::ScopedTimeout;
 
 namespace {
-
-/// Sets the collective timeout for one test and restores it afterwards.
-class ScopedTimeout {
- public:
-  explicit ScopedTimeout(std::chrono::milliseconds timeout)
-      : previous_(td::collectives::set_collective_timeout(timeout)) {}
-  ~ScopedTimeout() { td::collectives::set_collective_timeout(previous_); }
-
- private:
-  std::chrono::milliseconds previous_;
-};
 
 // Catch2 v2 assertions are not thread safe: replica functions record what they see and the
 // test thread checks it.
