@@ -20,7 +20,6 @@
 #include "tandem/core/logging.h"
 #include "tandem/core/profile.h"
 #include "tandem/core/workers.h"
-#include "tandem/distribute/internal/strategy_access.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/tensor/device_runtime.h"
 
@@ -451,7 +450,12 @@ std::optional<std::string> CheckpointManager::restore_or_initialize() {
   std::vector<char> message;
   if (strategy->is_chief() && !failure) message = restore_message(restored);
   if (strategy->is_chief() && failure) message = {'!'};
-  message = detail::StrategyAccess::broadcast_from_chief(*strategy, std::move(message));
+  const std::shared_ptr<WorkerGroup> workers = worker_group();
+  TANDEM_CHECK(workers != nullptr, "CheckpointManager.restore_or_initialize: the strategy has ",
+               strategy->num_workers(),
+               " workers, but no multi-worker strategy lives in this "
+               "process any more");
+  message = workers->broadcast_from_chief(std::move(message), "restore_or_initialize");
   if (strategy->is_chief()) {
     if (failure) std::rethrow_exception(failure);
     return restored;

@@ -49,6 +49,18 @@ class WorkersAsGroup final : public WorkerGroup {
                                             const char* label) override {
     return workers_->all_gather(mine, label);
   }
+  std::vector<char> broadcast_from_chief(std::vector<char> bytes, const char* label) override {
+    std::vector<Tensor> size = {Tensor::scalar(static_cast<double>(bytes.size()), DType::kInt64)};
+    workers_->broadcast(size, 0, label);
+    const int64_t n = size[0].item<int64_t>();
+    std::vector<Tensor> data = {Tensor::empty({n}, DType::kUInt8)};
+    if (workers_->rank() == 0 && n > 0)
+      std::memcpy(data[0].raw_data(), bytes.data(), static_cast<size_t>(n));
+    workers_->broadcast(data, 0, label);
+    bytes.resize(static_cast<size_t>(n));
+    if (n > 0) std::memcpy(bytes.data(), data[0].raw_data(), static_cast<size_t>(n));
+    return bytes;
+  }
 
  private:
   std::shared_ptr<WorkerCollectives> workers_;

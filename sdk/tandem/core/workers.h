@@ -1,5 +1,6 @@
-// WorkerGroup: the processes of a multi-worker job as the layers below distribute/ see them
-// (metrics that combine every worker's state, checkpoints that gather it to the chief).
+// WorkerGroup: the processes of a multi-worker job, and the library's one way to them outside
+// the strategy itself (metrics that combine every worker's state, checkpoints that gather it to
+// the chief or restore from the chief's file, the profiler that gathers every worker's trace).
 // MultiWorkerMirroredStrategy installs one for the process while it lives; with one worker
 // there is none.
 #pragma once
@@ -21,6 +22,9 @@ class WorkerGroup {
   /// Every worker's bytes, in worker order. Every worker must call it.
   virtual std::vector<std::vector<char>> all_gather(const std::vector<char>& mine,
                                                     const char* label) = 0;
+  /// The chief's `bytes` on every worker (what the others pass is ignored). Every worker must
+  /// call it.
+  virtual std::vector<char> broadcast_from_chief(std::vector<char> bytes, const char* label) = 0;
 };
 
 /// The job's workers while a multi-worker strategy lives in this process; null otherwise.

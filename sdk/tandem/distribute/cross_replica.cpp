@@ -104,22 +104,6 @@ void Strategy::install_end_of_data_agreement(data::DistributedDataset& dataset) 
   });
 }
 
-std::vector<char> Strategy::broadcast_from_chief(std::vector<char> bytes) const {
-  detail::check_cross_replica("broadcast_from_chief");
-  impl_->replicas->check_usable("broadcast_from_chief");
-  if (impl_->num_workers() == 1) return bytes;
-  collectives::WorkerCollectives& workers = *impl_->collectives->workers();
-  std::vector<Tensor> size = {Tensor::scalar(static_cast<double>(bytes.size()), DType::kInt64)};
-  workers.broadcast(size, 0, "broadcast_from_chief (size)");
-  const int64_t n = size[0].item<int64_t>();
-  std::vector<Tensor> data = {Tensor::empty({n}, DType::kUInt8)};
-  if (is_chief() && n > 0) std::memcpy(data[0].raw_data(), bytes.data(), static_cast<size_t>(n));
-  workers.broadcast(data, 0, "broadcast_from_chief");
-  bytes.resize(static_cast<size_t>(n));
-  if (n > 0) std::memcpy(bytes.data(), data[0].raw_data(), static_cast<size_t>(n));
-  return bytes;
-}
-
 Tensor Strategy::reduce_across_workers(ReduceOp op, const Tensor& value) const {
   detail::check_cross_replica("reduce_across_workers");
   impl_->replicas->check_usable("reduce_across_workers");

@@ -180,7 +180,8 @@ class Strategy {
   void execute(detail::ReplicaTask task);
   void check_per_replica_size(size_t size) const;
 
-  // Reached by the library through detail::StrategyAccess (internal/strategy_access.h).
+  // Reached by the tests through detail::StrategyAccess (internal/strategy_access.h); the
+  // library reaches the other workers through core/workers.h alone.
   /// Replica `replica`'s collectives endpoint (call counters in tests; idle outside run).
   collectives::Communicator& communicator(int replica) const;
   /// The latest run's number and each local replica's compute in it (its task less its time
@@ -190,9 +191,6 @@ class Strategy {
   /// Cross-replica: `value` (this worker's own, e.g. a metric's combined totals) reduced over
   /// every worker; returned as it is with one worker. Every worker must call it.
   Tensor reduce_across_workers(ReduceOp op, const Tensor& value) const;
-  /// Cross-replica: the chief's `bytes` on every worker (what the others pass is ignored);
-  /// returned as they are with one worker. Every worker must call it.
-  std::vector<char> broadcast_from_chief(std::vector<char> bytes) const;
 
   /// Reduces a CPU tensor in place across workers (no-op with one worker).
   void across_workers(Tensor& value, ReduceOp op) const;

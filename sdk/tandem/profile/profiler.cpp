@@ -21,7 +21,7 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/logging.h"
-#include "tandem/distribute/internal/strategy_access.h"
+#include "tandem/core/workers.h"
 #include "tandem/tensor/device_runtime.h"
 
 namespace tandem::profile {
@@ -125,35 +125,17 @@ std::string wrap_trace(const std::string& events) {
   return "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[\n" + events + "\n]}\n";
 }
 
-/// Every worker's `mine` on the chief, in worker order (the others get theirs back): lengths,
-/// then the bytes, each summed across workers into zeros elsewhere. Every worker must call it.
-std::vector<std::string> gather_to_chief(const Strategy& strategy, const std::string& mine) {
-  const int workers = strategy.num_workers(), me = strategy.worker_index();
-  if (workers == 1) return {mine};
-  std::vector<int64_t> lengths(static_cast<size_t>(workers), 0);
-  lengths[static_cast<size_t>(me)] = static_cast<int64_t>(mine.size());
-  const Tensor summed_lengths = detail::StrategyAccess::reduce_across_workers(
-      strategy, ReduceOp::kSum, Tensor::from_vector(lengths, Shape{workers}));
-  lengths = summed_lengths.to_vector<int64_t>();
-  int64_t total = 0, offset = 0;
-  for (int w = 0; w < workers; ++w) {
-    if (w == me) offset = total;
-    total += lengths[static_cast<size_t>(w)];
-  }
-  std::vector<int32_t> bytes(static_cast<size_t>(total), 0);
-  for (size_t i = 0; i < mine.size(); ++i)
-    bytes[static_cast<size_t>(offset) + i] = static_cast<unsigned char>(mine[i]);
-  const std::vector<int32_t> all =
-      detail::StrategyAccess::reduce_across_workers(strategy, ReduceOp::kSum,
-                                                    Tensor::from_vector(bytes, Shape{total}))
-          .to_vector<int32_t>();
+/// Every worker's `mine`, in worker order, on every worker. Every worker must call it.
+std::vector<std::string> gather_from_every_worker(const Strategy& strategy,
+                                                  const std::string& mine) {
+  if (strategy.num_workers() == 1) return {mine};
+  const std::shared_ptr<WorkerGroup> workers = worker_group();
+  TANDEM_CHECK(workers != nullptr, "Profiler: the strategy has ", strategy.num_workers(),
+               " workers, but no multi-worker strategy lives in this process any more");
   std::vector<std::string> out;
-  int64_t at = 0;
-  for (int w = 0; w < workers; ++w) {
-    std::string piece(static_cast<size_t>(lengths[static_cast<size_t>(w)]), '\0');
-    for (char& c : piece) c = static_cast<char>(all[static_cast<size_t>(at++)]);
-    out.push_back(std::move(piece));
-  }
+  for (const std::vector<char>& theirs :
+       workers->all_gather(std::vector<char>(mine.begin(), mine.end()), "profiler trace"))
+    out.emplace_back(theirs.begin(), theirs.end());
   return out;
 }
 
@@ -292,7 +274,7 @@ Profiler::~Profiler() {
     if (!impl_->options.trace_file.empty()) {
       const std::string mine =
           trace_events(impl_->events, impl_->devices, impl_->strategy.worker_index());
-      const std::vector<std::string> all = gather_to_chief(impl_->strategy, mine);
+      const std::vector<std::string> all = gather_from_every_worker(impl_->strategy, mine);
       if (impl_->strategy.is_chief()) {
         std::string joined;
         for (const std::string& piece : all) {

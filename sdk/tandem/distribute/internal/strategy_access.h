@@ -1,6 +1,6 @@
-// StrategyAccess: the library's (and the tests') way to the parts of a Strategy that are not
-// its public API: a replica's collectives endpoint and the cross-worker calls that checkpoints
-// and tests make. Not installed.
+// StrategyAccess: the tests' way to the parts of a Strategy that are not its public API: a
+// replica's collectives endpoint, its compute figures, a reduction across workers. Library code
+// reaches the other workers through core/workers.h instead. Not installed.
 #pragma once
 
 #include <string>
@@ -23,11 +23,6 @@ struct StrategyAccess {
   /// must call it.
   static Tensor reduce_across_workers(const Strategy& strategy, ReduceOp op, const Tensor& value) {
     return strategy.reduce_across_workers(op, value);
-  }
-  /// Cross-replica: the chief's `bytes` on every worker (as they are with one worker). Every
-  /// worker must call it.
-  static std::vector<char> broadcast_from_chief(const Strategy& strategy, std::vector<char> bytes) {
-    return strategy.broadcast_from_chief(std::move(bytes));
   }
 };
 
