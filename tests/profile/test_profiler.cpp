@@ -294,6 +294,10 @@ TEST_CASE("the speed-balanced split and the timeline read one compute figure per
     sgd = std::make_unique<td::optim::SGD>();
   }
   std::vector<std::atomic<int64_t>> slept_us(2);
+  std::vector<double> stats_before(2);
+  for (int r = 0; r < 2; ++r)
+    stats_before[static_cast<size_t>(r)] =
+        td::detail::StrategyAccess::communicator(strategy, r).stats().all_reduce_seconds;
   profile::Profiler profiler(strategy, {.trace_file = "", .print_summaries = false});
   std::vector<std::vector<double>> split_ms(2);  // what SplitPolicy::kBySpeed reads, per run
   constexpr int kSteps = 4;
@@ -332,6 +336,17 @@ TEST_CASE("the speed-balanced split and the timeline read one compute figure per
     CHECK(s.per_replica[r].compute_ms < per_step_ms(slept_us[r], kSteps) + 5.0);
   }
   CHECK(s.per_replica[0].comm_wait_ms > 5.0);  // replica 0 waited for replica 1
+  // Collective time has one measure too: the communicator's all_reduce_seconds is the time of
+  // the collectives' spans the timeline adds up.
+  for (int r = 0; r < 2; ++r) {
+    const profile::ReplicaBreakdown& b = s.per_replica[static_cast<size_t>(r)];
+    const double stats_ms =
+        (td::detail::StrategyAccess::communicator(strategy, r).stats().all_reduce_seconds -
+         stats_before[static_cast<size_t>(r)]) *
+        1e3;
+    CHECK(stats_ms ==
+          Approx((b.comm_wait_ms - b.bucket_wait_ms + b.comm_data_ms) * kSteps).epsilon(1e-6));
+  }
 }
 
 namespace {

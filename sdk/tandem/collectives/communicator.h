@@ -41,8 +41,9 @@ struct CollectiveStats {
   uint64_t reduce_scatter = 0;
   uint64_t barrier = 0;
   uint64_t bytes_all_reduced = 0;  ///< bytes of this rank's tensors passed to all_reduce
-  /// Wall time this rank spent inside all_reduce calls, waiting for its peers included (for a
-  /// backend that returns before the collective completes, the time to start it).
+  /// Time this rank spent inside all_reduce calls, waiting for its peers included, as the
+  /// backend's own spans measure it (profile::collective_ns; 0 for a backend that queues the
+  /// collective on the device and returns, NCCL).
   double all_reduce_seconds = 0.0;
   /// Every collective call of any kind.
   uint64_t total() const { return all_reduce + all_gather + broadcast + reduce_scatter + barrier; }

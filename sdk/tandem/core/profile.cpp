@@ -26,6 +26,7 @@ Buffer& buffer() {
 thread_local Track t_track{};
 thread_local bool t_overlaps = false;
 thread_local int64_t t_outside_compute_ns = 0;
+thread_local int64_t t_collective_ns = 0;
 std::atomic<const RangeHooks*> g_range_hooks{nullptr};
 
 }  // namespace
@@ -83,6 +84,7 @@ void set_range_hooks(const RangeHooks* hooks) {
 const RangeHooks* range_hooks() { return g_range_hooks.load(std::memory_order_acquire); }
 
 int64_t outside_compute_ns() { return t_outside_compute_ns; }
+int64_t collective_ns() { return t_collective_ns; }
 
 void Span::begin() {
   // The range is pushed once recording was seen on, and popped by finish() on this thread, so
@@ -94,7 +96,11 @@ void Span::begin() {
 
 void Span::finish() {
   const int64_t end_ns = now_ns();
-  if (timed_ && !t_overlaps) t_outside_compute_ns += end_ns - begin_ns_;
+  if (timed_) {
+    if (!t_overlaps) t_outside_compute_ns += end_ns - begin_ns_;
+    if (phase_ == Phase::kCommWait || phase_ == Phase::kCommData)
+      t_collective_ns += end_ns - begin_ns_;
+  }
   if (!on_) return;
   record({phase_, track_, begin_ns_, end_ns, bytes_, t_overlaps, compute_ns_});
   if (const RangeHooks* hooks = range_hooks()) hooks->pop();

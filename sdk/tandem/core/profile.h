@@ -82,6 +82,10 @@ constexpr bool outside_compute(Phase phase) {
 /// compute is its task's time less the growth of this figure over the task: the one measure
 /// that strategy.run's speed-balanced split and the timeline both read (Event::compute_ns).
 int64_t outside_compute_ns();
+/// Nanoseconds the calling thread has spent so far inside collectives (kCommWait and kCommData
+/// spans, which the backends open where they wait and where they move data), overlapping
+/// threads included: what a Communicator's stats read around each call.
+int64_t collective_ns();
 
 /// Records a finished span (nothing when recording is off).
 void record(const Event& event);
