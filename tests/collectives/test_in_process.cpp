@@ -17,7 +17,7 @@
 
 namespace td = tandem;
 using td::collectives::InProcessCommunicator;
-using td::collectives::InProcessGroup;
+using td::collectives::InProcessRendezvous;
 using td::testing::ScopedTimeout;
 
 namespace {
@@ -25,7 +25,7 @@ namespace {
 /// Runs fn(rank, communicator) on one thread per rank; returns each rank's exception (or null).
 /// Catch2 v2 assertions are not thread safe: rank functions record, the test thread checks.
 template <typename Fn>
-std::vector<std::exception_ptr> run_ranks(InProcessGroup& group, Fn fn) {
+std::vector<std::exception_ptr> run_ranks(InProcessRendezvous& group, Fn fn) {
   std::vector<std::exception_ptr> errors(static_cast<size_t>(group.size()));
   std::vector<std::thread> threads;
   for (int r = 0; r < group.size(); ++r) {
@@ -66,7 +66,7 @@ TEST_CASE("all_reduce sum, mean and max have closed-form results for 1..8 ranks"
   for (int n = 1; n <= 8; ++n) {
     for (int64_t size : {int64_t{0}, int64_t{1}, int64_t{7}, int64_t{4099}, int64_t{100003}}) {
       for (td::ReduceOp op : {td::ReduceOp::kSum, td::ReduceOp::kMean, td::ReduceOp::kMax}) {
-        auto group = InProcessGroup::create(n);
+        auto group = InProcessRendezvous::create(n);
         std::vector<std::vector<float>> results(static_cast<size_t>(n));
         require_no_errors(run_ranks(*group, [&](int rank, InProcessCommunicator& comm) {
           td::Tensor t = td::Tensor::empty({size});
@@ -109,7 +109,7 @@ TEST_CASE("all_reduce of 16M floats is exact on 1..8 ranks", "[cpu][collectives]
     for (int64_t i = 0; i < kSize; ++i) data[i] = closed_form(r, i);
   }
   for (int n = 1; n <= kMaxRanks; ++n) {
-    auto group = InProcessGroup::create(n);
+    auto group = InProcessRendezvous::create(n);
     require_no_errors(run_ranks(*group, [&](int rank, InProcessCommunicator& comm) {
       std::vector<td::Tensor> in{inputs[static_cast<size_t>(rank)]};
       std::vector<td::Tensor> out{outputs[static_cast<size_t>(rank)]};
@@ -143,7 +143,7 @@ TEST_CASE("all_reduce sums in rank order, bitwise identical on every rank", "[cp
     for (int64_t i = 0; i < kSize; ++i)
       reference[static_cast<size_t>(i)] += x[static_cast<size_t>(i)];
   }
-  auto group = InProcessGroup::create(kRanks);
+  auto group = InProcessRendezvous::create(kRanks);
   std::vector<td::Tensor> outputs(kRanks);
   require_no_errors(run_ranks(*group, [&](int rank, InProcessCommunicator& comm) {
     // Out of place: the inputs stay untouched.
@@ -163,7 +163,7 @@ TEST_CASE("all_reduce sums in rank order, bitwise identical on every rank", "[cp
 
 TEST_CASE("a batched all_reduce reduces a mixed list in one call", "[cpu][collectives]") {
   constexpr int kRanks = 3;
-  auto group = InProcessGroup::create(kRanks);
+  auto group = InProcessRendezvous::create(kRanks);
   std::vector<std::vector<td::Tensor>> lists(kRanks);
   std::vector<uint64_t> calls(kRanks);
   require_no_errors(run_ranks(*group, [&](int rank, InProcessCommunicator& comm) {
@@ -187,7 +187,7 @@ TEST_CASE("a batched all_reduce reduces a mixed list in one call", "[cpu][collec
 
 TEST_CASE("all_reduce allocates nothing in steady state", "[cpu][collectives]") {
   constexpr int kRanks = 4;
-  auto group = InProcessGroup::create(kRanks);
+  auto group = InProcessRendezvous::create(kRanks);
   std::vector<std::vector<td::Tensor>> buffers(kRanks);
   for (auto& b : buffers) b = {td::Tensor::ones({1 << 16}), td::Tensor::ones({33})};
   auto step = [&] {
@@ -206,7 +206,7 @@ TEST_CASE("all_reduce allocates nothing in steady state", "[cpu][collectives]") 
 
 TEST_CASE("all_gather with differing first dimensions", "[cpu][collectives]") {
   for (int n : {1, 2, 3, 5}) {
-    auto group = InProcessGroup::create(n);
+    auto group = InProcessRendezvous::create(n);
     std::vector<std::vector<td::Tensor>> gathered(static_cast<size_t>(n));
     require_no_errors(run_ranks(*group, [&](int rank, InProcessCommunicator& comm) {
       // Rank r contributes r rows (rank 0 an empty tensor) of 3 values 100 r + j.
@@ -228,7 +228,7 @@ TEST_CASE("all_gather with differing first dimensions", "[cpu][collectives]") {
 
 TEST_CASE("broadcast and reduce_scatter have closed-form results", "[cpu][collectives]") {
   constexpr int kRanks = 4;
-  auto group = InProcessGroup::create(kRanks);
+  auto group = InProcessRendezvous::create(kRanks);
   std::vector<std::vector<td::Tensor>> broadcasted(kRanks);
   std::vector<td::Tensor> scattered(kRanks);
   require_no_errors(run_ranks(*group, [&](int rank, InProcessCommunicator& comm) {
@@ -259,7 +259,7 @@ TEST_CASE("broadcast and reduce_scatter have closed-form results", "[cpu][collec
 
 TEST_CASE("ranks calling different collectives all raise a mismatch error", "[cpu][collectives]") {
   ScopedTimeout timeout(std::chrono::seconds(2));
-  auto group = InProcessGroup::create(3);
+  auto group = InProcessRendezvous::create(3);
   const auto errors = run_ranks(*group, [&](int rank, InProcessCommunicator& comm) {
     std::vector<td::Tensor> t{td::Tensor::ones({rank == 1 ? 5 : 4})};
     comm.all_reduce(t, td::ReduceOp::kSum)->wait();
@@ -298,7 +298,7 @@ TEST_CASE("ranks calling different collectives all raise a mismatch error", "[cp
 TEST_CASE("a rank that skips a collective makes the others time out, naming it",
           "[cpu][collectives]") {
   ScopedTimeout timeout(std::chrono::milliseconds(1000));
-  auto group = InProcessGroup::create(3);
+  auto group = InProcessRendezvous::create(3);
   const auto start = std::chrono::steady_clock::now();
   const auto errors = run_ranks(*group, [&](int rank, InProcessCommunicator& comm) {
     std::vector<td::Tensor> t{td::Tensor::ones({8})};
@@ -331,7 +331,7 @@ TEST_CASE("a rank that skips a collective makes the others time out, naming it",
 
 TEST_CASE("a departed rank releases its waiting peers at once", "[cpu][collectives]") {
   ScopedTimeout timeout(std::chrono::seconds(60));  // must not be what ends the wait
-  auto group = InProcessGroup::create(3);
+  auto group = InProcessRendezvous::create(3);
   const auto start = std::chrono::steady_clock::now();
   const auto errors = run_ranks(*group, [&](int rank, InProcessCommunicator& comm) {
     if (rank == 1) {
@@ -352,7 +352,7 @@ TEST_CASE("a departed rank releases its waiting peers at once", "[cpu][collectiv
 }
 
 TEST_CASE("invalid arguments on one rank are reported on every rank", "[cpu][collectives]") {
-  auto group = InProcessGroup::create(2);
+  auto group = InProcessRendezvous::create(2);
   const auto errors = run_ranks(*group, [&](int rank, InProcessCommunicator& comm) {
     std::vector<td::Tensor> t{rank == 1 ? td::Tensor() : td::Tensor::ones({2})};
     comm.all_reduce(t, td::ReduceOp::kSum)->wait();
@@ -363,7 +363,7 @@ TEST_CASE("invalid arguments on one rank are reported on every rank", "[cpu][col
                                                 "undefined"));
   }
   // With one rank there is no peer to tell: the call raises directly.
-  auto single = InProcessGroup::create(1);
+  auto single = InProcessRendezvous::create(1);
   std::vector<td::Tensor> flags{td::Tensor::zeros({1}, td::DType::kBool)};
   REQUIRE_THROWS_WITH(single->communicator(0).all_reduce(flags, td::ReduceOp::kMax),
                       Catch::Contains("tensor 0 is bool"));

@@ -354,7 +354,7 @@ TEST_CASE("nccl: a group over the local GPUs gives closed forms", "[cuda][nccl]"
   const int gpus = cuda_device_count();
   std::vector<Device> devices;
   for (int i = 0; i < gpus; ++i) devices.push_back(Device::cuda(i));
-  auto group = collectives::NcclGroup::create(devices);
+  auto group = collectives::NcclClique::create(devices);
   REQUIRE(group->size() == gpus);
   std::vector<std::thread> threads;
   std::vector<std::string> failures(static_cast<size_t>(gpus));
@@ -408,13 +408,13 @@ TEST_CASE("nccl: a group over the local GPUs gives closed forms", "[cuda][nccl]"
 
 TEST_CASE("nccl: two ranks on one GPU are refused by name", "[cuda][nccl]") {
   TANDEM_REQUIRE_GPU();
-  CHECK_THROWS_WITH(collectives::NcclGroup::create({Device::cuda(0), Device::cuda(0)}),
+  CHECK_THROWS_WITH(collectives::NcclClique::create({Device::cuda(0), Device::cuda(0)}),
                     Catch::Contains("both on cuda:0") && Catch::Contains("in_process"));
 }
 
 TEST_CASE("nccl: after an abort every call raises naming the cause", "[cuda][nccl]") {
   TANDEM_REQUIRE_GPU();
-  auto group = collectives::NcclGroup::create({Device::cuda(0)});
+  auto group = collectives::NcclClique::create({Device::cuda(0)});
   group->abort("test: a peer died");
   std::vector<Tensor> t = {Tensor::ones({4}, DType::kFloat32, Device::cuda(0))};
   CHECK_THROWS_WITH(group->communicator(0).all_reduce(t, ReduceOp::kSum),

@@ -18,7 +18,7 @@
 #include "tandem/checkpoint/internal/gather.h"
 #include "tandem/collectives/communicator.h"
 #include "tandem/core/logging.h"
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 #include "tandem/core/workers.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/tensor/device_runtime.h"

@@ -6,7 +6,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 
 namespace tandem {
 

@@ -23,7 +23,7 @@
 #include "tandem/collectives/internal/reduce_max.h"
 #include "tandem/collectives/internal/tensor_bytes.h"
 #include "tandem/core/dtype.h"
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 
 namespace tandem::collectives {
 

@@ -44,40 +44,43 @@ bool check_tensor(std::string& error, const Tensor& t, const char* what, size_t 
 
 }  // namespace
 
-// ---- InProcessGroup ----------------------------------------------------------------------------
+// ---- InProcessRendezvous
+// ----------------------------------------------------------------------------
 
-InProcessGroup::InProcessGroup(int size) : size_(size), state_(std::make_unique<State>(size)) {}
-InProcessGroup::~InProcessGroup() = default;
+InProcessRendezvous::InProcessRendezvous(int size)
+    : size_(size), state_(std::make_unique<State>(size)) {}
+InProcessRendezvous::~InProcessRendezvous() = default;
 
-std::shared_ptr<InProcessGroup> InProcessGroup::create(int size) {
-  TANDEM_CHECK(size >= 1, "InProcessGroup::create: a group needs at least one rank, got ", size);
-  std::shared_ptr<InProcessGroup> group(new InProcessGroup(size));
+std::shared_ptr<InProcessRendezvous> InProcessRendezvous::create(int size) {
+  TANDEM_CHECK(size >= 1, "InProcessRendezvous::create: a group needs at least one rank, got ",
+               size);
+  std::shared_ptr<InProcessRendezvous> group(new InProcessRendezvous(size));
   for (int r = 0; r < size; ++r)
     group->communicators_.push_back(
         std::unique_ptr<InProcessCommunicator>(new InProcessCommunicator(group.get(), r)));
   return group;
 }
 
-InProcessCommunicator& InProcessGroup::communicator(int rank) {
-  TANDEM_CHECK(rank >= 0 && rank < size_, "InProcessGroup::communicator: rank ", rank,
+InProcessCommunicator& InProcessRendezvous::communicator(int rank) {
+  TANDEM_CHECK(rank >= 0 && rank < size_, "InProcessRendezvous::communicator: rank ", rank,
                " is outside [0, ", size_, ")");
   return *communicators_[rank];
 }
 
-void InProcessGroup::abort(const std::string& reason) {
+void InProcessRendezvous::abort(const std::string& reason) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   uint64_t open_call = 0;
   for (uint64_t e : state_->entered) open_call = std::max(open_call, e);
   abort_locked(*state_, AbortCause::kExternal, open_call, reason);
 }
 
-void InProcessGroup::depart(int rank) {
+void InProcessRendezvous::depart(int rank) {
   std::lock_guard<std::mutex> lock(state_->mutex);
   state_->departed[rank] = 1;
   state_->cv.notify_all();  // waiters re-check whether this rank can still arrive
 }
 
-void InProcessGroup::reset() {
+void InProcessRendezvous::reset() {
   std::lock_guard<std::mutex> lock(state_->mutex);
   State& s = *state_;
   std::fill(s.entered.begin(), s.entered.end(), 0);
@@ -93,7 +96,7 @@ void InProcessGroup::reset() {
   s.abort_reason.clear();
 }
 
-uint64_t InProcessGroup::calls_entered(int rank) const {
+uint64_t InProcessRendezvous::calls_entered(int rank) const {
   std::lock_guard<std::mutex> lock(state_->mutex);
   return state_->entered.at(rank);
 }

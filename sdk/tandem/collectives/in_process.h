@@ -1,5 +1,5 @@
 // InProcess: the collectives backend for replicas that are threads of one process. The ranks of
-// an InProcessGroup meet at a rendezvous, then each rank works directly on the others' buffers
+// an InProcessRendezvous meet at a rendezvous, then each rank works directly on the others' buffers
 // (no staging copies), reducing its own slice of every buffer in a fixed order.
 #pragma once
 
@@ -11,13 +11,13 @@
 
 namespace tandem::collectives {
 
-class InProcessGroup;
+class InProcessRendezvous;
 
 namespace in_process {
 struct State;  // what the ranks share (internal/in_process_state.h)
 }  // namespace in_process
 
-/// Rank r's endpoint of an InProcessGroup; only the thread playing rank r may call it.
+/// Rank r's endpoint of an InProcessRendezvous; only the thread playing rank r may call it.
 ///
 /// Every collective completes before it returns (the Work is already complete). all_reduce is
 /// reduce-scatter + all-gather in one pass: the flattened list is cut into one slice per rank;
@@ -40,7 +40,7 @@ class InProcessCommunicator final : public Communicator {
   /// variable creation; mismatches and timeouts report the label. Not counted in stats().
   void rendezvous(const char* label);
 
-  InProcessGroup& group() const { return *group_; }
+  InProcessRendezvous& group() const { return *group_; }
 
  protected:
   std::shared_ptr<Work> all_reduce_impl(const std::vector<Tensor>& inputs,
@@ -52,23 +52,23 @@ class InProcessCommunicator final : public Communicator {
   std::shared_ptr<Work> barrier_impl() override;
 
  private:
-  friend class InProcessGroup;
-  InProcessCommunicator(InProcessGroup* group, int rank) : group_(group), rank_(rank) {}
+  friend class InProcessRendezvous;
+  InProcessCommunicator(InProcessRendezvous* group, int rank) : group_(group), rank_(rank) {}
 
-  InProcessGroup* group_;
+  InProcessRendezvous* group_;
   int rank_;
   std::string local_error_;  // this call's argument problem, reported to every rank; reused
 };
 
 /// The state shared by the ranks of one in-process group: the rendezvous, the arguments each
 /// rank brought to the current call, and the abort flag that releases waiting ranks.
-class InProcessGroup {
+class InProcessRendezvous {
  public:
   /// A group of `size` ranks (size >= 1).
-  static std::shared_ptr<InProcessGroup> create(int size);
-  ~InProcessGroup();
-  InProcessGroup(const InProcessGroup&) = delete;
-  InProcessGroup& operator=(const InProcessGroup&) = delete;
+  static std::shared_ptr<InProcessRendezvous> create(int size);
+  ~InProcessRendezvous();
+  InProcessRendezvous(const InProcessRendezvous&) = delete;
+  InProcessRendezvous& operator=(const InProcessRendezvous&) = delete;
 
   int size() const { return size_; }
   /// Rank `rank`'s endpoint (owned by the group).
@@ -88,7 +88,7 @@ class InProcessGroup {
   uint64_t calls_entered(int rank) const;
 
  private:
-  explicit InProcessGroup(int size);
+  explicit InProcessRendezvous(int size);
   friend class InProcessCommunicator;
 
   int size_;

@@ -7,7 +7,7 @@
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/internal/in_process_state.h"
 #include "tandem/collectives/internal/replica_list.h"
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 
 namespace tandem::collectives::in_process {
 

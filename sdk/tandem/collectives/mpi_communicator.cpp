@@ -21,7 +21,7 @@
 
 #include "tandem/collectives/internal/tensor_bytes.h"
 #include "tandem/core/logging.h"
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 
 namespace tandem::collectives {
 

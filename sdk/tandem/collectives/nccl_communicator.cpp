@@ -65,7 +65,7 @@ struct InFlight {
 
 }  // namespace
 
-struct NcclGroup::State {
+struct NcclClique::State {
   std::vector<Device> devices;    // this process's ranks
   int first_rank = 0;             // global rank of devices[0]
   int total_ranks = 0;            // over every process
@@ -79,7 +79,7 @@ struct NcclGroup::State {
   std::vector<cudaStream_t> comm_streams;
   std::vector<cudaEvent_t> inputs_ready;
   std::vector<cudaEvent_t> results_ready;
-  std::shared_ptr<InProcessGroup> host;
+  std::shared_ptr<InProcessRendezvous> host;
 
   std::mutex mutex;  // guards everything below
   std::condition_variable cv;
@@ -125,7 +125,7 @@ void check_nccl(ncclResult_t status, ncclComm_t comm, const char* what, int rank
 
 /// Marks the group aborted and releases the host rendezvous (with the state's mutex held by the
 /// caller); false when it already was. free_comms then aborts the communicators.
-bool mark_aborted(NcclGroup::State& s, const std::string& reason) {
+bool mark_aborted(NcclClique::State& s, const std::string& reason) {
   if (s.aborted) return false;
   s.aborted = true;
   s.abort_reason = reason;
@@ -136,7 +136,7 @@ bool mark_aborted(NcclGroup::State& s, const std::string& reason) {
 
 /// Aborts and frees every communicator of an aborted group: kernels waiting for peers return.
 /// Called without the state's mutex; takes each communicator's own.
-void free_comms(NcclGroup::State& s) {
+void free_comms(NcclClique::State& s) {
   for (size_t r = 0; r < s.comms.size(); ++r) {
     std::lock_guard<std::mutex> use(*s.comm_mutexes[r]);
     if (s.comms[r] == nullptr) continue;
@@ -146,7 +146,7 @@ void free_comms(NcclGroup::State& s) {
   }
 }
 
-void watchdog_main(NcclGroup::State* s) {
+void watchdog_main(NcclClique::State* s) {
   std::unique_lock<std::mutex> lock(s->mutex);
   while (!s->stop) {
     s->cv.wait_for(lock, std::chrono::milliseconds(50));
@@ -191,11 +191,11 @@ void watchdog_main(NcclGroup::State* s) {
 
 }  // namespace
 
-// ---- NcclGroup ---------------------------------------------------------------------------------
+// ---- NcclClique ---------------------------------------------------------------------------------
 
-NcclGroup::NcclGroup() : state_(std::make_unique<State>()) {}
+NcclClique::NcclClique() : state_(std::make_unique<State>()) {}
 
-NcclGroup::~NcclGroup() {
+NcclClique::~NcclClique() {
   State& s = *state_;
   {
     std::lock_guard<std::mutex> lock(s.mutex);
@@ -231,7 +231,7 @@ NcclGroup::~NcclGroup() {
   for (cudaEvent_t e : s.spare_events) (void)cudaEventDestroy(e);
 }
 
-std::array<char, 128> NcclGroup::unique_id() {
+std::array<char, 128> NcclClique::unique_id() {
   static_assert(sizeof(ncclUniqueId) == 128, "ncclUniqueId is 128 bytes");
   ncclUniqueId id;
   TANDEM_CHECK(ncclGetUniqueId(&id) == ncclSuccess, "nccl: ncclGetUniqueId failed");
@@ -240,7 +240,7 @@ std::array<char, 128> NcclGroup::unique_id() {
   return bytes;
 }
 
-std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices) {
+std::shared_ptr<NcclClique> NcclClique::create(const std::vector<Device>& devices) {
   Spanning one_process;
   one_process.first_rank = 0;
   one_process.total_ranks = static_cast<int>(devices.size());
@@ -248,8 +248,8 @@ std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices)
   return create(devices, one_process);
 }
 
-std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices,
-                                             const Spanning& spanning) {
+std::shared_ptr<NcclClique> NcclClique::create(const std::vector<Device>& devices,
+                                               const Spanning& spanning) {
   TANDEM_CHECK(!devices.empty(), "nccl: a group needs at least one GPU");
   for (size_t i = 0; i < devices.size(); ++i) {
     TANDEM_CHECK(devices[i].is_cuda(), "nccl: rank ", i, " is on ", devices[i], ", not a GPU");
@@ -258,12 +258,12 @@ std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices,
                    devices[i], "; NCCL takes one rank per GPU (logical replicas sharing a GPU ",
                    "use the in_process backend)");
   }
-  std::shared_ptr<NcclGroup> group(new NcclGroup());
+  std::shared_ptr<NcclClique> group(new NcclClique());
   State& s = *group->state_;
   s.devices = devices;
   s.first_rank = spanning.first_rank;
   s.total_ranks = spanning.total_ranks;
-  s.host = InProcessGroup::create(static_cast<int>(devices.size()));
+  s.host = InProcessRendezvous::create(static_cast<int>(devices.size()));
   const int n = static_cast<int>(devices.size());
   TANDEM_CHECK(s.first_rank >= 0 && s.first_rank + n <= s.total_ranks, "nccl: ranks ", s.first_rank,
                "..", s.first_rank + n - 1, " do not fit in ", s.total_ranks);
@@ -303,18 +303,18 @@ std::shared_ptr<NcclGroup> NcclGroup::create(const std::vector<Device>& devices,
   return group;
 }
 
-int NcclGroup::size() const { return state_->total_ranks; }
-int NcclGroup::local_size() const { return static_cast<int>(state_->devices.size()); }
+int NcclClique::size() const { return state_->total_ranks; }
+int NcclClique::local_size() const { return static_cast<int>(state_->devices.size()); }
 
-NcclCommunicator& NcclGroup::communicator(int rank) {
+NcclCommunicator& NcclClique::communicator(int rank) {
   TANDEM_CHECK(rank >= 0 && rank < local_size(), "nccl: no local rank ", rank, " (", local_size(),
                " in this process)");
   return *communicators_[static_cast<size_t>(rank)];
 }
 
-InProcessGroup& NcclGroup::host_group() { return *state_->host; }
+InProcessRendezvous& NcclClique::host_group() { return *state_->host; }
 
-void NcclGroup::abort(const std::string& reason) {
+void NcclClique::abort(const std::string& reason) {
   bool newly = false;
   {
     std::lock_guard<std::mutex> lock(state_->mutex);
@@ -333,7 +333,7 @@ Device NcclCommunicator::device() const {
 }
 
 void NcclCommunicator::enter(const char* label, const std::vector<Tensor>& tensors, int64_t extra) {
-  NcclGroup::State& s = *group_->state_;
+  NcclClique::State& s = *group_->state_;
   raise_if_aborted(label);
   const Device mine = device();
   for (size_t i = 0; i < tensors.size(); ++i) {
@@ -370,7 +370,7 @@ void NcclCommunicator::enter(const char* label, const std::vector<Tensor>& tenso
 namespace {
 /// The communication stream of `rank`, after making it wait for the work queued so far on the
 /// calling thread's (compute) stream: the inputs are ready when NCCL reads them.
-cudaStream_t begin_on_comm_stream(NcclGroup::State& s, int rank) {
+cudaStream_t begin_on_comm_stream(NcclClique::State& s, int rank) {
   const auto i = static_cast<size_t>(rank);
   TANDEM_CUDA_CHECK(cudaEventRecord(s.inputs_ready[i], cuda::current_stream()));
   TANDEM_CUDA_CHECK(cudaStreamWaitEvent(s.comm_streams[i], s.inputs_ready[i], 0));
@@ -379,7 +379,7 @@ cudaStream_t begin_on_comm_stream(NcclGroup::State& s, int rank) {
 
 /// The compute stream waits for the collective: later kernels see its results, and the
 /// buffers it used are reused only after it.
-void end_on_comm_stream(NcclGroup::State& s, int rank) {
+void end_on_comm_stream(NcclClique::State& s, int rank) {
   const auto i = static_cast<size_t>(rank);
   TANDEM_CUDA_CHECK(cudaEventRecord(s.results_ready[i], s.comm_streams[i]));
   TANDEM_CUDA_CHECK(cudaStreamWaitEvent(cuda::current_stream(), s.results_ready[i], 0));
@@ -387,7 +387,7 @@ void end_on_comm_stream(NcclGroup::State& s, int rank) {
 }  // namespace
 
 void NcclCommunicator::queued(const char* label) {
-  NcclGroup::State& s = *group_->state_;
+  NcclClique::State& s = *group_->state_;
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.aborted) throw_aborted(label);
   cuda::DeviceGuard guard(device());
@@ -452,7 +452,7 @@ std::vector<std::vector<int64_t>> NcclCommunicator::exchange_shapes(const Shape&
   for (int64_t d = 0; d < shape.rank(); ++d) record[static_cast<size_t>(d + 1)] = shape[d];
   const Tensor mine = Tensor::from_vector(record).to(device());
   Tensor all = Tensor::zeros({size() * (kMaxRank + 1)}, DType::kInt64, device());
-  NcclGroup::State& s = *group_->state_;
+  NcclClique::State& s = *group_->state_;
   {
     std::lock_guard<std::mutex> use(*s.comm_mutexes[static_cast<size_t>(rank_)]);
     ncclComm_t comm = live_comm("all_gather (shapes)");
@@ -564,7 +564,7 @@ std::shared_ptr<Work> NcclCommunicator::barrier_impl() {
   if (group_->local_size() == size()) return completed_work();
   cuda::DeviceGuard guard(device());
   Tensor token = Tensor::zeros({1}, DType::kFloat32, device());
-  NcclGroup::State& s = *group_->state_;
+  NcclClique::State& s = *group_->state_;
   {
     std::lock_guard<std::mutex> use(*s.comm_mutexes[static_cast<size_t>(rank_)]);
     ncclComm_t comm = live_comm("barrier");
@@ -579,7 +579,7 @@ std::shared_ptr<Work> NcclCommunicator::barrier_impl() {
 }
 
 ncclComm_t NcclCommunicator::live_comm(const char* label) {
-  NcclGroup::State& s = *group_->state_;
+  NcclClique::State& s = *group_->state_;
   ncclComm_t comm = s.comms[static_cast<size_t>(rank_)];
   if (comm != nullptr) return comm;
   std::lock_guard<std::mutex> lock(s.mutex);
@@ -587,7 +587,7 @@ ncclComm_t NcclCommunicator::live_comm(const char* label) {
 }
 
 void NcclCommunicator::wait_for_comm_stream(const char* label) {
-  NcclGroup::State& s = *group_->state_;
+  NcclClique::State& s = *group_->state_;
   const auto i = static_cast<size_t>(rank_);
   TANDEM_CUDA_CHECK(cudaEventRecord(s.results_ready[i], s.comm_streams[i]));
   // Polled, so that an abort (the watchdog's timeout, a peer's error) raises here; an aborted

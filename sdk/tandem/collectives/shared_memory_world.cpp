@@ -34,7 +34,7 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/logging.h"
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 #include "tandem/core/threading.h"
 
 namespace tandem::collectives {

@@ -7,7 +7,7 @@
 #include <optional>
 #include <utility>
 
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 #include "tandem/data/internal/node.h"
 #include "tandem/tensor/internal/device_memory.h"
 

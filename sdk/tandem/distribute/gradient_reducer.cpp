@@ -7,7 +7,7 @@
 #include <utility>
 
 #include "tandem/core/logging.h"
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 #include "tandem/core/threading.h"
 #include "tandem/distribute/replica_context.h"
 #include "tandem/ops/ops.h"

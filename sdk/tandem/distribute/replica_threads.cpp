@@ -8,7 +8,7 @@
 
 #include "tandem/autograd/tape.h"
 #include "tandem/collectives/internal/replica_list.h"
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 #include "tandem/core/threading.h"
 #include "tandem/distribute/internal/replica_scope.h"
 #include "tandem/distribute/internal/state.h"

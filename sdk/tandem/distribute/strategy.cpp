@@ -159,7 +159,7 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
       layout.worker_rank = cluster.rank;
     }
   }
-  impl.collectives = collectives::ReplicaGroup::create(layout);
+  impl.collectives = collectives::StrategyCollectives::create(layout);
   // Before the replica threads exist: each sizes its compute threads from this process's cores.
   if (scope == Scope::kWorkers && impl.collectives->workers() &&
       impl.collectives->workers()->size() > 1 && impl.devices.front().is_cpu())

@@ -11,7 +11,7 @@
 #include "tandem/core/error.h"
 #include "tandem/core/internal/json.h"
 #include "tandem/core/logging.h"
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 #include "tandem/ops/ops.h"
 #include "tandem/optim/clip.h"
 #include "tandem/optim/internal/json_number.h"

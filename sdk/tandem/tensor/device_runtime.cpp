@@ -7,7 +7,7 @@
 #include <string_view>
 
 #include "tandem/core/error.h"
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 
 #if TANDEM_WITH_CUDA
 #include <nvtx3/nvToolsExt.h>

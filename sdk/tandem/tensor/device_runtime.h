@@ -13,7 +13,7 @@ namespace tandem {
 /// A no-op for CPU devices.
 void synchronize(Device device);
 
-/// With CUDA built, makes the timeline's spans (core/profile.h) NVTX ranges of the same names
+/// With CUDA built, makes the timeline's spans (core/spans.h) NVTX ranges of the same names
 /// while a profiler records, so Nsight Systems shows them next to the kernels; a no-op otherwise.
 void install_device_ranges();
 

@@ -7,7 +7,7 @@
 #include <optional>
 #include <sstream>
 
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 #include "tandem/tensor/internal/device_memory.h"
 #include "tandem/tensor/philox.h"
 

@@ -54,7 +54,7 @@ struct Call {
 /// Why the group was aborted; decides what the ranks that find it aborted raise.
 enum class AbortCause : uint8_t { kExternal, kTimeout, kDeparture };
 
-/// The state shared by the ranks of one InProcessGroup.
+/// The state shared by the ranks of one InProcessRendezvous.
 struct State {
   explicit State(int n)
       : size(n),

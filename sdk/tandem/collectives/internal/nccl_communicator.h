@@ -1,5 +1,5 @@
 // collectives::Nccl: the backend for replicas on several GPUs of one process, or on the GPUs of
-// several processes (NcclGroup::Spanning). One NCCL communicator per GPU, created together in
+// several processes (NcclClique::Spanning). One NCCL communicator per GPU, created together in
 // non-blocking mode; a host rendezvous before every
 // collective (so a missing or mismatched replica raises instead of leaving a GPU waiting
 // forever); and a watchdog that aborts the communicators on an asynchronous NCCL error or when a
@@ -19,7 +19,7 @@ struct ncclComm;  // nccl.h stays out of this header
 
 namespace tandem::collectives {
 
-class NcclGroup;
+class NcclClique;
 
 /// Rank r's endpoint; only the thread playing rank r may call it. Collectives are queued on the
 /// calling thread's current stream of its GPU and return before the GPU has done them (the
@@ -45,8 +45,8 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> barrier_impl() override;
 
  private:
-  friend class NcclGroup;
-  NcclCommunicator(NcclGroup* group, int local) : group_(group), rank_(local) {}
+  friend class NcclClique;
+  NcclCommunicator(NcclClique* group, int local) : group_(group), rank_(local) {}
 
   /// Checks this rank's tensors, meets the peers on the host (every rank must bring the same
   /// call: kind, dtype and sizes), and raises on every rank when one does not.
@@ -67,16 +67,16 @@ class NcclCommunicator final : public Communicator {
   /// Raises AbortedError when the group was aborted.
   void raise_if_aborted(const char* label) const;
 
-  NcclGroup* group_;
+  NcclClique* group_;
   int rank_;  // the local index: this process's ranks are 0 .. devices - 1 here
 };
 
 /// The NCCL communicators of one process's GPUs and their watchdog.
-class NcclGroup {
+class NcclClique {
  public:
   /// One rank per device, in order; the devices must be distinct GPUs (NCCL refuses two ranks
   /// on one GPU: logical replicas sharing a GPU use the in_process backend).
-  static std::shared_ptr<NcclGroup> create(const std::vector<Device>& devices);
+  static std::shared_ptr<NcclClique> create(const std::vector<Device>& devices);
 
   /// The same, as part of one communicator over the GPUs of several processes: this process's
   /// ranks are first_rank .. first_rank + devices - 1 of total_ranks, and every process passes
@@ -87,13 +87,13 @@ class NcclGroup {
     int total_ranks = 0;
     std::array<char, 128> unique_id{};
   };
-  static std::shared_ptr<NcclGroup> create(const std::vector<Device>& devices,
-                                           const Spanning& spanning);
+  static std::shared_ptr<NcclClique> create(const std::vector<Device>& devices,
+                                            const Spanning& spanning);
   /// A new NCCL unique id (ncclGetUniqueId), as bytes.
   static std::array<char, 128> unique_id();
-  ~NcclGroup();
-  NcclGroup(const NcclGroup&) = delete;
-  NcclGroup& operator=(const NcclGroup&) = delete;
+  ~NcclClique();
+  NcclClique(const NcclClique&) = delete;
+  NcclClique& operator=(const NcclClique&) = delete;
 
   /// Ranks over every process.
   int size() const;
@@ -103,7 +103,7 @@ class NcclGroup {
   NcclCommunicator& communicator(int rank);
   /// The host-side group the ranks meet in before each collective (strategies reset it between
   /// runs and abort it when a replica fails).
-  InProcessGroup& host_group();
+  InProcessRendezvous& host_group();
   /// Aborts every NCCL communicator (kernels waiting for peers return) and makes later calls
   /// raise AbortedError naming `reason`.
   void abort(const std::string& reason);
@@ -111,7 +111,7 @@ class NcclGroup {
   struct State;  // implementation detail (nccl_communicator.cpp)
 
  private:
-  NcclGroup();
+  NcclClique();
   friend class NcclCommunicator;
   std::unique_ptr<State> state_;
   std::vector<std::unique_ptr<NcclCommunicator>> communicators_;

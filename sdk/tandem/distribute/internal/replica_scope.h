@@ -8,7 +8,7 @@
 
 #include "tandem/autograd/tape.h"
 #include "tandem/autograd/variable.h"
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 #include "tandem/distribute/replica_context.h"
 
 namespace tandem::detail {

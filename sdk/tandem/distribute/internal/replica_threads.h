@@ -33,7 +33,7 @@ class ReplicaThreads {
     int num_workers = 1;
     /// The replicas' rendezvous: aborted when a replica raises, departed when one returns,
     /// reset before each run.
-    collectives::InProcessGroup* group = nullptr;
+    collectives::InProcessRendezvous* group = nullptr;
     std::vector<ReplicaContext*> contexts;  ///< one per local replica
     /// Installed on every replica thread, so variables created inside run are mirrored too.
     VariableCreator creator;

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "tandem/collectives/internal/replica_group.h"
+#include "tandem/collectives/internal/strategy_collectives.h"
 #include "tandem/core/workers.h"
 #include "tandem/distribute/internal/replica_threads.h"
 #include "tandem/distribute/internal/state.h"
@@ -22,7 +22,7 @@ struct Strategy::Impl {
   std::vector<Device> devices;  // this process's replicas
   bool is_default = false;
   // The replicas' collectives, and the workers of the job when the strategy spans them.
-  std::unique_ptr<collectives::ReplicaGroup> collectives;
+  std::unique_ptr<collectives::StrategyCollectives> collectives;
   // Makes a variable's initial value the chief's on every worker (set with Scope::kWorkers).
   // Called only where every worker creates the same variables in the same order (the main
   // thread, in scope()).

@@ -1,7 +1,10 @@
 // The step timeline's recording side: spans (a phase of a step, on a track, from one time to
 // another) that any layer marks where its work happens. Recording is off unless a
 // profile::Profiler (tandem/profile/profiler.h) turned it on; off, a span costs one relaxed
-// atomic load. The profiler reads the spans back, splits them into steps and writes the trace.
+// atomic load, and the spans of phases that are not compute (collectives, the optimizer, host
+// syncs, checkpoints) two clock reads more: they are the one measure of a replica's time
+// outside compute and in collectives (outside_compute_ns, collective_ns). The profiler reads
+// the spans back, splits them into steps and writes the trace.
 #pragma once
 
 #include <chrono>

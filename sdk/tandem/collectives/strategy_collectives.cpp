@@ -1,7 +1,7 @@
-// The communicator factory (ReplicaGroup::create): the dispatch point between the collective
+// The communicator factory (StrategyCollectives::create): the dispatch point between the collective
 // backends, and the only file outside the backends themselves that knows whether this build has
 // NCCL, MPI and Gloo.
-#include "tandem/collectives/internal/replica_group.h"
+#include "tandem/collectives/internal/strategy_collectives.h"
 
 #include <algorithm>
 #include <cctype>
@@ -32,9 +32,9 @@ namespace {
 
 /// The workers of the job as the layers below distribute/ see them (core/workers.h): metrics
 /// that combine every worker's state, checkpoints that gather it to the chief.
-class WorkersAsGroup final : public WorkerGroup {
+class CollectiveWorkerGroup final : public WorkerGroup {
  public:
-  explicit WorkersAsGroup(std::shared_ptr<WorkerCollectives> workers)
+  explicit CollectiveWorkerGroup(std::shared_ptr<WorkerCollectives> workers)
       : workers_(std::move(workers)) {}
   int num_workers() const override { return workers_->size(); }
   int worker_index() const override { return workers_->rank(); }
@@ -75,9 +75,9 @@ std::vector<Device> distinct_devices(const std::vector<Device>& devices) {
 
 }  // namespace
 
-std::unique_ptr<ReplicaGroup> ReplicaGroup::create(const ReplicaLayout& layout) {
+std::unique_ptr<StrategyCollectives> StrategyCollectives::create(const ReplicaLayout& layout) {
   TANDEM_CHECK(!layout.devices.empty(), layout.owner, ": needs at least one device");
-  std::unique_ptr<ReplicaGroup> group(new ReplicaGroup());
+  std::unique_ptr<StrategyCollectives> group(new StrategyCollectives());
   const int replicas = static_cast<int>(layout.devices.size());
   const std::vector<Device> distinct = distinct_devices(layout.devices);
   // Replicas on distinct GPUs of one process reduce with NCCL; CPU replicas, and logical
@@ -89,15 +89,15 @@ std::unique_ptr<ReplicaGroup> ReplicaGroup::create(const ReplicaLayout& layout) 
                  distinct.size(), " GPUs with some GPUs listed more than once; use each GPU once, ",
                  "or list one GPU several times (logical replicas sharing it)");
 #if TANDEM_WITH_NCCL
-    std::shared_ptr<NcclGroup> nccl = NcclGroup::create(layout.devices);
-    group->local_ = std::shared_ptr<InProcessGroup>(nccl, &nccl->host_group());
+    std::shared_ptr<NcclClique> nccl = NcclClique::create(layout.devices);
+    group->local_ = std::shared_ptr<InProcessRendezvous>(nccl, &nccl->host_group());
     for (int r = 0; r < replicas; ++r) group->endpoints_.push_back(&nccl->communicator(r));
 #else
     throw NotBuiltError(detail::str_cat(layout.owner, ": replicas on ", distinct.size(),
                                         " GPUs need NCCL, which this build does not have"));
 #endif
   } else {
-    group->local_ = InProcessGroup::create(replicas);
+    group->local_ = InProcessRendezvous::create(replicas);
   }
   if (layout.across_workers)
     group->join_workers(layout, /*distinct_gpus=*/distinct.size() == layout.devices.size());
@@ -188,7 +188,7 @@ std::shared_ptr<WorkerCollectives> join(const ReplicaLayout& layout) {
 
 }  // namespace
 
-void ReplicaGroup::join_workers(const ReplicaLayout& layout, bool distinct_gpus) {
+void StrategyCollectives::join_workers(const ReplicaLayout& layout, bool distinct_gpus) {
   const std::shared_ptr<WorkerCollectives> world = join(layout);
   const int replicas = static_cast<int>(layout.devices.size());
   workers_ = world;
@@ -217,18 +217,18 @@ void ReplicaGroup::join_workers(const ReplicaLayout& layout, bool distinct_gpus)
                  "GPU), got ",
                  layout.devices.size(), " replicas on ", distinct_devices(layout.devices).size(),
                  " GPUs");
-    NcclGroup::Spanning spanning;
+    NcclClique::Spanning spanning;
     spanning.first_rank = worker_index_ * replicas;
     spanning.total_ranks = num_workers_ * replicas;
     std::vector<Tensor> id = {Tensor::zeros({128}, DType::kUInt8)};
     if (worker_index_ == 0) {
-      spanning.unique_id = NcclGroup::unique_id();
+      spanning.unique_id = NcclClique::unique_id();
       std::memcpy(id[0].raw_data(), spanning.unique_id.data(), 128);
     }
     world->broadcast(id, 0, "nccl unique id");
     std::memcpy(spanning.unique_id.data(), id[0].raw_data(), 128);
-    std::shared_ptr<NcclGroup> nccl = NcclGroup::create(layout.devices, spanning);
-    local_ = std::shared_ptr<InProcessGroup>(nccl, &nccl->host_group());
+    std::shared_ptr<NcclClique> nccl = NcclClique::create(layout.devices, spanning);
+    local_ = std::shared_ptr<InProcessRendezvous>(nccl, &nccl->host_group());
     for (int r = 0; r < replicas; ++r) endpoints_.push_back(&nccl->communicator(r));
 #else
     (void)distinct_gpus;
@@ -245,12 +245,12 @@ void ReplicaGroup::join_workers(const ReplicaLayout& layout, bool distinct_gpus)
       endpoints_.push_back(owned_endpoints_.back().get());
     }
   }
-  if (num_workers_ > 1) worker_group_ = std::make_shared<WorkersAsGroup>(workers_);
+  if (num_workers_ > 1) worker_group_ = std::make_shared<CollectiveWorkerGroup>(workers_);
 }
 
-ReplicaGroup::~ReplicaGroup() = default;
+StrategyCollectives::~StrategyCollectives() = default;
 
-Communicator& ReplicaGroup::communicator(int replica) const {
+Communicator& StrategyCollectives::communicator(int replica) const {
   if (endpoints_.empty()) return local_->communicator(replica);
   return *endpoints_.at(static_cast<size_t>(replica));
 }

@@ -1,4 +1,4 @@
-// The communicator factory: ReplicaGroup::create builds the collectives of a strategy's
+// The communicator factory: StrategyCollectives::create builds the collectives of a strategy's
 // replicas from a description of them (their devices, and whether they span the workers of an
 // MPI job), choosing the backend: in_process (threads; logical replicas sharing a GPU), NCCL
 // (distinct GPUs, of one process or of every worker) or hierarchical (CPU replicas of several
@@ -35,16 +35,16 @@ struct ReplicaLayout {
 
 /// The collectives of a strategy's replicas. Built once; the strategy's replica threads use the
 /// endpoints, its calling thread the cross-worker calls.
-class ReplicaGroup {
+class StrategyCollectives {
  public:
   /// Builds the group `layout` describes. Raises NotBuiltError naming what to install when the
   /// build lacks the backend it needs (NCCL for several GPUs, MPI across workers), and
   /// tandem::Error for a layout no backend takes (a GPU listed twice among several, workers
   /// with different replica counts). Across workers, every worker must call it.
-  static std::unique_ptr<ReplicaGroup> create(const ReplicaLayout& layout);
-  ~ReplicaGroup();
-  ReplicaGroup(const ReplicaGroup&) = delete;
-  ReplicaGroup& operator=(const ReplicaGroup&) = delete;
+  static std::unique_ptr<StrategyCollectives> create(const ReplicaLayout& layout);
+  ~StrategyCollectives();
+  StrategyCollectives(const StrategyCollectives&) = delete;
+  StrategyCollectives& operator=(const StrategyCollectives&) = delete;
 
   /// Workers of the job (1 unless across_workers) and this process's index among them.
   int num_workers() const { return num_workers_; }
@@ -52,7 +52,7 @@ class ReplicaGroup {
 
   /// Where this process's replicas meet on the host: rendezvous (merge_call), abort when a
   /// replica fails, depart when one returns, reset between runs. Rank r is local replica r.
-  InProcessGroup& local_group() const { return *local_; }
+  InProcessRendezvous& local_group() const { return *local_; }
   /// Local replica `replica`'s endpoint of the collectives over every replica in sync.
   Communicator& communicator(int replica) const;
   /// The job's workers (CPU tensors, from the strategy's calling thread); null unless
@@ -62,13 +62,13 @@ class ReplicaGroup {
   const std::shared_ptr<WorkerGroup>& worker_group() const { return worker_group_; }
 
  private:
-  ReplicaGroup() = default;
+  StrategyCollectives() = default;
   /// Joins the workers of the MPI job (layout.across_workers).
   void join_workers(const ReplicaLayout& layout, bool distinct_gpus);
 
   int num_workers_ = 1;
   int worker_index_ = 0;
-  std::shared_ptr<InProcessGroup> local_;  // may share ownership of an NCCL group
+  std::shared_ptr<InProcessRendezvous> local_;  // may share ownership of an NCCL group
   std::shared_ptr<WorkerCollectives> workers_;
   std::shared_ptr<WorkerGroup> worker_group_;
   // Endpoints that are not local_'s own (NCCL, hierarchical), per local replica; empty when the

@@ -1,6 +1,6 @@
-// Span recording (core/profile.h): one flag read when off; when on, spans go to one shared
+// Span recording (core/spans.h): one flag read when off; when on, spans go to one shared
 // buffer under a lock (a step records a few dozen spans, so the lock is never contended long).
-#include "tandem/core/profile.h"
+#include "tandem/core/spans.h"
 
 #include <algorithm>
 #include <atomic>

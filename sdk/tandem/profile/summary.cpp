@@ -1,6 +1,9 @@
-// From recorded spans to steps: each run of strategy.run on the training loop's track closes a
-// step (the time since the previous run ended), and every replica's spans inside the run are
-// added up by phase; the means per step give the breakdown, the rules the advice.
+// The summary (summary.h): from recorded spans to steps. Each run of strategy.run on the
+// training loop's track closes a step (the time since the previous run ended), and every
+// replica's spans inside the run are added up by phase; the means per step give the breakdown,
+// the rules the advice.
+#include "tandem/profile/summary.h"
+
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -10,7 +13,6 @@
 
 #include "tandem/core/error.h"
 #include "tandem/core/threading.h"
-#include "tandem/profile/profiler.h"
 
 namespace tandem::profile {
 namespace {
