@@ -29,7 +29,7 @@
 #include <thread>
 
 #include "tandem/collectives/communicator.h"
-#include "tandem/collectives/internal/reduce_max.h"
+#include "tandem/collectives/internal/reduce_in_order.h"
 #include "tandem/collectives/internal/tensor_bytes.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
@@ -429,17 +429,15 @@ void SharedMemoryWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, co
     moving.set_bytes(static_cast<int64_t>(total));
     dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
       // in[0..W) element-wise into out[0..n), in worker order: the same bits on every worker.
+      // kMean sums here; the division follows once, after every piece.
+      const ReduceOp combine_op = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
       const auto combine = [&](T* out, int set, size_t from, size_t to) {
         const T* first_in = reinterpret_cast<const T*>(slot(0, set));
         std::copy(first_in + from, first_in + to, out + from);
-        for (int w = 1; w < workers; ++w) {
-          const T* in = reinterpret_cast<const T*>(slot(w, set));
-          if (op == ReduceOp::kMax) {
-            for (size_t i = from; i < to; ++i) out[i] = detail::max_propagating_nan(out[i], in[i]);
-          } else {
-            for (size_t i = from; i < to; ++i) out[i] = static_cast<T>(out[i] + in[i]);
-          }
-        }
+        detail::reduce_in_order(
+            out + from, static_cast<int64_t>(to - from), workers, combine_op, [&](int64_t w) {
+              return reinterpret_cast<const T*>(slot(static_cast<int>(w), set)) + from;
+            });
       };
       const size_t per_chunk = chunk_bytes_ / sizeof(T);
       const size_t n = total / sizeof(T);
