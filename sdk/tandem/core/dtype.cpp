@@ -13,6 +13,8 @@ size_t dtype_size(DType dtype) {
     case DType::kInt64: return 8;
     case DType::kUInt8: return 1;
     case DType::kBool: return 1;
+    case DType::kBFloat16: return 2;
+    case DType::kFloat16: return 2;
   }
   return 0;
 }
@@ -25,11 +27,16 @@ std::string_view dtype_name(DType dtype) {
     case DType::kInt64: return "int64";
     case DType::kUInt8: return "uint8";
     case DType::kBool: return "bool";
+    case DType::kBFloat16: return "bfloat16";
+    case DType::kFloat16: return "float16";
   }
   return "unknown";
 }
 
-bool is_floating(DType dtype) { return dtype == DType::kFloat32 || dtype == DType::kFloat64; }
+bool is_floating(DType dtype) {
+  return dtype == DType::kFloat32 || dtype == DType::kFloat64 || dtype == DType::kBFloat16 ||
+         dtype == DType::kFloat16;
+}
 
 std::ostream& operator<<(std::ostream& out, DType dtype) { return out << dtype_name(dtype); }
 

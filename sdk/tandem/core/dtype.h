@@ -6,9 +6,19 @@
 #include <ostream>
 #include <string_view>
 
+#include "tandem/core/half.h"
+
 namespace tandem {
 
-enum class DType : uint8_t { kFloat32, kFloat64, kInt32, kInt64, kUInt8, kBool };
+/// kBFloat16 and kFloat16 (core/half.h) are storage types for mixed precision: tensors of them
+/// are made, copied, filled, cast and moved between devices; ops that compute dispatch on
+/// dispatch_floating / dispatch_numeric / dispatch_standard and name them when they take no
+/// 16-bit input yet.
+// clang-format off
+enum class DType : uint8_t {
+  kFloat32, kFloat64, kInt32, kInt64, kUInt8, kBool, kBFloat16, kFloat16
+};
+// clang-format on
 
 /// Bytes per element.
 size_t dtype_size(DType dtype);
@@ -25,11 +35,14 @@ template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt
 template <> struct DTypeOf<int64_t> { static constexpr DType value = DType::kInt64; };
 template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kUInt8; };
 template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
+template <> struct DTypeOf<bfloat16> { static constexpr DType value = DType::kBFloat16; };
+template <> struct DTypeOf<float16> { static constexpr DType value = DType::kFloat16; };
 
 template <typename T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
 
-/// Calls fn.template operator()<T>() with T the C++ type of dtype (all six types).
+/// Calls fn.template operator()<T>() with T the C++ type of dtype (every type, the 16-bit
+/// floating types included: for storage, fills and casts).
 template <typename Fn>
 decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {
   switch (dtype) {
@@ -39,6 +52,8 @@ decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {
     case DType::kInt64: return fn.template operator()<int64_t>();
     case DType::kUInt8: return fn.template operator()<uint8_t>();
     case DType::kBool: return fn.template operator()<bool>();
+    case DType::kBFloat16: return fn.template operator()<bfloat16>();
+    case DType::kFloat16: return fn.template operator()<float16>();
   }
   return fn.template operator()<float>();
 }
@@ -57,6 +72,21 @@ decltype(auto) dispatch_floating(DType dtype, std::string_view op, Fn&& fn) {
     case DType::kFloat32: return fn.template operator()<float>();
     case DType::kFloat64: return fn.template operator()<double>();
     default: detail::throw_unsupported_dtype(op, dtype, "float32 or float64");
+  }
+}
+
+/// The types every op computes in: float32, float64, int32, int64, uint8 and bool; the 16-bit
+/// floating types raise naming `op`.
+template <typename Fn>
+decltype(auto) dispatch_standard(DType dtype, std::string_view op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: return fn.template operator()<float>();
+    case DType::kFloat64: return fn.template operator()<double>();
+    case DType::kInt32: return fn.template operator()<int32_t>();
+    case DType::kInt64: return fn.template operator()<int64_t>();
+    case DType::kUInt8: return fn.template operator()<uint8_t>();
+    case DType::kBool: return fn.template operator()<bool>();
+    default: detail::throw_unsupported_dtype(op, dtype, "a type other than bfloat16 or float16");
   }
 }
 

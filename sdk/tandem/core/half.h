@@ -1,8 +1,9 @@
 // The two 16-bit floating-point element types of mixed precision: bfloat16 (float32's exponent,
 // 8 significant bits; what the CPUs' AVX512-BF16 instructions and tensor cores take) and float16
 // (IEEE 754 binary16: 5 exponent bits, 11 significant bits, subnormals). Both are storage types:
-// arithmetic converts to float, computes in float and rounds back, as the kernels do when they
-// accumulate in float32. Conversions from float round to nearest, ties to even, keep the sign
+// they convert to float implicitly (exactly), and from float only explicitly (rounding), so
+// arithmetic computes in float and rounds back once, as the kernels do when they accumulate in
+// float32. Conversions from float round to nearest, ties to even, keep the sign
 // of zeros and infinities, and turn any NaN into a quiet NaN of the same sign; float16 overflows
 // to infinity. Written with integer operations only, so that the result does not depend on the
 // thread's floating-point mode (flush-to-zero, denormals-are-zero) and is the same on the host
@@ -61,7 +62,7 @@ struct bfloat16 {
     // infinity), which is the right result.
     bits = static_cast<uint16_t>(detail::shift_right_rounded(f, 16));
   }
-  TANDEM_HD_INLINE explicit operator float() const {
+  TANDEM_HD_INLINE operator float() const {  // NOLINT: implicit, as a float would widen
     return detail::bits_float(static_cast<uint32_t>(bits) << 16);
   }
 };
@@ -106,7 +107,7 @@ struct float16 {
     const int shift = -exponent - 14 + 13;  // 14..24
     bits = static_cast<uint16_t>(sign | detail::shift_right_rounded(significand, shift));
   }
-  TANDEM_HD_INLINE explicit operator float() const {
+  TANDEM_HD_INLINE operator float() const {  // NOLINT: implicit, as a float would widen
     const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
     const uint32_t exponent = (bits >> 10) & 0x1fu;
     const uint32_t mantissa = bits & 0x03ffu;

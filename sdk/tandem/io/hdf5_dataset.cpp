@@ -24,6 +24,11 @@ hid_t detail::file_type_of(DType dtype) {
       return H5T_STD_U8LE;
     case DType::kBool:
       return H5T_STD_U8LE;
+    case DType::kBFloat16:
+    case DType::kFloat16:
+      // Variables stay float32 under mixed precision (Keras writes them so too); a 16-bit
+      // tensor has no HDF5 type in this libhdf5.
+      TANDEM_THROW("HDF5: ", dtype, " tensors cannot be stored; cast them to float32 first");
   }
   return H5T_IEEE_F32LE;
 }
@@ -42,6 +47,11 @@ hid_t detail::memory_type_of(DType dtype) {
       return H5T_NATIVE_UINT8;
     case DType::kBool:
       return H5T_NATIVE_UINT8;
+    case DType::kBFloat16:
+    case DType::kFloat16:
+      // Variables stay float32 under mixed precision (Keras writes them so too); a 16-bit
+      // tensor has no HDF5 type in this libhdf5.
+      TANDEM_THROW("HDF5: ", dtype, " tensors cannot be stored; cast them to float32 first");
   }
   return H5T_NATIVE_FLOAT;
 }

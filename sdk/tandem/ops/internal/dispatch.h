@@ -81,7 +81,7 @@ void for_dtype(DType dtype, std::string_view op, const Fn& fn) {
   } else if constexpr (kTypes == DTypes::kNumeric) {
     dispatch_numeric(dtype, op, fn);
   } else {
-    dispatch_dtype(dtype, fn);
+    dispatch_standard(dtype, op, fn);
   }
 }
 
