@@ -11,7 +11,7 @@
 namespace tandem {
 
 /// kBFloat16 and kFloat16 (core/half.h) are storage types for mixed precision: tensors of them
-/// are made, copied, filled, cast and moved between devices; ops that compute dispatch on
+/// are made, copied, filled and cast (tested on the CPU); ops that compute dispatch on
 /// dispatch_floating / dispatch_numeric / dispatch_standard and name them when they take no
 /// 16-bit input yet.
 // clang-format off
