@@ -10,10 +10,10 @@
 
 namespace tandem {
 
-/// kBFloat16 and kFloat16 (core/half.h) are storage types for mixed precision: tensors of them
-/// are made, copied, filled and cast (tested on the CPU); ops that compute dispatch on
-/// dispatch_floating / dispatch_numeric / dispatch_standard and name them when they take no
-/// 16-bit input yet.
+/// kBFloat16 and kFloat16 (core/half.h) are the 16-bit floating types of mixed precision.
+/// Elementwise ops and reductions take them (dispatch_any_floating / dispatch_any_numeric, the
+/// math in float32: compute_type_t); ops that have no 16-bit kernel dispatch on
+/// dispatch_floating / dispatch_numeric / dispatch_standard, which name the dtype.
 // clang-format off
 enum class DType : uint8_t {
   kFloat32, kFloat64, kInt32, kInt64, kUInt8, kBool, kBFloat16, kFloat16
@@ -100,6 +100,28 @@ decltype(auto) dispatch_numeric(DType dtype, std::string_view op, Fn&& fn) {
     case DType::kInt64: return fn.template operator()<int64_t>();
     case DType::kUInt8: return fn.template operator()<uint8_t>();
     default: detail::throw_unsupported_dtype(op, dtype, "a numeric type");
+  }
+}
+
+/// Every floating type: float32, float64, bfloat16 and float16 (for ops with 16-bit kernels).
+template <typename Fn>
+decltype(auto) dispatch_any_floating(DType dtype, std::string_view op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kFloat32: return fn.template operator()<float>();
+    case DType::kFloat64: return fn.template operator()<double>();
+    case DType::kBFloat16: return fn.template operator()<bfloat16>();
+    case DType::kFloat16: return fn.template operator()<float16>();
+    default: detail::throw_unsupported_dtype(op, dtype, "a floating type");
+  }
+}
+
+/// Every numeric type (no bool), the 16-bit floating types included.
+template <typename Fn>
+decltype(auto) dispatch_any_numeric(DType dtype, std::string_view op, Fn&& fn) {
+  switch (dtype) {
+    case DType::kBFloat16: return fn.template operator()<bfloat16>();
+    case DType::kFloat16: return fn.template operator()<float16>();
+    default: return dispatch_numeric(dtype, op, fn);
   }
 }
 

@@ -12,6 +12,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 
 #include "tandem/core/host_device.h"
 
@@ -127,5 +128,14 @@ struct float16 {
     return detail::bits_float(sign | (float_exponent << 23) | ((m & 0x03ffu) << 13));
   }
 };
+
+/// True for the 16-bit floating storage types.
+template <typename T>
+inline constexpr bool is_half_v = std::is_same_v<T, bfloat16> || std::is_same_v<T, float16>;
+
+/// The type elementwise math on T runs in: float for the 16-bit types (each element is widened,
+/// computed in float32 and rounded once to nearest even), T itself otherwise.
+template <typename T>
+using compute_type_t = std::conditional_t<is_half_v<T>, float, T>;
 
 }  // namespace tandem

@@ -28,7 +28,7 @@ Shape broadcast_shape(std::string_view op, const Shape& a, const Shape& b) {
 
 void check_floating(std::string_view op, const Tensor& x) {
   TANDEM_CHECK(is_floating(x.dtype()), op, ": dtype ", x.dtype(),
-               " is not supported (needs float32 or float64; shape ", x.shape(), ")");
+               " is not supported (needs a floating type; shape ", x.shape(), ")");
 }
 
 void check_same_dtype(std::string_view op, const Tensor& a, const Tensor& b) {
@@ -52,23 +52,34 @@ Tensor scalar_like(const Tensor& x, double value) {
 
 void run_gemm(std::string_view op, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
               int64_t kk, const Tensor& a, const Tensor& b, Tensor& c) {
-  dispatch_floating(c.dtype(), op, [&]<typename T>() {
+  dispatch_any_floating(c.dtype(), op, [&]<typename T>() {
     dispatch(
         op, c.device(),
         [&] {
           if (m == 0 || n == 0) return;
-          if (kk == 0) {  // op(A) has no columns: C is zeros (and gemm would reject lda = 0)
-            c.fill_(0.0);
-            return;
+          if constexpr (is_half_v<T>) {
+            cpu::matmul(transpose_a, transpose_b, m, n, kk, a.data<T>(), b.data<T>(), c.data<T>());
+          } else {
+            if (kk == 0) {  // op(A) has no columns: C is zeros (and gemm would reject lda = 0)
+              c.fill_(0.0);
+              return;
+            }
+            cpu::gemm(transpose_a, transpose_b, m, n, kk, T(1), a.data<T>(),
+                      a.shape().dims().back(), b.data<T>(), b.shape().dims().back(), T(0),
+                      c.data<T>(), n);
           }
-          cpu::gemm(transpose_a, transpose_b, m, n, kk, T(1), a.data<T>(), a.shape().dims().back(),
-                    b.data<T>(), b.shape().dims().back(), T(0), c.data<T>(), n);
         },
         TANDEM_ON_CUDA(
             if (m == 0 || n == 0) return;
             if (kk == 0) return cuda::fill(c.dtype(), c.numel(), 0.0, c.raw_data(), stream);
-            cuda::gemm(transpose_a, transpose_b, m, n, kk, T(1), ptr<T>(a), a.shape().dims().back(),
-                       ptr<T>(b), b.shape().dims().back(), T(0), ptr<T>(c), n, stream)));
+            if constexpr (is_half_v<T>) {
+              TANDEM_THROW(op, ": ", c.dtype(),
+                           " matrix products run on the CPU only so far; cast to float32 on a GPU");
+            } else {
+              cuda::gemm(transpose_a, transpose_b, m, n, kk, T(1), ptr<T>(a),
+                         a.shape().dims().back(), ptr<T>(b), b.shape().dims().back(), T(0),
+                         ptr<T>(c), n, stream);
+            }));
   });
 }
 
@@ -76,7 +87,7 @@ void run_relu_backward(std::string_view op, const Tensor& g, const Tensor& y, Te
                        Tensor& bias_grad) {
   const int64_t m = y.dim(0), n = y.dim(1);
   const bool has_bias = bias_grad.defined();
-  dispatch_floating(y.dtype(), op, [&]<typename T>() {
+  dispatch_any_floating(y.dtype(), op, [&]<typename T>() {
     dispatch(
         op, y.device(),
         [&] {
@@ -115,7 +126,7 @@ Shape reduced_shape(const Shape& shape, size_t axis, bool keepdims) {
 Tensor run_sum(std::string_view op, const Tensor& x, int64_t outer, int64_t n, int64_t inner,
                const Shape& shape) {
   Tensor y = Tensor::empty(shape, x.dtype(), x.device());
-  dispatch_numeric(x.dtype(), op, [&]<typename T>() {
+  dispatch_any_numeric(x.dtype(), op, [&]<typename T>() {
     dispatch(
         op, x.device(),
         [&] {

@@ -38,7 +38,7 @@ std::pair<Tensor, Tensor> run_max(std::string_view op, const Tensor& x, int64_t 
   TANDEM_CHECK(n > 0, op, ": cannot reduce an empty axis (shape ", x.shape(), ")");
   Tensor y = values ? Tensor::empty(shape, x.dtype(), x.device()) : Tensor();
   Tensor index = Tensor::empty(values ? Shape{outer * inner} : shape, DType::kInt64, x.device());
-  dispatch_numeric(x.dtype(), op, [&]<typename T>() {
+  dispatch_any_numeric(x.dtype(), op, [&]<typename T>() {
     dispatch(
         op, x.device(),
         [&] {
@@ -57,7 +57,7 @@ std::pair<Tensor, Tensor> run_max(std::string_view op, const Tensor& x, int64_t 
 Tensor max_backward(const Tensor& g, const Tensor& index, const Shape& x_shape, int64_t outer,
                     int64_t n, int64_t inner) {
   Tensor dx = Tensor::empty(x_shape, g.dtype(), g.device());
-  dispatch_floating(g.dtype(), "max", [&]<typename T>() {
+  dispatch_any_floating(g.dtype(), "max", [&]<typename T>() {
     dispatch(
         "max", g.device(),
         [&] {

@@ -1,6 +1,7 @@
-// CPU dense layer: float32 as one oneDNN matmul primitive whose bias and ReLU are applied to the
-// accumulator (no extra pass over the output), primitives cached per shape; float64 (and float32
-// without oneDNN) as cpu::gemm plus one epilogue pass. The backward's mask-and-bias-sum pass.
+// CPU dense layer: float32 and bfloat16 as one oneDNN matmul primitive whose bias and ReLU are
+// applied to the float32 accumulator (no extra pass over the output), primitives cached per
+// shape; float64 (and float32 without oneDNN) as cpu::gemm plus one epilogue pass; float16 through
+// float32. The 16-bit matmul of the backward GEMMs, and the backward's mask-and-bias-sum pass.
 #include "tandem/ops/cpu/dense.h"
 
 #include <omp.h>
@@ -54,13 +55,18 @@ void gemm_then_epilogue(int64_t m, int64_t n, int64_t k, const T* x, const T* w,
 
 #if TANDEM_WITH_ONEDNN
 
-/// What a cached primitive was made for (see onednn::PrimitiveCache).
+/// What a cached primitive was made for (see onednn::PrimitiveCache): c [m, n] = op(a) op(b)
+/// (+ bias, ReLU) with a, b, c and the bias of `type`, a or b read transposed when asked.
 struct MatmulKey {
   int64_t m, n, k;
   bool bias, relu;
   int threads;
+  dnnl::memory::data_type type = dnnl::memory::data_type::f32;
+  bool transpose_a = false, transpose_b = false;
 
-  std::array<int64_t, 6> fields() const { return {m, n, k, bias, relu, threads}; }
+  std::array<int64_t, 9> fields() const {
+    return {m, n, k, bias, relu, threads, static_cast<int64_t>(type), transpose_a, transpose_b};
+  }
   bool operator==(const MatmulKey& other) const { return fields() == other.fields(); }
 };
 
@@ -78,10 +84,12 @@ std::shared_ptr<const MatmulPrimitive> create_matmul(const MatmulKey& key) {
   using dt = dnnl::memory::data_type;
   using tag = dnnl::memory::format_tag;
   auto entry = std::make_shared<MatmulPrimitive>();
-  entry->src = dnnl::memory::desc({key.m, key.k}, dt::f32, tag::ab);
-  entry->weights = dnnl::memory::desc({key.k, key.n}, dt::f32, tag::ab);
-  entry->dst = dnnl::memory::desc({key.m, key.n}, dt::f32, tag::ab);
-  if (key.bias) entry->bias = dnnl::memory::desc({1, key.n}, dt::f32, tag::ab);
+  const dt type = key.type;
+  // A transposed operand is the same matrix stored column-major.
+  entry->src = dnnl::memory::desc({key.m, key.k}, type, key.transpose_a ? tag::ba : tag::ab);
+  entry->weights = dnnl::memory::desc({key.k, key.n}, type, key.transpose_b ? tag::ba : tag::ab);
+  entry->dst = dnnl::memory::desc({key.m, key.n}, type, tag::ab);
+  if (key.bias) entry->bias = dnnl::memory::desc({1, key.n}, type, tag::ab);
   const dnnl::matmul::desc desc =
       key.bias ? dnnl::matmul::desc(entry->src, entry->weights, entry->bias, entry->dst)
                : dnnl::matmul::desc(entry->src, entry->weights, entry->dst);
@@ -91,10 +99,14 @@ std::shared_ptr<const MatmulPrimitive> create_matmul(const MatmulKey& key) {
   return entry;
 }
 
-void onednn_dense(int64_t m, int64_t n, int64_t k, const float* x, const float* w,
-                  const float* bias, bool relu, float* y) {
+/// y = act(op(x) op(w) + bias) through a cached oneDNN matmul primitive, for float32 or
+/// bfloat16 data (`type`); the products are summed, and the epilogue applied, in float32.
+void onednn_matmul(dnnl::memory::data_type type, bool transpose_a, bool transpose_b, int64_t m,
+                   int64_t n, int64_t k, const void* x, const void* w, const void* bias, bool relu,
+                   void* y) {
   static onednn::PrimitiveCache<MatmulKey, MatmulPrimitive, MatmulKeyHash> cache;
-  const MatmulKey key{m, n, k, bias != nullptr, relu, omp_get_max_threads()};
+  const MatmulKey key{m,    n,           k,          bias != nullptr, relu, omp_get_max_threads(),
+                      type, transpose_a, transpose_b};
   try {
     const std::shared_ptr<const MatmulPrimitive> mm = cache.get(key, create_matmul);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, onednn::wrap(mm->src, x)},
@@ -104,12 +116,58 @@ void onednn_dense(int64_t m, int64_t n, int64_t k, const float* x, const float* 
     onednn::execute(mm->primitive, std::move(args), mm->scratchpad_bytes);
   } catch (const dnnl::error& e) {
     TANDEM_THROW("dense: oneDNN matmul failed (", e.what(), ", status ", static_cast<int>(e.status),
-                 ") for x [", m, ", ", k, "] @ kernel [", k, ", ", n, "]",
-                 bias != nullptr ? " + bias" : "", relu ? ", relu" : "");
+                 ") for x [", m, ", ", k, "]", transpose_a ? "^T" : "", " @ kernel [", k, ", ", n,
+                 "]", transpose_b ? "^T" : "", bias != nullptr ? " + bias" : "",
+                 relu ? ", relu" : "",
+                 type == dnnl::memory::data_type::bf16 ? " in bfloat16" : " in float32");
   }
 }
 
+void onednn_dense(int64_t m, int64_t n, int64_t k, const float* x, const float* w,
+                  const float* bias, bool relu, float* y) {
+  onednn_matmul(dnnl::memory::data_type::f32, false, false, m, n, k, x, w, bias, relu, y);
+}
+
 #endif  // TANDEM_WITH_ONEDNN
+
+// ---- 16-bit through float32: float16, and bfloat16 without oneDNN ---------------------------
+
+template <typename H>
+std::vector<float> widen(const H* x, int64_t n) {
+  std::vector<float> out(static_cast<size_t>(n));
+  parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) out[i] = static_cast<float>(x[i]);
+  });
+  return out;
+}
+
+template <typename H>
+void narrow(const std::vector<float>& x, H* y) {
+  parallel_for(static_cast<int64_t>(x.size()), kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) y[i] = static_cast<H>(x[i]);
+  });
+}
+
+template <typename H>
+void emulated_dense(int64_t m, int64_t n, int64_t k, const H* x, const H* w, const H* bias,
+                    bool relu, H* y) {
+  const std::vector<float> x32 = widen(x, m * k), w32 = widen(w, k * n);
+  const std::vector<float> bias32 = bias != nullptr ? widen(bias, n) : std::vector<float>();
+  std::vector<float> y32(static_cast<size_t>(m * n));
+  dense(m, n, k, x32.data(), w32.data(), bias != nullptr ? bias32.data() : nullptr, relu,
+        y32.data());
+  narrow(y32, y);
+}
+
+template <typename H>
+void emulated_matmul(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
+                     const H* a, const H* b, H* c) {
+  const std::vector<float> a32 = widen(a, m * k), b32 = widen(b, k * n);
+  std::vector<float> c32(static_cast<size_t>(m * n));
+  gemm(transpose_a, transpose_b, m, n, k, 1.0f, a32.data(), transpose_a ? m : k, b32.data(),
+       transpose_b ? k : n, 0.0f, c32.data(), n);
+  narrow(c32, c);
+}
 
 }  // namespace
 
@@ -127,6 +185,47 @@ void dense(int64_t m, int64_t n, int64_t k, const double* x, const double* w, co
            bool relu, double* y) {
   if (m == 0 || n == 0) return;
   gemm_then_epilogue(m, n, k, x, w, bias, relu, y);
+}
+
+void dense(int64_t m, int64_t n, int64_t k, const bfloat16* x, const bfloat16* w,
+           const bfloat16* bias, bool relu, bfloat16* y) {
+  if (m == 0 || n == 0) return;
+#if TANDEM_WITH_ONEDNN
+  if (k > 0)
+    return onednn_matmul(dnnl::memory::data_type::bf16, false, false, m, n, k, x, w, bias, relu, y);
+#endif
+  emulated_dense(m, n, k, x, w, bias, relu, y);
+}
+
+void dense(int64_t m, int64_t n, int64_t k, const float16* x, const float16* w, const float16* bias,
+           bool relu, float16* y) {
+  if (m == 0 || n == 0) return;
+  emulated_dense(m, n, k, x, w, bias, relu, y);
+}
+
+void matmul(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const bfloat16* a,
+            const bfloat16* b, bfloat16* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::fill(c, c + m * n, bfloat16(0.0f));
+    return;
+  }
+#if TANDEM_WITH_ONEDNN
+  return onednn_matmul(dnnl::memory::data_type::bf16, transpose_a, transpose_b, m, n, k, a, b,
+                       nullptr, false, c);
+#else
+  emulated_matmul(transpose_a, transpose_b, m, n, k, a, b, c);
+#endif
+}
+
+void matmul(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float16* a,
+            const float16* b, float16* c) {
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    std::fill(c, c + m * n, float16(0.0f));
+    return;
+  }
+  emulated_matmul(transpose_a, transpose_b, m, n, k, a, b, c);
 }
 
 template <typename T>
@@ -173,5 +272,9 @@ template void dense_relu_backward<float>(int64_t, int64_t, const float*, const f
                                          float*);
 template void dense_relu_backward<double>(int64_t, int64_t, const double*, const double*, double*,
                                           double*);
+template void dense_relu_backward<bfloat16>(int64_t, int64_t, const bfloat16*, const bfloat16*,
+                                            bfloat16*, bfloat16*);
+template void dense_relu_backward<float16>(int64_t, int64_t, const float16*, const float16*,
+                                           float16*, float16*);
 
 }  // namespace tandem::ops::cpu

@@ -12,17 +12,19 @@ namespace tandem::ops::cpu {
 
 namespace {
 
-// One inner run; kA / kB say whether a / b advance (else their first element repeats).
+// One inner run; kA / kB say whether a / b advance (else their first element repeats). The
+// math runs in C (float for the 16-bit types: widened, computed, rounded once).
 template <bool kA, bool kB, typename F, typename T, typename R>
 inline void run(const F& f, int64_t n, const T* a, const T* b, R* y) {
+  using C = compute_type_t<T>;
   if constexpr (kA && kB) {
-    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], b[i]);
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<R>(f(C(a[i]), C(b[i])));
   } else if constexpr (kA) {
-    const T bv = b[0];
-    for (int64_t i = 0; i < n; ++i) y[i] = f(a[i], bv);
+    const C bv = C(b[0]);
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<R>(f(C(a[i]), bv));
   } else {
-    const T av = a[0];
-    for (int64_t i = 0; i < n; ++i) y[i] = f(av, b[i]);
+    const C av = C(a[0]);
+    for (int64_t i = 0; i < n; ++i) y[i] = static_cast<R>(f(av, C(b[i])));
   }
 }
 
@@ -65,8 +67,9 @@ void binary_range(const F& f, const kernels::BroadcastPlan& p, const T* a, const
 
 template <typename F, typename T>
 void unary(const F& f, int64_t n, const T* x, T* y) {
+  using C = compute_type_t<T>;
   parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = f(x[i]);
+    for (int64_t i = begin; i < end; ++i) y[i] = static_cast<T>(f(C(x[i])));
   });
 }
 
@@ -104,11 +107,11 @@ void cast(DType from, DType to, int64_t n, const void* x, void* y) {
 #define TANDEM_COMPARISON(F, T)                                                               \
   template void binary<kernels::F, T, bool>(const kernels::F&, const kernels::BroadcastPlan&, \
                                             const T*, const T*, bool*);
-#define TANDEM_FLOATING_UNARY(F) TANDEM_FLOATING_TYPES(TANDEM_UNARY, F)
-#define TANDEM_NUMERIC_UNARY(F) TANDEM_NUMERIC_TYPES(TANDEM_UNARY, F)
-#define TANDEM_FLOATING_BINARY(F) TANDEM_FLOATING_TYPES(TANDEM_BINARY, F)
-#define TANDEM_NUMERIC_BINARY(F) TANDEM_NUMERIC_TYPES(TANDEM_BINARY, F)
-#define TANDEM_ALL_COMPARISON(F) TANDEM_ALL_TYPES(TANDEM_COMPARISON, F)
+#define TANDEM_FLOATING_UNARY(F) TANDEM_ANY_FLOATING_TYPES(TANDEM_UNARY, F)
+#define TANDEM_NUMERIC_UNARY(F) TANDEM_ANY_NUMERIC_TYPES(TANDEM_UNARY, F)
+#define TANDEM_FLOATING_BINARY(F) TANDEM_ANY_FLOATING_TYPES(TANDEM_BINARY, F)
+#define TANDEM_NUMERIC_BINARY(F) TANDEM_ANY_NUMERIC_TYPES(TANDEM_BINARY, F)
+#define TANDEM_ALL_COMPARISON(F) TANDEM_EVERY_TYPE(TANDEM_COMPARISON, F)
 
 TANDEM_FLOATING_UNARY_FUNCTORS(TANDEM_FLOATING_UNARY)
 TANDEM_NUMERIC_UNARY_FUNCTORS(TANDEM_NUMERIC_UNARY)

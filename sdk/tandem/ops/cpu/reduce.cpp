@@ -12,8 +12,9 @@ namespace tandem::ops::cpu {
 
 namespace {
 
+// Floating sums (the 16-bit types' too) accumulate in double, integer ones in int64.
 template <typename T>
-using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+using Acc = std::conditional_t<std::is_floating_point_v<compute_type_t<T>>, double, int64_t>;
 
 // Sums are taken over blocks of this many elements, then the block sums in order: the same
 // grouping whether one thread or many did the blocks.
@@ -124,7 +125,7 @@ void scatter_argmax(const T* g, const int64_t* argmax, int64_t outer, int64_t n,
   template void max<T>(const T*, int64_t, int64_t, int64_t, T*, int64_t*);
 #define TANDEM_SCATTER(F, T) \
   template void scatter_argmax<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, T*);
-TANDEM_NUMERIC_TYPES(TANDEM_REDUCE, _)
-TANDEM_FLOATING_TYPES(TANDEM_SCATTER, _)
+TANDEM_ANY_NUMERIC_TYPES(TANDEM_REDUCE, _)
+TANDEM_ANY_FLOATING_TYPES(TANDEM_SCATTER, _)
 
 }  // namespace tandem::ops::cpu

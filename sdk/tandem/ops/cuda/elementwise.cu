@@ -13,7 +13,9 @@ template <typename F, typename T>
 __global__ void unary_kernel(F f, int64_t n, const T* x, T* y) {
   // No __restrict__: y may alias x (in-place ops); each element is read before it is written
   // by the same thread.
-  for (int64_t i = grid_start<int64_t>(); i < n; i += grid_step<int64_t>()) y[i] = f(x[i]);
+  using C = compute_type_t<T>;
+  for (int64_t i = grid_start<int64_t>(); i < n; i += grid_step<int64_t>())
+    y[i] = static_cast<T>(f(C(x[i])));
 }
 
 /// A BroadcastPlan in a form a kernel can take by value.
@@ -30,8 +32,9 @@ struct BroadcastArgs {
 template <typename F, typename T, typename R>
 __global__ void binary_flat_kernel(F f, int64_t n, bool a_inner, bool b_inner, const T* a,
                                    const T* b, R* y) {
+  using C = compute_type_t<T>;
   for (int64_t i = grid_start<int64_t>(); i < n; i += grid_step<int64_t>())
-    y[i] = f(a[a_inner ? i : 0], b[b_inner ? i : 0]);
+    y[i] = static_cast<R>(f(C(a[a_inner ? i : 0]), C(b[b_inner ? i : 0])));
 }
 
 /// The general walk: output element i is (outer index, column); each operand's offset is its
@@ -55,7 +58,8 @@ __global__ void binary_strided_kernel(F f, BroadcastArgs s, const T* a, const T*
         b_offset += index * static_cast<I>(s.b_strides[k]);
       }
     }
-    y[i] = f(a[a_offset], b[b_offset]);
+    using C = compute_type_t<T>;
+    y[i] = static_cast<R>(f(C(a[a_offset]), C(b[b_offset])));
   }
 }
 
@@ -145,11 +149,11 @@ void fill(DType dtype, int64_t n, double value, void* y, cudaStream_t stream) {
 #define TANDEM_CUDA_COMPARISON(F, T)                                                          \
   template void binary<kernels::F, T, bool>(const kernels::F&, const kernels::BroadcastPlan&, \
                                             const T*, const T*, bool*, cudaStream_t);
-#define TANDEM_CUDA_FLOATING_UNARY(F) TANDEM_FLOATING_TYPES(TANDEM_CUDA_UNARY, F)
-#define TANDEM_CUDA_NUMERIC_UNARY(F) TANDEM_NUMERIC_TYPES(TANDEM_CUDA_UNARY, F)
-#define TANDEM_CUDA_FLOATING_BINARY(F) TANDEM_FLOATING_TYPES(TANDEM_CUDA_BINARY, F)
-#define TANDEM_CUDA_NUMERIC_BINARY(F) TANDEM_NUMERIC_TYPES(TANDEM_CUDA_BINARY, F)
-#define TANDEM_CUDA_ALL_COMPARISON(F) TANDEM_ALL_TYPES(TANDEM_CUDA_COMPARISON, F)
+#define TANDEM_CUDA_FLOATING_UNARY(F) TANDEM_ANY_FLOATING_TYPES(TANDEM_CUDA_UNARY, F)
+#define TANDEM_CUDA_NUMERIC_UNARY(F) TANDEM_ANY_NUMERIC_TYPES(TANDEM_CUDA_UNARY, F)
+#define TANDEM_CUDA_FLOATING_BINARY(F) TANDEM_ANY_FLOATING_TYPES(TANDEM_CUDA_BINARY, F)
+#define TANDEM_CUDA_NUMERIC_BINARY(F) TANDEM_ANY_NUMERIC_TYPES(TANDEM_CUDA_BINARY, F)
+#define TANDEM_CUDA_ALL_COMPARISON(F) TANDEM_EVERY_TYPE(TANDEM_CUDA_COMPARISON, F)
 
 TANDEM_FLOATING_UNARY_FUNCTORS(TANDEM_CUDA_FLOATING_UNARY)
 TANDEM_NUMERIC_UNARY_FUNCTORS(TANDEM_CUDA_NUMERIC_UNARY)

@@ -27,13 +27,15 @@ __device__ __forceinline__ V shfl_down(V value, int offset) {
   }
 }
 
-/// Sums in double (floating) or int64 (integers), as the CPU kernel.
+/// Sums in double (floating, the 16-bit types too) or int64 (integers), as the CPU kernel.
 template <typename T>
 struct SumOp {
   using Elem = T;
-  using Acc = std::conditional_t<std::is_floating_point_v<T>, double, int64_t>;
+  using Acc = std::conditional_t<std::is_floating_point_v<compute_type_t<T>>, double, int64_t>;
   __device__ static Acc identity() { return Acc(0); }
-  __device__ static Acc from(T x, int64_t /*k*/) { return static_cast<Acc>(x); }
+  __device__ static Acc from(T x, int64_t /*k*/) {
+    return static_cast<Acc>(static_cast<compute_type_t<T>>(x));
+  }
   __device__ static Acc combine(Acc a, Acc b) { return a + b; }
   __device__ static Acc shuffle_down(Acc a, int offset) { return shfl_down(a, offset); }
   __device__ static void store(Acc a, T* y, int64_t* /*argmax*/, int64_t at) {
@@ -47,13 +49,14 @@ struct SumOp {
 template <typename T>
 struct MaxOp {
   using Elem = T;
+  using Value = compute_type_t<T>;  // float for the 16-bit types (exact)
   struct Acc {
-    T value;
+    Value value;
     int64_t index;  // kEmpty: nothing accumulated yet
   };
   static constexpr int64_t kEmpty = std::numeric_limits<int64_t>::max();
-  __device__ static Acc identity() { return {T(0), kEmpty}; }
-  __device__ static Acc from(T x, int64_t k) { return {x, k}; }
+  __device__ static Acc identity() { return {Value(0), kEmpty}; }
+  __device__ static Acc from(T x, int64_t k) { return {static_cast<Value>(x), k}; }
   __device__ static bool wins_always(const Acc& a) { return a.index == 0 && a.value != a.value; }
   __device__ static bool loses_always(const Acc& a) {
     return a.index == kEmpty || (a.value != a.value && a.index != 0);
@@ -70,7 +73,7 @@ struct MaxOp {
     return {shfl_down(a.value, offset), shfl_down(a.index, offset)};
   }
   __device__ static void store(Acc a, T* y, int64_t* argmax, int64_t at) {
-    if (y != nullptr) y[at] = a.value;
+    if (y != nullptr) y[at] = static_cast<T>(a.value);
     if (argmax != nullptr) argmax[at] = a.index;
   }
 };
@@ -419,9 +422,11 @@ void sparse_softmax_cross_entropy_backward(const T* logits, const L* labels, con
 #define TANDEM_CUDA_REDUCE(F, T)                                               \
   template void sum<T>(const T*, int64_t, int64_t, int64_t, T*, cudaStream_t); \
   template void max<T>(const T*, int64_t, int64_t, int64_t, T*, int64_t*, cudaStream_t);
+#define TANDEM_CUDA_SCATTER(F, T)                                                          \
+  template void scatter_argmax<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, T*, \
+                                  cudaStream_t);
 #define TANDEM_CUDA_FLOATING(F, T)                                                          \
-  template void scatter_argmax<T>(const T*, const int64_t*, int64_t, int64_t, int64_t, T*,  \
-                                  cudaStream_t);                                            \
+  TANDEM_CUDA_SCATTER(F, T)                                                                 \
   template void softmax<T>(const T*, int64_t, int64_t, int64_t, bool, T*, cudaStream_t);    \
   template void sparse_softmax_cross_entropy<T, int32_t>(const T*, const int32_t*, int64_t, \
                                                          int64_t, T*, cudaStream_t);        \
@@ -431,7 +436,8 @@ void sparse_softmax_cross_entropy_backward(const T* logits, const L* labels, con
       const T*, const int32_t*, const T*, int64_t, int64_t, T*, cudaStream_t);              \
   template void sparse_softmax_cross_entropy_backward<T, int64_t>(                          \
       const T*, const int64_t*, const T*, int64_t, int64_t, T*, cudaStream_t);
-TANDEM_NUMERIC_TYPES(TANDEM_CUDA_REDUCE, _)
+TANDEM_ANY_NUMERIC_TYPES(TANDEM_CUDA_REDUCE, _)
 TANDEM_FLOATING_TYPES(TANDEM_CUDA_FLOATING, _)
+TANDEM_HALF_TYPES(TANDEM_CUDA_SCATTER, _)
 
 }  // namespace tandem::ops::cuda

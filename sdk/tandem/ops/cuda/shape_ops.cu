@@ -130,6 +130,9 @@ void transpose(size_t element_size, const std::vector<int64_t>& dims,
     case 1:
       return transpose_typed(dims, perm, static_cast<const uint8_t*>(x), static_cast<uint8_t*>(y),
                              stream);
+    case 2:  // bfloat16, float16
+      return transpose_typed(dims, perm, static_cast<const uint16_t*>(x), static_cast<uint16_t*>(y),
+                             stream);
     case 4:
       return transpose_typed(dims, perm, static_cast<const uint32_t*>(x), static_cast<uint32_t*>(y),
                              stream);

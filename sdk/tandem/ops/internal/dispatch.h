@@ -71,17 +71,18 @@ T* ptr(const Tensor& t) {
   return static_cast<T*>(t.raw_data());
 }
 
-// Which element types an elementwise functor is instantiated for (ops/kernels/op_list.h).
+// Which element types an elementwise functor is instantiated for (ops/kernels/op_list.h): the
+// floating or numeric ones, or all; each includes bfloat16 and float16.
 enum class DTypes { kFloating, kNumeric, kAll };
 
 template <DTypes kTypes, typename Fn>
 void for_dtype(DType dtype, std::string_view op, const Fn& fn) {
   if constexpr (kTypes == DTypes::kFloating) {
-    dispatch_floating(dtype, op, fn);
+    dispatch_any_floating(dtype, op, fn);
   } else if constexpr (kTypes == DTypes::kNumeric) {
-    dispatch_numeric(dtype, op, fn);
+    dispatch_any_numeric(dtype, op, fn);
   } else {
-    dispatch_standard(dtype, op, fn);
+    dispatch_dtype(dtype, fn);
   }
 }
 

@@ -78,7 +78,7 @@ template <typename F>
 Tensor unary(std::string_view op, const F& f, const Tensor& x) {
   const Device device = common_device(op, {&x});
   Tensor y = Tensor::empty(x.shape(), x.dtype(), device);
-  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+  dispatch_any_floating(x.dtype(), op, [&]<typename T>() {
     dispatch(
         op, device, [&] { cpu::unary(f, x.numel(), x.data<T>(), y.data<T>()); },
         TANDEM_ON_CUDA(cuda::unary(f, x.numel(), ptr<T>(x), ptr<T>(y), stream)));
