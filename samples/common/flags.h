@@ -47,6 +47,8 @@ struct Flags {
   /// Gradient bucket size in MiB (all-reduce during the backward pass); 0: no buckets; unset:
   /// the strategy's default.
   std::optional<int> bucket_mib;
+  /// The dtype policy the model is made under: "float32", "mixed_bfloat16" or "mixed_float16".
+  std::string precision = "float32";
   /// Cap on training steps per epoch (smoke tests); unset: whole epochs.
   std::optional<int64_t> max_steps;
 

@@ -55,6 +55,14 @@ std::unique_ptr<tandem::profile::Profiler> make_profiler(const Flags& flags,
       tandem::profile::ProfilerOptions{.trace_file = flags.profile, .print_summaries = true});
 }
 
+void set_precision(const Flags& flags) {
+  const tandem::nn::Policy policy(flags.precision);
+  tandem::nn::set_global_policy(policy);
+  if (policy.is_mixed())
+    std::cout << "precision " << policy.name() << ": " << policy.variable_dtype() << " variables, "
+              << policy.compute_dtype() << " computation, float32 loss" << std::endl;
+}
+
 void print_setup(const SampleInfo& info, const tandem::Strategy& strategy, int64_t global_batch,
                  double learning_rate, int accumulation_steps) {
   const int replicas = strategy.num_replicas_in_sync();

@@ -33,6 +33,10 @@ std::unique_ptr<tandem::profile::Profiler> make_profiler(const Flags& flags,
 void print_setup(const SampleInfo& info, const tandem::Strategy& strategy, int64_t global_batch,
                  double learning_rate, int accumulation_steps = 1);
 
+/// Makes --precision the global dtype policy (call before making the model) and, unless it is
+/// float32, says so.
+void set_precision(const Flags& flags);
+
 /// Says where training starts: the checkpoint restored (`restored`, with the data's `epoch`
 /// (0-based) and the optimizer's `step`), or a fresh start, and whether checkpoints are written.
 void print_start(const std::optional<std::string>& restored, bool checkpointing, const Flags& flags,

@@ -56,6 +56,7 @@ int train_and_evaluate(const samples::Flags& flags) {
                                                    .batch(samples::kEvalBatch)
                                                    .map(add_channel_axis));
 
+  samples::set_precision(flags);  // the dtype policy the layers below are made under
   auto scope = strategy.scope();  // variables created while it lives are mirrored
   const td::nn::Activation relu = td::nn::Activation::kRelu;
   // TensorFlow's tutorial convnet: 28x28x1 -> 28x28x32 -> 14x14x32 -> 14x14x64 -> 7x7x64 ->

@@ -45,6 +45,7 @@ int train_and_evaluate(const samples::Flags& flags) {
   auto dist_test = strategy.distribute_dataset(
       td::data::fashion_mnist(td::data::Split::kTest).batch(samples::kEvalBatch));
 
+  samples::set_precision(flags);  // the dtype policy the layers below are made under
   auto scope = strategy.scope();  // variables created while it lives are mirrored
   td::nn::Sequential model({td::nn::Flatten(), td::nn::Dense(256, td::nn::Activation::kRelu),
                             td::nn::Dense(128, td::nn::Activation::kRelu), td::nn::Dense(10)});

@@ -33,6 +33,7 @@
 #include "tandem/nn/initializers.h"
 #include "tandem/nn/layers.h"
 #include "tandem/nn/module.h"
+#include "tandem/nn/policy.h"
 #include "tandem/nn/replica_state.h"
 #include "tandem/nn/sequential.h"
 #include "tandem/ops/ops.h"

@@ -238,14 +238,42 @@ TEST_CASE("fashion_mnist_mlp under mpirun -np 2: one report, the chief alone wri
   CHECK(epoch2.at("test_accuracy") > 0.5);
 }
 
+TEST_CASE(
+    "fashion_mnist_mlp --precision mixed_bfloat16 trains on 2 replicas and resumes from its "
+    "float32 checkpoint",
+    "[cpu][samples]") {
+  if (!sample_built()) return;
+  TempDir dir;
+  const fs::path metrics = dir.path / "m.json";
+  const std::string common_flags = " --max-steps 40 --replicas 2 --precision mixed_bfloat16" +
+                                   std::string(" --checkpoint-dir '") + dir.path.string() +
+                                   "' --metrics-json '" + metrics.string() + "'";
+  const Result first = run(kMlp + " --epochs 1 --fresh" + common_flags);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.output.find("precision mixed_bfloat16: float32 variables, bfloat16 computation") !=
+        std::string::npos);
+  std::map<std::string, double> epoch1 = parse_json_object(read_lines(metrics).at(0));
+  CHECK(epoch1["test_accuracy"] > 0.5);  // 40 steps of 128 examples; chance is 0.1
+  CHECK(std::isfinite(epoch1["loss"]));
+  CHECK(fs::exists(dir.path / "ckpt-40.h5"));
+  // The checkpoint holds the float32 masters: the next run resumes from it.
+  const Result second = run(kMlp + " --epochs 2" + common_flags);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK(second.output.find("resumed from ") != std::string::npos);
+  CHECK(fs::exists(dir.path / "ckpt-80.h5"));
+}
+
 TEST_CASE("fashion_mnist_mlp --help names every flag", "[cpu][samples]") {
   if (!sample_built()) return;
   const Result help = run(kMlp + " --help");
   INFO(help.output);
   REQUIRE(help.exit_code == 0);
-  for (const char* flag : {"--epochs", "--per-replica-batch", "--replicas", "--learning-rate",
-                           "--seed", "--lr-scaling", "--checkpoint-dir", "--fresh",
-                           "--metrics-json", "--max-steps", "--accumulation-steps", "--help"}) {
+  for (const char* flag :
+       {"--epochs", "--per-replica-batch", "--replicas", "--learning-rate", "--seed",
+        "--lr-scaling", "--checkpoint-dir", "--fresh", "--metrics-json", "--max-steps",
+        "--accumulation-steps", "--precision", "--help"}) {
     INFO("flag " << flag);
     CHECK(help.output.find(flag) != std::string::npos);
   }
@@ -267,6 +295,7 @@ TEST_CASE("fashion_mnist_mlp: a bad flag value exits 2 naming the flag and the v
                             {"--lr-scaling cubic", "--lr-scaling", "cubic"},
                             {"--max-steps 1.5", "--max-steps", "1.5"},
                             {"--accumulation-steps 0", "--accumulation-steps", "0"},
+                            {"--precision bfloat16", "--precision", "bfloat16"},
                             {"--no-such-flag", "--no-such-flag", ""}}) {
     const Result result = run(kMlp + " " + bad.arguments);
     INFO(bad.arguments << " -> " << result.output);
@@ -282,8 +311,10 @@ TEST_CASE("fashion_mnist_mlp with TANDEM_CHECK_NUMERICS=1 stops at the first NaN
   TempDir dir;
   // A learning rate of 1e30 overflows the weights in one update. Without the check the run
   // trains on to NaN weights and exits 0; with it, it stops at once naming the replica.
-  const std::string arguments = " --learning-rate 1e30 --epochs 1 --max-steps 20 --fresh "
-                                "--checkpoint-dir " + (dir.path / "ckpt").string();
+  const std::string arguments =
+      " --learning-rate 1e30 --epochs 1 --max-steps 20 --fresh "
+      "--checkpoint-dir " +
+      (dir.path / "ckpt").string();
   const Result unchecked = run("TANDEM_CHECK_NUMERICS=0 " + kMlp + arguments);
   INFO(unchecked.output);
   CHECK(unchecked.exit_code == 0);

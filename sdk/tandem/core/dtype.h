@@ -25,6 +25,8 @@ size_t dtype_size(DType dtype);
 /// "float32", "int64", ...
 std::string_view dtype_name(DType dtype);
 bool is_floating(DType dtype);
+/// bfloat16 or float16.
+inline bool is_half(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
 std::ostream& operator<<(std::ostream& out, DType dtype);
 
 template <typename T>

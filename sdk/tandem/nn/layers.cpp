@@ -67,8 +67,9 @@ Tensor DenseImpl::call(const Tensor& x, bool training) {
   if (x.rank() != 2) flat = ops::reshape(x, {x.numel() / in, in});
   // ReLU runs inside the fused op; other activations follow it as their own op.
   const bool fused_relu = activation_ == Activation::kRelu;
-  Tensor y = ops::dense(flat, kernel_.value(), use_bias_ ? bias_.value() : Tensor(),
-                        fused_relu ? ops::FusedActivation::kRelu : ops::FusedActivation::kLinear);
+  Tensor y =
+      ops::dense(flat, autocast(kernel_.value()), use_bias_ ? autocast(bias_.value()) : Tensor(),
+                 fused_relu ? ops::FusedActivation::kRelu : ops::FusedActivation::kLinear);
   if (x.rank() != 2) {
     std::vector<int64_t> dims = x.shape().dims();
     dims.back() = units_;
@@ -127,8 +128,8 @@ Tensor Conv2DImpl::call(const Tensor& x, bool training) {
   (void)training;
   // The bias and ReLU run inside the fused op; other activations follow it as their own op.
   const bool fused_relu = activation_ == Activation::kRelu;
-  Tensor y = ops::conv2d(x, kernel_.value(), use_bias_ ? bias_.value() : Tensor(), strides_.array(),
-                         padding_,
+  Tensor y = ops::conv2d(x, autocast(kernel_.value()),
+                         use_bias_ ? autocast(bias_.value()) : Tensor(), strides_.array(), padding_,
                          fused_relu ? ops::FusedActivation::kRelu : ops::FusedActivation::kLinear);
   return fused_relu ? y : apply_activation(y, activation_);
 }

@@ -6,12 +6,14 @@
 #include <cstdio>
 #include <sstream>
 
+#include "tandem/ops/ops.h"
+
 namespace tandem::nn {
 
 // ---- ModuleImpl ------------------------------------------------------------------------------
 
 ModuleImpl::ModuleImpl(std::string default_name)
-    : default_name_(default_name), name_(std::move(default_name)) {}
+    : default_name_(default_name), name_(std::move(default_name)), policy_(global_policy()) {}
 
 std::vector<Module> ModuleImpl::children() const { return {}; }
 
@@ -35,7 +37,19 @@ void ModuleImpl::check_input(const Tensor& x) const {
 void ModuleImpl::set_dtype(DType dtype) {
   TANDEM_CHECK(!built(), describe(), ": set_dtype after build (the variables exist already)");
   TANDEM_CHECK(is_floating(dtype), describe(), ": variables must be floating point, not ", dtype);
-  dtype_ = dtype;
+  policy_ = Policy::of(dtype);
+}
+
+void ModuleImpl::set_dtype_policy(const Policy& policy) {
+  TANDEM_CHECK(!built() || policy == policy_, describe(), ": set_dtype_policy(\"", policy.name(),
+               "\") after build (its variables exist already, as ", policy_.variable_dtype(), ")");
+  policy_ = policy;
+}
+
+Tensor ModuleImpl::autocast(const Tensor& t) const {
+  const DType compute = policy_.compute_dtype();
+  if (!t.defined() || t.dtype() == compute || !is_floating(t.dtype())) return t;
+  return ops::cast(t, compute);
 }
 
 void ModuleImpl::set_name(std::string name) {
@@ -91,7 +105,7 @@ Tensor ModuleImpl::forward(const Tensor& x, bool training) {
     build(Shape(std::move(dims)), generator);
   }
   check_input(x);
-  return call(x, training);
+  return call(autocasts_inputs() ? autocast(x) : x, training);
 }
 
 Variable ModuleImpl::add_weight(const std::string& short_name, const Tensor& initial,
@@ -133,6 +147,8 @@ bool Module::built() const { return impl().built(); }
 void Module::set_seed(uint64_t seed) { impl().set_seed(seed); }
 uint64_t Module::seed() const { return impl().seed(); }
 void Module::set_dtype(DType dtype) { impl().set_dtype(dtype); }
+void Module::set_dtype_policy(const Policy& policy) { impl().set_dtype_policy(policy); }
+const Policy& Module::dtype_policy() const { return impl().dtype_policy(); }
 
 Tensor Module::operator()(const Tensor& x, bool training) const {
   return impl().forward(x, training);

@@ -15,6 +15,7 @@
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"
 #include "tandem/core/shape.h"
+#include "tandem/nn/policy.h"
 #include "tandem/nn/replica_state.h"
 #include "tandem/tensor/random.h"
 #include "tandem/tensor/tensor.h"
@@ -53,8 +54,15 @@ class ModuleImpl {
   /// same dimensions after the batch axis.
   virtual void check_input(const Tensor& x) const;
 
-  /// dtype of the variables created at build (default float32); set before build.
+  /// dtype of the variables created at build, and of the computation (default float32); set
+  /// before build. The same as set_dtype_policy(Policy::of(dtype)).
   virtual void set_dtype(DType dtype);
+  /// The layer's dtype policy (taken from nn::global_policy() when the layer was made); set
+  /// before build.
+  void set_dtype_policy(const Policy& policy);
+  const Policy& dtype_policy() const { return policy_; }
+  /// The dtype the layer computes in: its floating inputs and variables are cast to it.
+  DType compute_dtype() const { return policy_.compute_dtype(); }
   /// Seed of the generator Module::build(shape) creates (stream kInitializerStream).
   virtual void set_seed(uint64_t seed) { seed_ = seed; }
   /// The per-replica random streams that stochastic layers draw from (Sequential shares its
@@ -69,7 +77,8 @@ class ModuleImpl {
   /// Gives the module a name chosen by its model (Keras auto-naming).
   void set_auto_name(std::string name);
   bool has_explicit_name() const { return explicit_name_; }
-  DType dtype() const { return dtype_; }
+  /// The dtype of the layer's variables (dtype_policy().variable_dtype()).
+  DType dtype() const { return policy_.variable_dtype(); }
   uint64_t seed() const { return seed_; }
 
   bool built() const { return built_.load(std::memory_order_acquire); }
@@ -80,8 +89,9 @@ class ModuleImpl {
   /// Creates the variables for inputs of `input_shape` (without batch), drawing initial values
   /// from `generator`. Building again with the same shape is a no-op; another shape raises.
   void build(const Shape& input_shape, Generator& generator);
-  /// Checks x, builds on first use (from x's shape and a generator seeded with seed()), and
-  /// runs call(). Thread safe once built (replicas call concurrently).
+  /// Checks x, builds on first use (from x's shape and a generator seeded with seed()), casts
+  /// a floating x to compute_dtype() (Keras's autocast; a Sequential leaves that to its
+  /// layers), and runs call(). Thread safe once built (replicas call concurrently).
   Tensor forward(const Tensor& x, bool training);
 
  protected:
@@ -93,12 +103,18 @@ class ModuleImpl {
   Variable add_weight(const std::string& short_name, const Tensor& initial, bool trainable = true);
   /// "layer \"dense_1\" (Dense)", for error messages.
   std::string describe() const;
+  /// t cast to compute_dtype() when it is floating and of another dtype (recorded: a variable's
+  /// gradient comes back in the variable's dtype); else t itself. call() reads variables
+  /// through it.
+  Tensor autocast(const Tensor& t) const;
+  /// Whether forward() casts the input (false for containers, whose layers do it).
+  virtual bool autocasts_inputs() const { return true; }
 
  private:
   std::string default_name_;
   std::string name_;
   bool explicit_name_ = false;
-  DType dtype_ = DType::kFloat32;
+  Policy policy_;
   uint64_t seed_ = kDefaultSeed;
   std::atomic<bool> built_{false};
   Shape input_shape_;
@@ -134,8 +150,15 @@ class Module {
   /// Seeds weight initialisation (and, for a Sequential, its dropout streams). Before build.
   void set_seed(uint64_t seed);
   uint64_t seed() const;
-  /// dtype of the variables (default float32; float64 for gradient checks). Before build.
+  /// dtype of the variables and the computation (default float32; float64 for gradient
+  /// checks). Before build. A Sequential sets it on every layer.
   void set_dtype(DType dtype);
+  /// This module's dtype policy: "float32", "float64", "mixed_bfloat16", "mixed_float16" (Keras's
+  /// `dtype=` argument of a layer). Before build. Layers take nn::global_policy() when made; a
+  /// Sequential's own policy does not change its layers'.
+  void set_dtype_policy(const Policy& policy);
+  void set_dtype_policy(std::string_view name) { set_dtype_policy(Policy(name)); }
+  const Policy& dtype_policy() const;
 
   /// Runs the module on x (leading batch axis); builds it first if needed. `training` turns
   /// dropout on. Records on active gradient tapes.

@@ -22,6 +22,8 @@ class SequentialImpl : public ModuleImpl {
   std::vector<Module> children() const override { return layers_; }
   std::vector<Variable> weights() const override;
   void set_dtype(DType dtype) override;
+  /// The layers cast their own inputs (each to its policy's compute dtype).
+  bool autocasts_inputs() const override { return false; }
   /// Seeds weight initialisation and reseeds the dropout streams.
   void set_seed(uint64_t seed) override;
   /// A nested Sequential adopts its parent's streams (and hands them to its layers).

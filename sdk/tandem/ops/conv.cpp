@@ -177,6 +177,14 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                  kernel.dim(3), "])");
     check_same_dtype(kConv, x, bias);
   }
+  if (is_half(x.dtype())) {
+    // 16-bit convolutions run in float32 for now (emulated: exact products, one rounding of
+    // the output, no faster than float32); the gradients come back in the inputs' dtype.
+    const auto f32 = [](const Tensor& t) { return cast(t, DType::kFloat32); };
+    return cast(
+        conv2d(f32(x), f32(kernel), has_bias ? f32(bias) : Tensor(), strides, padding, activation),
+        x.dtype());
+  }
   const cpu::ConvGeometry geo =
       window_geometry(kConv, x.shape(), kernel.dim(0), kernel.dim(1), strides, padding);
   const bool relu = activation == FusedActivation::kRelu;
@@ -222,6 +230,9 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<
                   Padding padding) {
   common_device(kPool, {&x});
   TANDEM_CHECK(x.rank() == 4, kPool, ": needs x [N, H, W, C], got shape ", x.shape());
+  // 16-bit: the maximum of the widened values is exact; so is rounding it back.
+  if (is_half(x.dtype()))
+    return cast(max_pool2d(cast(x, DType::kFloat32), pool_size, strides, padding), x.dtype());
   const cpu::ConvGeometry geo =
       window_geometry(kPool, x.shape(), pool_size[0], pool_size[1], strides, padding);
   const Shape out_shape{geo.batch, geo.out_h, geo.out_w, geo.channels};

@@ -29,6 +29,8 @@ using internal::tracked;
 
 Tensor softmax(const Tensor& x, int64_t axis) {
   common_device("softmax", {&x});
+  // 16-bit: exponentials and their sum in float32, the result rounded once.
+  if (is_half(x.dtype())) return cast(softmax(cast(x, DType::kFloat32), axis), x.dtype());
   const AxisView v = axis_view("softmax", x.shape(), axis);
   Tensor y = Tensor::empty_like(x);
   dispatch_floating(x.dtype(), "softmax", [&]<typename T>() {
@@ -50,6 +52,7 @@ Tensor softmax(const Tensor& x, int64_t axis) {
 
 Tensor log_softmax(const Tensor& x, int64_t axis) {
   common_device("log_softmax", {&x});
+  if (is_half(x.dtype())) return cast(log_softmax(cast(x, DType::kFloat32), axis), x.dtype());
   const AxisView v = axis_view("log_softmax", x.shape(), axis);
   Tensor y = Tensor::empty_like(x);
   dispatch_floating(x.dtype(), "log_softmax", [&]<typename T>() {
@@ -111,6 +114,10 @@ Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels) 
   const int64_t batch = logits.dim(0), classes = logits.dim(1);
   TANDEM_CHECK(classes >= 1, kOp, ": needs at least one class, got logits of shape ",
                logits.shape());
+  // 16-bit logits: the loss computes in float32 and stays float32 (as Keras's losses do under
+  // a mixed precision policy); the gradient comes back to the logits in their dtype.
+  if (is_half(logits.dtype()))
+    return sparse_softmax_cross_entropy(cast(logits, DType::kFloat32), labels);
   Tensor loss = Tensor::empty(Shape{batch}, logits.dtype(), logits.device());
   check_labels(kOp, labels, classes);
   dispatch_floating(logits.dtype(), kOp, [&]<typename T>() {
@@ -155,6 +162,9 @@ Tensor dropout(const Tensor& x, double rate, Generator& generator, bool training
   TANDEM_CHECK(rate >= 0.0 && rate < 1.0, "dropout: rate must be in [0, 1), got ", rate);
   check_floating("dropout", x);
   if (!training || rate == 0.0) return x;
+  // 16-bit: the same mask (the same stream positions), applied in float32 and rounded once.
+  if (is_half(x.dtype()))
+    return cast(dropout(cast(x, DType::kFloat32), rate, generator, training), x.dtype());
   const int64_t n = x.numel();
   // Four mask elements per Philox block; reserving them here keeps the stream position the
   // same whichever backend draws the mask.

@@ -123,6 +123,20 @@ void onednn_matmul(dnnl::memory::data_type type, bool transpose_a, bool transpos
   }
 }
 
+/// Whether oneDNN makes bfloat16 matmuls on this CPU (natively with AVX512-BF16 or AMX,
+/// emulated on other AVX-512 CPUs; not at all below AVX-512): asked once, with a tiny primitive.
+bool onednn_has_bf16_matmul() {
+  static const bool available = [] {
+    try {
+      (void)create_matmul(MatmulKey{2, 2, 2, false, false, 1, dnnl::memory::data_type::bf16});
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
 void onednn_dense(int64_t m, int64_t n, int64_t k, const float* x, const float* w,
                   const float* bias, bool relu, float* y) {
   onednn_matmul(dnnl::memory::data_type::f32, false, false, m, n, k, x, w, bias, relu, y);
@@ -191,7 +205,7 @@ void dense(int64_t m, int64_t n, int64_t k, const bfloat16* x, const bfloat16* w
            const bfloat16* bias, bool relu, bfloat16* y) {
   if (m == 0 || n == 0) return;
 #if TANDEM_WITH_ONEDNN
-  if (k > 0)
+  if (k > 0 && onednn_has_bf16_matmul())
     return onednn_matmul(dnnl::memory::data_type::bf16, false, false, m, n, k, x, w, bias, relu, y);
 #endif
   emulated_dense(m, n, k, x, w, bias, relu, y);
@@ -211,11 +225,11 @@ void matmul(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
     return;
   }
 #if TANDEM_WITH_ONEDNN
-  return onednn_matmul(dnnl::memory::data_type::bf16, transpose_a, transpose_b, m, n, k, a, b,
-                       nullptr, false, c);
-#else
-  emulated_matmul(transpose_a, transpose_b, m, n, k, a, b, c);
+  if (onednn_has_bf16_matmul())
+    return onednn_matmul(dnnl::memory::data_type::bf16, transpose_a, transpose_b, m, n, k, a, b,
+                         nullptr, false, c);
 #endif
+  emulated_matmul(transpose_a, transpose_b, m, n, k, a, b, c);
 }
 
 void matmul(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float16* a,
