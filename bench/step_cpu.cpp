@@ -115,6 +115,7 @@ struct Options {
   int timed_steps = 60;  // the median is over these
   int threads = 0;       // compute threads per replica; 0: the strategy's (cores / replicas)
   bool csv = false;
+  std::string precision = "float32";  // the dtype policy the model is made under
 };
 
 /// Median seconds of `fn` over `timed` calls after `warmup` calls, each call timed on its own.
@@ -160,6 +161,7 @@ Result run_config(const Config& c, const Options& options) {
   }
   const td::PerReplica<td::Tensor> replica_features(features), replica_labels(labels);
 
+  td::nn::set_global_policy(options.precision);
   auto scope = strategy.scope();  // mirrored weights and slots, as in the samples
   td::nn::Sequential model = make_model(c.kind);
   model.set_seed(42);
@@ -188,17 +190,20 @@ Result run_config(const Config& c, const Options& options) {
   // same way.
   const std::vector<Gemm> gemms = step_gemms(c.kind, per_replica);
   const std::vector<Conv> convs = step_convs(c.kind, per_replica);
+  // In the policy's compute dtype, as the layers run them.
+  const td::DType compute = td::nn::Policy(options.precision).compute_dtype();
+  const auto operand = [&](const td::Shape& shape) {
+    return td::ops::cast(td::Tensor::uniform(shape, generator, -1, 1), compute);
+  };
   std::vector<std::vector<td::Tensor>> a(c.replicas), b(c.replicas);
   for (int r = 0; r < c.replicas; ++r) {
     for (const Gemm& g : gemms) {
-      a[r].push_back(td::Tensor::uniform(g.transpose_a ? td::Shape{g.k, g.m} : td::Shape{g.m, g.k},
-                                         generator, -1, 1));
-      b[r].push_back(td::Tensor::uniform(g.transpose_b ? td::Shape{g.n, g.k} : td::Shape{g.k, g.n},
-                                         generator, -1, 1));
+      a[r].push_back(operand(g.transpose_a ? td::Shape{g.k, g.m} : td::Shape{g.m, g.k}));
+      b[r].push_back(operand(g.transpose_b ? td::Shape{g.n, g.k} : td::Shape{g.k, g.n}));
     }
     for (const Conv& conv : convs) {
-      a[r].push_back(td::Tensor::uniform(conv.x, generator, -1, 1));
-      b[r].push_back(td::Tensor::uniform(conv.kernel, generator, -1, 1));
+      a[r].push_back(operand(conv.x));
+      b[r].push_back(operand(conv.kernel));
     }
   }
   auto gemm_pass = [&](td::ReplicaContext& ctx) {
@@ -229,7 +234,8 @@ Result run_config(const Config& c, const Options& options) {
 
 [[noreturn]] void usage(const char* program, int code) {
   std::printf(
-      "usage: %s [--configs NAME,...] [--steps N] [--warmup N] [--threads N] [--csv]\n"
+      "usage: %s [--configs NAME,...] [--steps N] [--warmup N] [--threads N] [--precision P] "
+      "[--csv]\n"
       "  --configs  subset of: ",
       program);
   for (const Config& c : all_configs()) std::printf("%s ", c.name.c_str());
@@ -237,6 +243,8 @@ Result run_config(const Config& c, const Options& options) {
       "\n  --steps    timed steps per configuration (default 60; the median is reported)\n"
       "  --warmup   untimed steps before them (default 10)\n"
       "  --threads  compute threads per replica (default: cores / replicas)\n"
+      "  --precision  float32 (default), mixed_bfloat16 or mixed_float16: the model's dtype\n"
+      "             policy (float32 weights and Adam; the GEMMs alone in the compute dtype)\n"
       "  --csv      one line per configuration: "
       "config,replicas,batch,threads,samples_per_s,ms_per_step,gemm_ms,gemm_fraction\n");
   std::exit(code);
@@ -263,6 +271,11 @@ Options parse(int argc, char** argv) {
       options.warmup_steps = std::max(0, std::atoi(value().c_str()));
     } else if (arg == "--threads") {
       options.threads = std::max(0, std::atoi(value().c_str()));
+    } else if (arg == "--precision") {
+      options.precision = value();
+      if (options.precision != "float32" && options.precision != "mixed_bfloat16" &&
+          options.precision != "mixed_float16")
+        usage(argv[0], 2);
     } else if (arg == "--csv") {
       options.csv = true;
     } else if (arg == "--help" || arg == "-h") {
@@ -298,9 +311,9 @@ int main(int argc, char** argv) {
     std::printf("config,replicas,batch,threads,samples_per_s,ms_per_step,gemm_ms,gemm_fraction\n");
   } else {
     std::printf(
-        "Tandem training step on the CPU (%d cores), float32, Adam (lr 1e-3, beta 0.9/0.999, "
-        "eps 1e-7), synthetic data; median of %d steps after %d\n",
-        td::hardware_cores(), options.timed_steps, options.warmup_steps);
+        "Tandem training step on the CPU (%d cores), dtype policy %s, Adam (lr 1e-3, beta "
+        "0.9/0.999, eps 1e-7), synthetic data; median of %d steps after %d\n",
+        td::hardware_cores(), options.precision.c_str(), options.timed_steps, options.warmup_steps);
     std::printf(
         "step = strategy.run(forward + cross-entropy + backward + apply_gradients); gemm = the "
         "GEMMs and convolutions the step needs, alone (dense forward as one oneDNN matmul, "

@@ -237,3 +237,78 @@ TEST_CASE("bfloat16 and float16 matmul and dense sum in float32: within the dtyp
     check_close(g16[1], g32[1], 4 * ulp);
   }
 }
+
+TEST_CASE(
+    "bfloat16 and float16 conv2d sum in float32: forward and gradients within the dtype's "
+    "rounding",
+    "[cpu][tensor]") {
+  td::Generator gen(9);
+  for (const DType half : {DType::kBFloat16, DType::kFloat16}) {
+    INFO(half);
+    const float ulp = half == DType::kBFloat16 ? 1.0f / 128 : 1.0f / 1024;
+    const auto f32 = [](const td::Tensor& t) { return td::ops::cast(t, DType::kFloat32); };
+    const td::Tensor x = td::ops::cast(td::Tensor::uniform({3, 9, 9, 4}, gen, -1, 1), half);
+    td::Variable kernel(
+        "k", f32(td::ops::cast(td::Tensor::uniform({3, 3, 4, 8}, gen, -1, 1), half)), true);
+    td::Variable bias("b", f32(td::ops::cast(td::Tensor::uniform({8}, gen, -1, 1), half)), true);
+    td::Variable input("x", f32(x), true);
+    for (const auto padding : {td::ops::Padding::kSame, td::ops::Padding::kValid}) {
+      INFO("padding " << (padding == td::ops::Padding::kSame ? "SAME" : "VALID"));
+      std::vector<td::Tensor> g16, g32;
+      td::Tensor y16, y32;
+      {
+        td::GradientTape tape;
+        y16 = td::ops::conv2d(
+            td::ops::cast(input.value(), half), td::ops::cast(kernel.value(), half),
+            td::ops::cast(bias.value(), half), {2, 1}, padding, td::ops::FusedActivation::kRelu);
+        g16 = tape.gradient(td::ops::sum(f32(y16)), std::vector<td::Variable>{input, kernel, bias});
+      }
+      {
+        td::GradientTape tape;
+        y32 = td::ops::conv2d(input.value(), kernel.value(), bias.value(), {2, 1}, padding,
+                              td::ops::FusedActivation::kRelu);
+        g32 = tape.gradient(td::ops::sum(y32), std::vector<td::Variable>{input, kernel, bias});
+      }
+      CHECK(y16.dtype() == half);
+      check_close(y16, y32, ulp);
+      for (size_t i = 0; i < 3; ++i) {
+        INFO("gradient " << i);
+        REQUIRE(g16[i].defined());
+        CHECK(g16[i].dtype() == DType::kFloat32);
+        check_close(g16[i], g32[i], 4 * ulp);
+      }
+    }
+  }
+}
+
+TEST_CASE("bfloat16 and float16 max pooling: the float32 result exactly, forward and backward",
+          "[cpu][tensor]") {
+  td::Generator gen(13);
+  for (const DType half : {DType::kBFloat16, DType::kFloat16}) {
+    INFO(half);
+    const auto f32 = [](const td::Tensor& t) { return td::ops::cast(t, DType::kFloat32); };
+    td::Variable x("x", f32(td::ops::cast(td::Tensor::uniform({2, 7, 6, 5}, gen, -4, 4), half)),
+                   true);
+    const td::Tensor upstream = td::ops::cast(td::Tensor::uniform({120}, gen, -1, 1), half);
+    for (const auto padding : {td::ops::Padding::kSame, td::ops::Padding::kValid}) {
+      td::Tensor y16, y32;
+      std::vector<td::Tensor> g16, g32;
+      {
+        td::GradientTape tape;
+        y16 = td::ops::max_pool2d(td::ops::cast(x.value(), half), {2, 2}, {2, 2}, padding);
+        const td::Tensor up = upstream.slice(0, y16.numel()).view_as(y16.shape());
+        g16 = tape.gradient(td::ops::sum(f32(td::ops::mul(y16, up))), std::vector<td::Variable>{x});
+      }
+      {
+        td::GradientTape tape;
+        y32 = td::ops::max_pool2d(x.value(), {2, 2}, {2, 2}, padding);
+        const td::Tensor up = f32(upstream.slice(0, y32.numel())).view_as(y32.shape());
+        g32 = tape.gradient(td::ops::sum(td::ops::mul(y32, up)), std::vector<td::Variable>{x});
+      }
+      CHECK(y16.dtype() == half);
+      CHECK(floats(y16) == y32.to_vector<float>());
+      // Each input gets at most one window's upstream value (windows do not overlap): exact.
+      CHECK(g16[0].to_vector<float>() == g32[0].to_vector<float>());
+    }
+  }
+}

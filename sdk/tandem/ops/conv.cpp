@@ -67,7 +67,7 @@ void run_conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                 const cpu::ConvGeometry& geo, bool relu, Tensor& y) {
   const int64_t filters = kernel.dim(3);
   const bool has_bias = bias.defined();
-  dispatch_floating(x.dtype(), kConv, [&]<typename T>() {
+  dispatch_any_floating(x.dtype(), kConv, [&]<typename T>() {
     dispatch(
         kConv, x.device(),
         [&] {
@@ -75,18 +75,24 @@ void run_conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                       has_bias ? bias.data<T>() : nullptr, relu, y.data<T>());
         },
         TANDEM_ON_CUDA(
-            if (y.numel() == 0) return;
-            const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
-            if (depth == 0) { cuda::fill(y.dtype(), y.numel(), 0.0, y.raw_data(), stream); } else {
-              const Tensor cols = Tensor::empty(Shape{rows, depth}, x.dtype(), x.device());
-              cuda::im2col(geo, ptr<T>(x), ptr<T>(cols), stream);
-              cuda::gemm(false, false, rows, filters, depth, T(1), ptr<T>(cols), depth,
-                         ptr<T>(kernel), filters, T(0), ptr<T>(y), filters, stream);
-            } if (has_bias)
+            if (y.numel() == 0) return; if constexpr (is_half_v<T>) {
+              TANDEM_THROW(kConv, ": ", x.dtype(), " convolutions on a GPU go through float32");
+            } else {
+              const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
+              if (depth == 0) {
+                cuda::fill(y.dtype(), y.numel(), 0.0, y.raw_data(), stream);
+              } else {
+                const Tensor cols = Tensor::empty(Shape{rows, depth}, x.dtype(), x.device());
+                cuda::im2col(geo, ptr<T>(x), ptr<T>(cols), stream);
+                cuda::gemm(false, false, rows, filters, depth, T(1), ptr<T>(cols), depth,
+                           ptr<T>(kernel), filters, T(0), ptr<T>(y), filters, stream);
+              }
+              if (has_bias)
                 cuda::binary(kernels::Add{},
                              kernels::make_broadcast_plan(y.shape(), bias.shape(), y.shape()),
                              ptr<T>(y), ptr<T>(bias), ptr<T>(y), stream);
-            if (relu) cuda::unary(kernels::Relu{}, y.numel(), ptr<T>(y), ptr<T>(y), stream)));
+              if (relu) cuda::unary(kernels::Relu{}, y.numel(), ptr<T>(y), ptr<T>(y), stream);
+            }));
   });
 }
 
@@ -95,7 +101,7 @@ void run_conv2d_backward_weights(const Tensor& x, const Tensor& dz, const cpu::C
                                  Tensor& kernel_grad, Tensor& bias_grad) {
   const int64_t filters = kernel_grad.dim(3);
   const bool has_bias = bias_grad.defined();
-  dispatch_floating(x.dtype(), kConv, [&]<typename T>() {
+  dispatch_any_floating(x.dtype(), kConv, [&]<typename T>() {
     dispatch(
         kConv, x.device(),
         [&] {
@@ -104,17 +110,23 @@ void run_conv2d_backward_weights(const Tensor& x, const Tensor& dz, const cpu::C
                                        has_bias ? bias_grad.data<T>() : nullptr);
         },
         TANDEM_ON_CUDA(
-            const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
-            // An empty batch sums to zeros.
-            if (has_bias && filters > 0)
+            if constexpr (is_half_v<T>) {
+              TANDEM_THROW(kConv, ": ", x.dtype(), " convolutions on a GPU go through float32");
+            } else {
+              const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
+              // An empty batch sums to zeros.
+              if (has_bias && filters > 0)
                 cuda::sum(ptr<T>(dz), 1, rows, filters, ptr<T>(bias_grad), stream);
-            if (kernel_grad.numel() == 0) return; if (rows == 0) return cuda::fill(
-                kernel_grad.dtype(), kernel_grad.numel(), 0.0, kernel_grad.raw_data(), stream);
-            // dkernel [depth, filters] = im2col(x)^T dz.
-            const Tensor cols = Tensor::empty(Shape{rows, depth}, x.dtype(), x.device());
-            cuda::im2col(geo, ptr<T>(x), ptr<T>(cols), stream);
-            cuda::gemm(true, false, depth, filters, rows, T(1), ptr<T>(cols), depth, ptr<T>(dz),
-                       filters, T(0), ptr<T>(kernel_grad), filters, stream)));
+              if (kernel_grad.numel() == 0) return;
+              if (rows == 0)
+                return cuda::fill(kernel_grad.dtype(), kernel_grad.numel(), 0.0,
+                                  kernel_grad.raw_data(), stream);
+              // dkernel [depth, filters] = im2col(x)^T dz.
+              const Tensor cols = Tensor::empty(Shape{rows, depth}, x.dtype(), x.device());
+              cuda::im2col(geo, ptr<T>(x), ptr<T>(cols), stream);
+              cuda::gemm(true, false, depth, filters, rows, T(1), ptr<T>(cols), depth, ptr<T>(dz),
+                         filters, T(0), ptr<T>(kernel_grad), filters, stream);
+            }));
   });
 }
 
@@ -122,22 +134,26 @@ void run_conv2d_backward_weights(const Tensor& x, const Tensor& dz, const cpu::C
 void run_conv2d_backward_data(const Tensor& dz, const Tensor& kernel, const cpu::ConvGeometry& geo,
                               Tensor& x_grad) {
   const int64_t filters = kernel.dim(3);
-  dispatch_floating(dz.dtype(), kConv, [&]<typename T>() {
+  dispatch_any_floating(dz.dtype(), kConv, [&]<typename T>() {
     dispatch(
         kConv, dz.device(),
         [&] {
           cpu::conv2d_backward_data(geo, filters, dz.data<T>(), kernel.data<T>(), x_grad.data<T>());
         },
-        TANDEM_ON_CUDA(if (x_grad.numel() == 0) return;
-                       const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
-                       // dx = col2im(dz kernel^T).
-                       const Tensor dcols =
-                           Tensor::empty(Shape{rows, depth}, dz.dtype(), dz.device());
-                       if (filters == 0)
-                           cuda::fill(dcols.dtype(), dcols.numel(), 0.0, dcols.raw_data(), stream);
-                       else cuda::gemm(false, true, rows, depth, filters, T(1), ptr<T>(dz), filters,
-                                       ptr<T>(kernel), filters, T(0), ptr<T>(dcols), depth, stream);
-                       cuda::col2im(geo, ptr<T>(dcols), ptr<T>(x_grad), stream)));
+        TANDEM_ON_CUDA(
+            if (x_grad.numel() == 0) return; if constexpr (is_half_v<T>) {
+              TANDEM_THROW(kConv, ": ", dz.dtype(), " convolutions on a GPU go through float32");
+            } else {
+              const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
+              // dx = col2im(dz kernel^T).
+              const Tensor dcols = Tensor::empty(Shape{rows, depth}, dz.dtype(), dz.device());
+              if (filters == 0)
+                cuda::fill(dcols.dtype(), dcols.numel(), 0.0, dcols.raw_data(), stream);
+              else
+                cuda::gemm(false, true, rows, depth, filters, T(1), ptr<T>(dz), filters,
+                           ptr<T>(kernel), filters, T(0), ptr<T>(dcols), depth, stream);
+              cuda::col2im(geo, ptr<T>(dcols), ptr<T>(x_grad), stream);
+            }));
   });
 }
 
@@ -177,9 +193,9 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                  kernel.dim(3), "])");
     check_same_dtype(kConv, x, bias);
   }
-  if (is_half(x.dtype())) {
-    // 16-bit convolutions run in float32 for now (emulated: exact products, one rounding of
-    // the output, no faster than float32); the gradients come back in the inputs' dtype.
+  if (is_half(x.dtype()) && !x.device().is_cpu()) {
+    // 16-bit convolutions on a GPU run in float32 for now (exact products, one rounding of the
+    // output); the gradients come back in the inputs' dtype. The CPU has 16-bit kernels.
     const auto f32 = [](const Tensor& t) { return cast(t, DType::kFloat32); };
     return cast(
         conv2d(f32(x), f32(kernel), has_bias ? f32(bias) : Tensor(), strides, padding, activation),
@@ -230,8 +246,9 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<
                   Padding padding) {
   common_device(kPool, {&x});
   TANDEM_CHECK(x.rank() == 4, kPool, ": needs x [N, H, W, C], got shape ", x.shape());
-  // 16-bit: the maximum of the widened values is exact; so is rounding it back.
-  if (is_half(x.dtype()))
+  // 16 bits on a GPU: through float32 (the maximum of the widened values is exact; so is
+  // rounding it back). The CPU compares 16-bit values directly.
+  if (is_half(x.dtype()) && !x.device().is_cpu())
     return cast(max_pool2d(cast(x, DType::kFloat32), pool_size, strides, padding), x.dtype());
   const cpu::ConvGeometry geo =
       window_geometry(kPool, x.shape(), pool_size[0], pool_size[1], strides, padding);
@@ -239,28 +256,32 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<
   Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
   // The CPU's backward finds each maximum again from x and y; CUDA's records where it was.
   Tensor index;
-  dispatch_floating(x.dtype(), kPool, [&]<typename T>() {
+  dispatch_any_floating(x.dtype(), kPool, [&]<typename T>() {
     dispatch(
         kPool, x.device(),
         [&] {
           if (y.numel() > 0) cpu::max_pool2d_forward(geo, x.data<T>(), y.data<T>());
         },
-        TANDEM_ON_CUDA(index = Tensor::empty(out_shape, DType::kInt64, x.device());
-                       if (y.numel() > 0) cuda::max_pool2d_forward(geo, ptr<T>(x), ptr<T>(y),
-                                                                   ptr<int64_t>(index), stream)));
+        TANDEM_ON_CUDA(if constexpr (!is_half_v<T>) {
+          index = Tensor::empty(out_shape, DType::kInt64, x.device());
+          if (y.numel() > 0)
+            cuda::max_pool2d_forward(geo, ptr<T>(x), ptr<T>(y), ptr<int64_t>(index), stream);
+        }));
   });
   if (tracked(y, {&x}))
     record_op(kPool, {x}, y, [x, y, geo, index](const Tensor& g) {
       Tensor dx = Tensor::empty(x.shape(), g.dtype(), g.device());
-      dispatch_floating(g.dtype(), kPool, [&]<typename T>() {
+      dispatch_any_floating(g.dtype(), kPool, [&]<typename T>() {
         dispatch(
             kPool, g.device(),
             [&] {
               if (dx.numel() > 0)
                 cpu::max_pool2d_backward(geo, x.data<T>(), y.data<T>(), g.data<T>(), dx.data<T>());
             },
-            TANDEM_ON_CUDA(if (dx.numel() > 0) cuda::max_pool2d_backward(
-                geo, ptr<T>(g), ptr<int64_t>(index), ptr<T>(dx), stream)));
+            TANDEM_ON_CUDA(if constexpr (!is_half_v<T>) {
+              if (dx.numel() > 0)
+                cuda::max_pool2d_backward(geo, ptr<T>(g), ptr<int64_t>(index), ptr<T>(dx), stream);
+            }));
       });
       return std::vector<Tensor>{dx};
     });

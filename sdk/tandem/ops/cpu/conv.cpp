@@ -5,10 +5,13 @@
 
 #include <algorithm>
 #include <memory>
+#include <type_traits>
+#include <vector>
 
 #include "tandem/ops/cpu/dense.h"
 #include "tandem/ops/cpu/nn_kernels.h"
 #include "tandem/ops/cpu/reduce.h"
+#include "tandem/ops/cpu/widen.h"
 
 #if TANDEM_WITH_ONEDNN
 #include "tandem/ops/cpu/onednn.h"
@@ -202,6 +205,100 @@ void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float* d
 void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const double* dy, const double* w,
                           double* dx) {
   im2col_conv2d_backward_data(g, filters, dy, w, dx);
+}
+
+// ---- 16 bits ---------------------------------------------------------------------------------
+
+namespace {
+
+int64_t input_size(const ConvGeometry& g) { return g.batch * g.in_h * g.in_w * g.channels; }
+int64_t output_size(const ConvGeometry& g, int64_t filters) {
+  return g.batch * g.out_h * g.out_w * filters;
+}
+int64_t kernel_size(const ConvGeometry& g, int64_t filters) {
+  return g.window_h * g.window_w * g.channels * filters;
+}
+
+/// Whether a 16-bit call runs on oneDNN's bfloat16 primitives (else it is widened to float32).
+template <typename H>
+bool native_bf16(const ConvGeometry& g, int64_t filters) {
+#if TANDEM_WITH_ONEDNN
+  if constexpr (std::is_same_v<H, bfloat16>)
+    return has_work(g, filters) && onednn::has_bf16_convolutions();
+#endif
+  (void)g;
+  (void)filters;
+  return false;
+}
+
+template <typename H>
+void conv2d_16(const ConvGeometry& g, int64_t filters, const H* x, const H* w, const H* bias,
+               bool relu, H* y) {
+#if TANDEM_WITH_ONEDNN
+  if constexpr (std::is_same_v<H, bfloat16>)
+    if (native_bf16<H>(g, filters)) return onednn::conv2d(g, filters, x, w, bias, relu, y);
+#endif
+  std::vector<float> y32(static_cast<size_t>(output_size(g, filters)));
+  conv2d(g, filters, widen(x, input_size(g)).data(), widen(w, kernel_size(g, filters)).data(),
+         data_or_null(widen(bias, filters)), relu, y32.data());
+  narrow(y32, y);
+}
+
+template <typename H>
+void conv2d_backward_weights_16(const ConvGeometry& g, int64_t filters, const H* x, const H* dy,
+                                H* dw, H* db) {
+#if TANDEM_WITH_ONEDNN
+  if constexpr (std::is_same_v<H, bfloat16>)
+    if (native_bf16<H>(g, filters))
+      return onednn::conv2d_backward_weights(g, filters, x, dy, dw, db);
+#endif
+  std::vector<float> dw32(static_cast<size_t>(kernel_size(g, filters)));
+  std::vector<float> db32(db != nullptr ? static_cast<size_t>(filters) : 0);
+  conv2d_backward_weights(g, filters, widen(x, input_size(g)).data(),
+                          widen(dy, output_size(g, filters)).data(), dw32.data(),
+                          db != nullptr ? db32.data() : nullptr);
+  narrow(dw32, dw);
+  if (db != nullptr) narrow(db32, db);
+}
+
+template <typename H>
+void conv2d_backward_data_16(const ConvGeometry& g, int64_t filters, const H* dy, const H* w,
+                             H* dx) {
+#if TANDEM_WITH_ONEDNN
+  if constexpr (std::is_same_v<H, bfloat16>)
+    if (native_bf16<H>(g, filters)) return onednn::conv2d_backward_data(g, filters, dy, w, dx);
+#endif
+  std::vector<float> dx32(static_cast<size_t>(input_size(g)));
+  conv2d_backward_data(g, filters, widen(dy, output_size(g, filters)).data(),
+                       widen(w, kernel_size(g, filters)).data(), dx32.data());
+  narrow(dx32, dx);
+}
+
+}  // namespace
+
+void conv2d(const ConvGeometry& g, int64_t filters, const bfloat16* x, const bfloat16* w,
+            const bfloat16* bias, bool relu, bfloat16* y) {
+  conv2d_16(g, filters, x, w, bias, relu, y);
+}
+void conv2d(const ConvGeometry& g, int64_t filters, const float16* x, const float16* w,
+            const float16* bias, bool relu, float16* y) {
+  conv2d_16(g, filters, x, w, bias, relu, y);
+}
+void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const bfloat16* x,
+                             const bfloat16* dy, bfloat16* dw, bfloat16* db) {
+  conv2d_backward_weights_16(g, filters, x, dy, dw, db);
+}
+void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const float16* x,
+                             const float16* dy, float16* dw, float16* db) {
+  conv2d_backward_weights_16(g, filters, x, dy, dw, db);
+}
+void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const bfloat16* dy,
+                          const bfloat16* w, bfloat16* dx) {
+  conv2d_backward_data_16(g, filters, dy, w, dx);
+}
+void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float16* dy,
+                          const float16* w, float16* dx) {
+  conv2d_backward_data_16(g, filters, dy, w, dx);
 }
 
 }  // namespace tandem::ops::cpu

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 
+#include "tandem/core/half.h"
 #include "tandem/ops/cpu/nn_kernels.h"
 
 namespace tandem::ops::cpu {
@@ -36,5 +37,21 @@ void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float* d
                           float* dx);
 void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const double* dy, const double* w,
                           double* dx);
+
+/// The same three in 16 bits, summed in float32 and rounded once: bfloat16 on oneDNN's
+/// bfloat16 primitives where it makes them (AVX-512 CPUs; natively with AVX512-BF16 or AMX);
+/// float16, and bfloat16 elsewhere, widened to float32 (emulated: no faster than float32).
+void conv2d(const ConvGeometry& g, int64_t filters, const bfloat16* x, const bfloat16* w,
+            const bfloat16* bias, bool relu, bfloat16* y);
+void conv2d(const ConvGeometry& g, int64_t filters, const float16* x, const float16* w,
+            const float16* bias, bool relu, float16* y);
+void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const bfloat16* x,
+                             const bfloat16* dy, bfloat16* dw, bfloat16* db);
+void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const float16* x,
+                             const float16* dy, float16* dw, float16* db);
+void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const bfloat16* dy,
+                          const bfloat16* w, bfloat16* dx);
+void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float16* dy,
+                          const float16* w, float16* dx);
 
 }  // namespace tandem::ops::cpu

@@ -7,11 +7,13 @@
 #include <omp.h>
 
 #include <algorithm>
+#include <type_traits>
 #include <vector>
 
 #include "tandem/core/error.h"
 #include "tandem/ops/cpu/nn_kernels.h"
 #include "tandem/ops/cpu/parallel.h"
+#include "tandem/ops/cpu/widen.h"
 
 #if TANDEM_WITH_ONEDNN
 #include <array>
@@ -147,29 +149,12 @@ void onednn_dense(int64_t m, int64_t n, int64_t k, const float* x, const float* 
 // ---- 16-bit through float32: float16, and bfloat16 without oneDNN ---------------------------
 
 template <typename H>
-std::vector<float> widen(const H* x, int64_t n) {
-  std::vector<float> out(static_cast<size_t>(n));
-  parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = static_cast<float>(x[i]);
-  });
-  return out;
-}
-
-template <typename H>
-void narrow(const std::vector<float>& x, H* y) {
-  parallel_for(static_cast<int64_t>(x.size()), kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = static_cast<H>(x[i]);
-  });
-}
-
-template <typename H>
 void emulated_dense(int64_t m, int64_t n, int64_t k, const H* x, const H* w, const H* bias,
                     bool relu, H* y) {
   const std::vector<float> x32 = widen(x, m * k), w32 = widen(w, k * n);
-  const std::vector<float> bias32 = bias != nullptr ? widen(bias, n) : std::vector<float>();
+  const std::vector<float> bias32 = widen(bias, n);
   std::vector<float> y32(static_cast<size_t>(m * n));
-  dense(m, n, k, x32.data(), w32.data(), bias != nullptr ? bias32.data() : nullptr, relu,
-        y32.data());
+  dense(m, n, k, x32.data(), w32.data(), data_or_null(bias32), relu, y32.data());
   narrow(y32, y);
 }
 
@@ -242,8 +227,44 @@ void matmul(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
   emulated_matmul(transpose_a, transpose_b, m, n, k, a, b, c);
 }
 
+namespace {
+
+/// dz = g where y > 0, else 0, on the bits of 16-bit values: y > 0 exactly when its bits lie in
+/// [1, +infinity's] (zero, negative values and NaN fall outside). Integer selects vectorize.
+template <typename H>
+inline void relu_mask_bits(int64_t begin, int64_t end, const H* g, const H* y, H* dz) {
+  constexpr uint16_t kInfinity = std::is_same_v<H, bfloat16> ? 0x7f80 : 0x7c00;
+#pragma omp simd
+  for (int64_t i = begin; i < end; ++i) {
+    const bool keep = static_cast<uint16_t>(y[i].bits - 1u) < kInfinity;
+    dz[i].bits = keep ? g[i].bits : uint16_t{0};
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void dense_relu_backward(int64_t m, int64_t n, const T* g, const T* y, T* dz, T* bias_grad) {
+  if constexpr (is_half_v<T>) {
+    if (bias_grad == nullptr) {
+      parallel_for(m * n, kElementwiseGrain,
+                   [&](int64_t begin, int64_t end) { relu_mask_bits(begin, end, g, y, dz); });
+      return;
+    }
+    parallel_for_columns(1, m, n, [&](int64_t, int64_t j0, int64_t j1) {
+      std::vector<double> acc(static_cast<size_t>(j1 - j0), 0.0);
+      double* sums = acc.data();
+      for (int64_t i = 0; i < m; ++i) {
+        relu_mask_bits(i * n + j0, i * n + j1, g, y, dz);
+        const T* dz_row = dz + i * n;
+#pragma omp simd
+        for (int64_t j = j0; j < j1; ++j)
+          sums[j - j0] += static_cast<double>(static_cast<float>(dz_row[j]));
+      }
+      for (int64_t j = j0; j < j1; ++j) bias_grad[j] = static_cast<T>(sums[j - j0]);
+    });
+    return;
+  }
   if (bias_grad == nullptr) {
     // Without sums the rows do not matter: one flat pass, split evenly however narrow they are
     // (a convolution's rows are its filters, often fewer than a cache line's worth per thread).

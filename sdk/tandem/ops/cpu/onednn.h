@@ -12,6 +12,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "tandem/core/half.h"
 #include "tandem/ops/cpu/nn_kernels.h"
 
 namespace tandem::ops::cpu::onednn {
@@ -75,7 +76,8 @@ class PrimitiveCache {
 void* weights_buffer(size_t bytes);
 
 // ---- kernels on primitives (onednn_conv.cpp); arguments and results as cpu::conv2d's ----------
-// float32, with no empty dimension and at least one input channel (the caller checks).
+// float32 or bfloat16 (summed in float32), with no empty dimension and at least one input
+// channel (the caller checks).
 
 void conv2d(const ConvGeometry& g, int64_t filters, const float* x, const float* w,
             const float* bias, bool relu, float* y);
@@ -83,5 +85,14 @@ void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const float
                              const float* dy, float* dw, float* db);
 void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float* dy, const float* w,
                           float* dx);
+
+/// Whether oneDNN makes bfloat16 convolutions on this CPU (asked once).
+bool has_bf16_convolutions();
+void conv2d(const ConvGeometry& g, int64_t filters, const bfloat16* x, const bfloat16* w,
+            const bfloat16* bias, bool relu, bfloat16* y);
+void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const bfloat16* x,
+                             const bfloat16* dy, bfloat16* dw, bfloat16* db);
+void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const bfloat16* dy,
+                          const bfloat16* w, bfloat16* dx);
 
 }  // namespace tandem::ops::cpu::onednn

@@ -1,10 +1,10 @@
-// float32 convolutions on oneDNN's primitives: the forward with the bias and the ReLU applied to
-// the accumulator, backward-weights (with the bias gradient) and backward-data. Activations stay
-// NHWC, which the primitives read and write directly. The kernel is reordered between HWIO and
-// the blocked layout each primitive chooses: a copy of a few KiB per call, against jit kernels
-// two to four times faster than the GEMM-based ones oneDNN runs on an HWIO kernel (measured on
-// fashion_mnist_cnn's two layers, batch 64, 2 threads: forward + backward 7.2 ms -> 2.5 ms for
-// the second layer).
+// float32 and bfloat16 convolutions on oneDNN's primitives: the forward with the bias and the ReLU
+// applied to the accumulator, backward-weights (with the bias gradient) and backward-data.
+// Activations stay NHWC, which the primitives read and write directly. The kernel is reordered
+// between HWIO and the blocked layout each primitive chooses: a copy of a few KiB per call, against
+// jit kernels two to four times faster than the GEMM-based ones oneDNN runs on an HWIO kernel
+// (measured on fashion_mnist_cnn's two layers, batch 64, 2 threads: forward + backward 7.2 ms
+// -> 2.5 ms for the second layer).
 #include <omp.h>
 
 #include <algorithm>
@@ -29,11 +29,26 @@ struct ConvKey {
   int64_t filters;
   bool bias, relu;
   int threads;
+  dt type;  // of every tensor of the call (f32 or bf16); bfloat16 accumulates in float32
 
-  std::array<int64_t, 16> fields() const {
-    return {g.batch,    g.in_h,     g.in_w,    g.channels, g.window_h, g.window_w,
-            g.stride_h, g.stride_w, g.pad_top, g.pad_left, g.out_h,    g.out_w,
-            filters,    bias,       relu,      threads};
+  std::array<int64_t, 17> fields() const {
+    return {g.batch,
+            g.in_h,
+            g.in_w,
+            g.channels,
+            g.window_h,
+            g.window_w,
+            g.stride_h,
+            g.stride_w,
+            g.pad_top,
+            g.pad_left,
+            g.out_h,
+            g.out_w,
+            filters,
+            bias,
+            relu,
+            threads,
+            static_cast<int64_t>(type)};
   }
   bool operator==(const ConvKey& other) const { return fields() == other.fields(); }
 };
@@ -42,8 +57,8 @@ struct ConvKeyHash {
   size_t operator()(const ConvKey& key) const { return hash_values(key.fields()); }
 };
 
-ConvKey make_key(const ConvGeometry& g, int64_t filters, bool bias, bool relu) {
-  return {g, filters, bias, relu, omp_get_max_threads()};
+ConvKey make_key(dt type, const ConvGeometry& g, int64_t filters, bool bias, bool relu) {
+  return {g, filters, bias, relu, omp_get_max_threads(), type};
 }
 
 /// Padding after the input that makes oneDNN's output size the op's: TensorFlow's SAME puts the
@@ -63,12 +78,12 @@ struct ConvShapes {
 ConvShapes shapes(const ConvKey& key) {
   const ConvGeometry& g = key.g;
   ConvShapes s;
-  s.src = dnnl::memory::desc({g.batch, g.channels, g.in_h, g.in_w}, dt::f32, tag::nhwc);
-  s.dst = dnnl::memory::desc({g.batch, key.filters, g.out_h, g.out_w}, dt::f32, tag::nhwc);
+  s.src = dnnl::memory::desc({g.batch, g.channels, g.in_h, g.in_w}, key.type, tag::nhwc);
+  s.dst = dnnl::memory::desc({g.batch, key.filters, g.out_h, g.out_w}, key.type, tag::nhwc);
   const dnnl::memory::dims kernel{key.filters, g.channels, g.window_h, g.window_w};
-  s.kernel = dnnl::memory::desc(kernel, dt::f32, tag::hwio);
-  s.any_kernel = dnnl::memory::desc(kernel, dt::f32, tag::any);
-  if (key.bias) s.bias = dnnl::memory::desc({key.filters}, dt::f32, tag::a);
+  s.kernel = dnnl::memory::desc(kernel, key.type, tag::hwio);
+  s.any_kernel = dnnl::memory::desc(kernel, key.type, tag::any);
+  if (key.bias) s.bias = dnnl::memory::desc({key.filters}, key.type, tag::a);
   s.strides = {g.stride_h, g.stride_w};
   s.padding_before = {g.pad_top, g.pad_left};
   s.padding_after = {padding_after(g.in_h, g.window_h, g.stride_h, g.pad_top, g.out_h),
@@ -199,13 +214,11 @@ std::string describe(const ConvGeometry& g, int64_t filters) {
                static_cast<int>(e.status), ") for ", describe(g, filters), extra);
 }
 
-}  // namespace
-
-void conv2d(const ConvGeometry& g, int64_t filters, const float* x, const float* w,
-            const float* bias, bool relu, float* y) {
+void forward(dt type, const ConvGeometry& g, int64_t filters, const void* x, const void* w,
+             const void* bias, bool relu, void* y) {
   static PrimitiveCache<ConvKey, Forward, ConvKeyHash> cache;
   try {
-    const auto conv = cache.get(make_key(g, filters, bias != nullptr, relu), create_forward);
+    const auto conv = cache.get(make_key(type, g, filters, bias != nullptr, relu), create_forward);
     const ConvShapes& s = conv->shapes;
     std::unordered_map<int, dnnl::memory> args{
         {DNNL_ARG_SRC, wrap(s.src, x)},
@@ -215,16 +228,17 @@ void conv2d(const ConvGeometry& g, int64_t filters, const float* x, const float*
     execute(conv->primitive, std::move(args), conv->scratchpad_bytes);
   } catch (const dnnl::error& e) {
     fail("forward", e, g, filters,
-         detail::str_cat(bias != nullptr ? " + bias" : "", relu ? ", relu" : ""));
+         detail::str_cat(bias != nullptr ? " + bias" : "", relu ? ", relu" : "",
+                         type == dt::bf16 ? " in bfloat16" : ""));
   }
 }
 
-void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const float* x,
-                             const float* dy, float* dw, float* db) {
+void backward_weights(dt type, const ConvGeometry& g, int64_t filters, const void* x,
+                      const void* dy, void* dw, void* db) {
   static PrimitiveCache<ConvKey, BackwardWeights, ConvKeyHash> cache;
   try {
-    const auto conv =
-        cache.get(make_key(g, filters, db != nullptr, /*relu=*/false), create_backward_weights);
+    const auto conv = cache.get(make_key(type, g, filters, db != nullptr, /*relu=*/false),
+                                create_backward_weights);
     const ConvShapes& s = conv->shapes;
     const KernelReorder& to_hwio = conv->kernel_grad;
     void* grad = to_hwio.needed ? weights_buffer(to_hwio.from.get_size()) : dw;
@@ -235,16 +249,18 @@ void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const float
     execute(conv->primitive, std::move(args), conv->scratchpad_bytes);
     reordered(to_hwio, grad, dw);
   } catch (const dnnl::error& e) {
-    fail("backward-weights", e, g, filters, db != nullptr ? " with the bias gradient" : "");
+    fail("backward-weights", e, g, filters,
+         detail::str_cat(db != nullptr ? " with the bias gradient" : "",
+                         type == dt::bf16 ? " in bfloat16" : ""));
   }
 }
 
-void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float* dy, const float* w,
-                          float* dx) {
+void backward_data(dt type, const ConvGeometry& g, int64_t filters, const void* dy, const void* w,
+                   void* dx) {
   static PrimitiveCache<ConvKey, BackwardData, ConvKeyHash> cache;
   try {
     const auto conv =
-        cache.get(make_key(g, filters, /*bias=*/false, /*relu=*/false), create_backward_data);
+        cache.get(make_key(type, g, filters, /*bias=*/false, /*relu=*/false), create_backward_data);
     const ConvShapes& s = conv->shapes;
     execute(conv->primitive,
             {{DNNL_ARG_DIFF_DST, wrap(s.dst, dy)},
@@ -252,8 +268,57 @@ void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float* d
              {DNNL_ARG_DIFF_SRC, wrap(s.src, dx)}},
             conv->scratchpad_bytes);
   } catch (const dnnl::error& e) {
-    fail("backward-data", e, g, filters);
+    fail("backward-data", e, g, filters, type == dt::bf16 ? " in bfloat16" : "");
   }
+}
+
+}  // namespace
+
+void conv2d(const ConvGeometry& g, int64_t filters, const float* x, const float* w,
+            const float* bias, bool relu, float* y) {
+  forward(dt::f32, g, filters, x, w, bias, relu, y);
+}
+
+void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const float* x,
+                             const float* dy, float* dw, float* db) {
+  backward_weights(dt::f32, g, filters, x, dy, dw, db);
+}
+
+void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float* dy, const float* w,
+                          float* dx) {
+  backward_data(dt::f32, g, filters, dy, w, dx);
+}
+
+bool has_bf16_convolutions() {
+  // Asked once, with a tiny forward primitive: oneDNN makes bfloat16 convolutions on AVX-512
+  // CPUs (natively with AVX512-BF16 or AMX), not below.
+  static const bool available = [] {
+    try {
+      ConvGeometry g{};
+      g.batch = g.in_h = g.in_w = g.channels = g.window_h = g.window_w = 1;
+      g.stride_h = g.stride_w = g.out_h = g.out_w = 1;
+      (void)create_forward(make_key(dt::bf16, g, 1, false, false));
+      return true;
+    } catch (const dnnl::error&) {
+      return false;
+    }
+  }();
+  return available;
+}
+
+void conv2d(const ConvGeometry& g, int64_t filters, const bfloat16* x, const bfloat16* w,
+            const bfloat16* bias, bool relu, bfloat16* y) {
+  forward(dt::bf16, g, filters, x, w, bias, relu, y);
+}
+
+void conv2d_backward_weights(const ConvGeometry& g, int64_t filters, const bfloat16* x,
+                             const bfloat16* dy, bfloat16* dw, bfloat16* db) {
+  backward_weights(dt::bf16, g, filters, x, dy, dw, db);
+}
+
+void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const bfloat16* dy,
+                          const bfloat16* w, bfloat16* dx) {
+  backward_data(dt::bf16, g, filters, dy, w, dx);
 }
 
 }  // namespace tandem::ops::cpu::onednn
