@@ -74,6 +74,11 @@ int train_and_evaluate(const samples::Flags& flags) {
   td::optim::Adam optimizer(
       {.learning_rate = learning_rate, .gradient_accumulation_steps = flags.accumulation_steps});
   optimizer.build(model.trainable_variables());  // Adam's slots, mirrored like the weights
+  // Under mixed_float16 the loss is scaled, so that small float16 gradients do not flush to
+  // zero, and an update whose gradients overflow is skipped on every replica (Keras's
+  // LossScaleOptimizer). bfloat16 has float32's range and needs none.
+  std::optional<td::optim::LossScaleOptimizer> loss_scale;
+  if (td::nn::global_policy().compute_dtype() == td::DType::kFloat16) loss_scale.emplace(optimizer);
   td::metrics::Mean train_loss("train_loss");
   td::metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy");
   td::metrics::SparseCategoricalAccuracy test_accuracy("test_accuracy");
@@ -86,8 +91,13 @@ int train_and_evaluate(const samples::Flags& flags) {
     td::Tensor per_example_loss = loss_fn(batch.labels(), logits);
     // Divided by the global batch of this step; the optimizer averages accumulated steps.
     td::Tensor loss = td::compute_average_loss(per_example_loss, global_batch);
-    auto grads = tape.gradient(loss, model.trainable_variables());
-    optimizer.apply_gradients(ctx, grads, model.trainable_variables());  // SUM across replicas
+    if (!loss_scale) {
+      auto grads = tape.gradient(loss, model.trainable_variables());
+      optimizer.apply_gradients(ctx, grads, model.trainable_variables());  // SUM across replicas
+    } else {
+      auto grads = tape.gradient(loss_scale->scale_loss(loss), model.trainable_variables());
+      loss_scale->apply_gradients(ctx, grads, model.trainable_variables());  // unscaled there
+    }
     train_loss.update_state(per_example_loss);
     train_accuracy.update_state(batch.labels(), logits);
     return loss;
@@ -96,12 +106,13 @@ int train_and_evaluate(const samples::Flags& flags) {
   // The metrics and the step counter are saved too, so that an epoch resumed after Ctrl-C
   // reports all its steps.
   int64_t step_in_epoch = 0;
-  td::Checkpoint checkpoint({{"model", &model},
-                             {"optimizer", &optimizer},
-                             {"train_data", &dist_train},
-                             {"train_loss", &train_loss},
-                             {"train_accuracy", &train_accuracy},
-                             {"step_in_epoch", &step_in_epoch}});
+  td::Checkpoint checkpoint(
+      {{"model", &model},
+       {"optimizer", loss_scale ? td::Trackable(&*loss_scale) : td::Trackable(&optimizer)},
+       {"train_data", &dist_train},
+       {"train_loss", &train_loss},
+       {"train_accuracy", &train_accuracy},
+       {"step_in_epoch", &step_in_epoch}});
   // Every worker calls save(); only the chief writes.
   td::CheckpointManager manager(checkpoint, flags.checkpoint_dir,
                                 {.max_to_keep = 3, .strategy = &strategy});

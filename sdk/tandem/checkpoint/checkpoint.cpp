@@ -9,6 +9,7 @@
 #include "tandem/checkpoint/internal/layout.h"
 #include "tandem/data/distributed_dataset.h"
 #include "tandem/nn/module.h"
+#include "tandem/optim/loss_scale_optimizer.h"
 #include "tandem/optim/optimizer.h"
 
 namespace tandem {
@@ -19,6 +20,10 @@ using detail::tracked_counter;
 using detail::tracked_one;
 
 // ---- Trackable and Checkpoint --------------------------------------------------------------
+
+Trackable::Trackable(optim::LossScaleOptimizer* optimizer)
+    : pointer_(optimizer != nullptr ? &optimizer->inner_optimizer() : nullptr),
+      loss_scale_(optimizer) {}
 
 std::string_view Trackable::kind() const {
   static constexpr std::array<std::string_view, 6> kNames = {

@@ -19,6 +19,7 @@ class Module;
 }  // namespace nn
 namespace optim {
 class Optimizer;
+class LossScaleOptimizer;
 }  // namespace optim
 namespace data {
 class DistributedDataset;
@@ -45,6 +46,8 @@ class CheckpointMismatchError : public Error {
 ///   nn::Module* (a Sequential or a single layer)   -> /model_weights, and the Sequential's
 ///                                                      dropout streams -> rng/replica_state
 ///   optim::Optimizer*                              -> /optimizer_weights (slots, iterations)
+///   optim::LossScaleOptimizer*                     -> its inner optimizer as above, and its
+///       scale and counter -> /training_state/loss_scale/{scale, good_steps}
 ///   data::DistributedDataset*, data::Iterator*     -> /training_state/data/<name>
 ///   metrics::Metric*                               -> /training_state/metrics/<name>
 ///   int64_t* (a counter the training loop keeps)   -> named "global_step", "epoch",
@@ -58,6 +61,7 @@ class Trackable {
   // Implicit on purpose: Checkpoint({{"model", &model}, {"optimizer", &optimizer}}).
   Trackable(nn::Module* model) : pointer_(model) {}                    // NOLINT
   Trackable(optim::Optimizer* optimizer) : pointer_(optimizer) {}      // NOLINT
+  Trackable(optim::LossScaleOptimizer* optimizer);                     // NOLINT
   Trackable(data::DistributedDataset* dataset) : pointer_(dataset) {}  // NOLINT
   Trackable(data::Iterator* iterator) : pointer_(iterator) {}          // NOLINT
   Trackable(metrics::Metric* metric) : pointer_(metric) {}             // NOLINT
@@ -66,9 +70,12 @@ class Trackable {
   const Pointer& pointer() const { return pointer_; }
   /// "model", "optimizer", "distributed dataset", "dataset iterator", "metric" or "counter".
   std::string_view kind() const;
+  /// The loss-scale optimizer tracked (its inner optimizer is pointer()), else nullptr.
+  optim::LossScaleOptimizer* loss_scale() const { return loss_scale_; }
 
  private:
   Pointer pointer_;
+  optim::LossScaleOptimizer* loss_scale_ = nullptr;
 };
 
 /// The state of a training run, tracked by name:
@@ -118,9 +125,9 @@ class Checkpoint {
   /// checkpoint, lacks a group this checkpoint needs, fails a checksum, or holds values that
   /// cannot be valid (non-finite weights or slots, Adam's v < 0, counters outside [0, 2^53],
   /// a metric count < 0, a shuffle buffer with repeats; the error names the dataset);
-  /// CheckpointMismatchError for a newer format version or another model. A data iterator whose saved position cannot be used (another pipeline)
-  /// is reported and restarted at the beginning of its saved epoch. Call it from the main
-  /// thread, outside strategy.run.
+  /// CheckpointMismatchError for a newer format version or another model. A data iterator whose
+  /// saved position cannot be used (another pipeline) is reported and restarted at the beginning of
+  /// its saved epoch. Call it from the main thread, outside strategy.run.
   void restore(const std::string& path) const;
 
   /// The step the next checkpoint is numbered by: the "global_step" counter if one is tracked,

@@ -138,6 +138,12 @@ void describe_training_state(const h5::Group& root, std::ostringstream& out) {
     if (accumulation.children().size() > 1) out << " (accumulators stored)";
     out << "\n";
   }
+  if (group.exists("loss_scale/scale")) {
+    const h5::Group loss_scale = group.open_group("loss_scale");
+    out << "  " << pad("loss_scale", 26) << "scale "
+        << loss_scale.read_tensor("scale").item<double>() << ", good_steps "
+        << scalar_int64(loss_scale, "good_steps") << "\n";
+  }
 }
 
 }  // namespace

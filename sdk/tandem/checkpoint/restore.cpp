@@ -2,6 +2,7 @@
 // failed restore changes nothing.
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -16,6 +17,7 @@
 #include "tandem/metrics/metrics.h"
 #include "tandem/nn/module.h"
 #include "tandem/nn/replica_state.h"
+#include "tandem/optim/loss_scale_optimizer.h"
 #include "tandem/optim/optimizer.h"
 
 namespace tandem {
@@ -43,6 +45,7 @@ using detail::require_group;
 using detail::signature_of;
 using detail::strip_keras_suffix;
 using detail::tracked;
+using detail::tracked_loss_scale;
 using detail::tracked_one;
 
 namespace {
@@ -64,6 +67,7 @@ struct Loaded {
   std::vector<std::pair<std::string, Tensor>> slots;  // slot variable name -> value
   int64_t micro_step = 0;
   std::vector<std::pair<std::string, Tensor>> accumulators;  // variable name -> summed value
+  std::optional<std::pair<double, int64_t>> loss_scale;      // scale, good_steps
   std::map<std::string, int64_t> counters;                   // tracked counter name -> value
   std::map<std::string, LoadedData> data;                    // tracked name -> state
   std::map<std::string, metrics::MetricState> metrics;
@@ -233,6 +237,26 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
                                    value.shape(), " in the file but ", shape, " in this model"));
         out.accumulators.emplace_back(name, std::move(value));
       }
+    }
+  }
+  if (const optim::LossScaleOptimizer* lso = tracked_loss_scale(entries)) {
+    if (group.exists("loss_scale/scale")) {
+      const h5::Group loss_scale = group.open_group("loss_scale");
+      const Tensor scale = loss_scale.read_tensor("scale");
+      TANDEM_CHECK(scale.numel() == 1 && scale.dtype() == DType::kFloat32,
+                   location(loss_scale, "scale"), " is not a float32 scalar; the checkpoint is ",
+                   "damaged");
+      const double value = scale.item<double>();
+      TANDEM_CHECK(std::isfinite(value) && value > 0, location(loss_scale, "scale"), " is ", value,
+                   ", not a finite positive loss scale; the checkpoint is damaged");
+      const int64_t good_steps = loss_scale.read_scalar_int64("good_steps");
+      TANDEM_CHECK(good_steps >= 0 && good_steps < lso->options().dynamic_growth_steps,
+                   location(loss_scale, "good_steps"), " is ", good_steps, ", outside [0, ",
+                   lso->options().dynamic_growth_steps, ") (this run's dynamic_growth_steps)");
+      out.loss_scale = std::make_pair(value, good_steps);
+    } else {
+      TANDEM_LOG_INFO(path, ": no loss scale in the checkpoint (written without one); the loss ",
+                      "scale keeps its value, ", lso->loss_scale());
     }
   }
   for (const auto& [name, counter] : tracked<int64_t>(entries)) {
@@ -433,6 +457,8 @@ void Checkpoint::restore(const std::string& path) const {
     }
   }
   for (const auto& [variable, value] : loaded.model_values) assign_all_copies(variable, value);
+  if (loaded.loss_scale)
+    tracked_loss_scale(entries_)->set_state(loaded.loss_scale->first, loaded.loss_scale->second);
   if (model && loaded.rng) {
     if (nn::ReplicaGenerators* generators = generators_of(*model))
       generators->set_states(*loaded.rng);

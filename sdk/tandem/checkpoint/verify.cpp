@@ -98,6 +98,7 @@ std::string verify_checkpoint(const std::string& path) {
       for (const std::string& name : data.children()) read_iterator_state(data.open_group(name));
     }
     if (state.exists("grad_accum")) verify_datasets(state.open_group("grad_accum"), false, walk);
+    if (state.exists("loss_scale")) verify_datasets(state.open_group("loss_scale"), false, walk);
     if (state.exists("rng/replica_state")) state.read_u64("rng/replica_state");
     return "";
   } catch (const std::exception& e) {

@@ -13,6 +13,7 @@
 #include "tandem/data/distributed_dataset.h"
 #include "tandem/metrics/metrics.h"
 #include "tandem/nn/module.h"
+#include "tandem/optim/loss_scale_optimizer.h"
 #include "tandem/optim/optimizer.h"
 
 namespace tandem {
@@ -31,6 +32,7 @@ using detail::kTrainingState;
 using detail::layers_of;
 using detail::LayerWeights;
 using detail::tracked;
+using detail::tracked_loss_scale;
 using detail::tracked_one;
 
 namespace {
@@ -160,6 +162,15 @@ void write_training_state(const h5::Group& root, const std::vector<Checkpoint::E
   if (micro_step > 0)
     for (const auto& [name, sum] : gathered.accumulators)
       accumulation.write_tensor(keras_name(name), sum);
+
+  // The loss scale and its counter (Keras's dynamic_scale and step_counter): replica 0's, as
+  // every replica's copies are equal.
+  if (const optim::LossScaleOptimizer* lso = tracked_loss_scale(entries)) {
+    const h5::Group loss_scale = group.require_group("loss_scale");
+    loss_scale.write_tensor("scale", lso->dynamic_scale_variable().copy(0));
+    loss_scale.write_tensor("good_steps", lso->step_counter_variable().copy(0));
+    loss_scale.write_attr("dynamic_growth_steps", lso->options().dynamic_growth_steps);
+  }
 }
 
 }  // namespace

@@ -143,7 +143,8 @@ void Optimizer::check_pairs(const std::vector<Tensor>& gradients,
 void Optimizer::check_numerics(const std::vector<Tensor>& gradients,
                                const std::vector<Variable>& variables,
                                const std::string& replica) const {
-  if (!check_numerics_enabled()) return;
+  // Under a loss scale a non-finite gradient is expected now and then: that update is skipped.
+  if (!check_numerics_enabled() || update_gate_) return;
   for (size_t i = 0; i < gradients.size(); ++i) {
     const ops::NonFinite found = ops::count_non_finite(gradients[i]);
     if (found.total() == 0) continue;
@@ -266,6 +267,9 @@ void Optimizer::apply_update(const std::vector<Tensor>& gradients,
   autograd::NoRecordGuard no_record;  // updates are never differentiated
   const profile::Span span(profile::Phase::kOptimizer);
   std::vector<Tensor> grads = gradients;
+  // A loss scale unscales the gradients first (so clipping sees the true ones), or skips the
+  // update when they are not finite: iterations() does not count it (Keras 3).
+  if (update_gate_ && !update_gate_(grads)) return;
   if (global_clipnorm_) grads = clip_by_global_norm(grads, *global_clipnorm_).gradients;
 
   const int64_t done = iterations();

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -132,6 +133,8 @@ class Optimizer {
   std::string base_config_json() const;
 
  private:
+  friend class LossScaleOptimizer;
+
   struct Entry {
     Variable variable;
     std::vector<Variable> slots;
@@ -176,6 +179,9 @@ class Optimizer {
   std::unordered_map<const void*, size_t> index_;
   std::unordered_set<const void*> warned_;
   std::unordered_set<int> agreed_;  // replicas (in sync) that described this optimizer's updates
+  /// Set by a LossScaleOptimizer wrapping this one: runs first in every update, on the combined
+  /// gradients; may replace them (unscaled) or return false to skip the update.
+  std::function<bool(std::vector<Tensor>&)> update_gate_;
 };
 
 }  // namespace tandem::optim

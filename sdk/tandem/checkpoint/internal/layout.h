@@ -64,6 +64,14 @@ T* tracked_one(const std::vector<Checkpoint::Entry>& entries) {
   return all.empty() ? nullptr : all.front().second;
 }
 
+/// The tracked loss-scale optimizer, or nullptr.
+inline optim::LossScaleOptimizer* tracked_loss_scale(
+    const std::vector<Checkpoint::Entry>& entries) {
+  for (const Checkpoint::Entry& e : entries)
+    if (e.object.loss_scale() != nullptr) return e.object.loss_scale();
+  return nullptr;
+}
+
 /// The tracked counter called `name`, or nullptr.
 int64_t* tracked_counter(const std::vector<Checkpoint::Entry>& entries, const std::string& name);
 

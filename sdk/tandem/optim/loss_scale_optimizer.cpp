@@ -1,0 +1,107 @@
+// LossScaleOptimizer: Keras 3's dynamic loss scale around any optimizer, decided on the
+// gradients combined across the replicas.
+#include "tandem/optim/loss_scale_optimizer.h"
+
+#include <cmath>
+
+#include "tandem/autograd/tape.h"
+#include "tandem/core/error.h"
+#include "tandem/ops/ops.h"
+#include "tandem/optim/internal/json_number.h"
+
+namespace tandem::optim {
+
+LossScaleOptimizer::LossScaleOptimizer(Optimizer& inner, LossScaleOptions options)
+    : inner_(inner), options_(options) {
+  TANDEM_CHECK(std::isfinite(options_.initial_scale) && options_.initial_scale > 0,
+               "LossScaleOptimizer: initial_scale must be finite and positive, got ",
+               options_.initial_scale);
+  TANDEM_CHECK(options_.dynamic_growth_steps >= 1,
+               "LossScaleOptimizer: dynamic_growth_steps must be >= 1, got ",
+               options_.dynamic_growth_steps);
+  TANDEM_CHECK(!inner_.update_gate_, "LossScaleOptimizer: optimizer \"", inner_.name(),
+               "\" is wrapped by another LossScaleOptimizer already");
+  dynamic_scale_ = make_variable("dynamic_scale",
+                                 Tensor::scalar(options_.initial_scale, DType::kFloat32), false);
+  step_counter_ = make_variable("step_counter", Tensor::scalar(0, DType::kInt64), false);
+  Optimizer::keep_on_host(dynamic_scale_);
+  Optimizer::keep_on_host(step_counter_);
+  inner_.update_gate_ = [this](std::vector<Tensor>& gradients) { return before_update(gradients); };
+}
+
+LossScaleOptimizer::~LossScaleOptimizer() { inner_.update_gate_ = nullptr; }
+
+Tensor LossScaleOptimizer::scale_loss(const Tensor& loss) const { return loss * loss_scale(); }
+
+void LossScaleOptimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gradients,
+                                         const std::vector<Variable>& variables) {
+  inner_.apply_gradients(ctx, gradients, variables);
+}
+
+void LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& gradients,
+                                         const std::vector<Variable>& variables,
+                                         ApplyGradientsOptions options) {
+  inner_.apply_gradients(gradients, variables, options);
+}
+
+double LossScaleOptimizer::loss_scale() const {
+  return dynamic_scale_.value_untracked().item<double>();
+}
+
+int64_t LossScaleOptimizer::step_counter() const {
+  return step_counter_.value_untracked().item<int64_t>();
+}
+
+void LossScaleOptimizer::set_state(double scale, int64_t step_counter) {
+  TANDEM_CHECK(
+      std::isfinite(scale) && scale > 0 && static_cast<double>(static_cast<float>(scale)) == scale,
+      "LossScaleOptimizer: a loss scale must be a finite positive float32, got ", scale);
+  TANDEM_CHECK(step_counter >= 0 && step_counter < options_.dynamic_growth_steps,
+               "LossScaleOptimizer: step_counter ", step_counter, " is outside [0, ",
+               options_.dynamic_growth_steps, ") (dynamic_growth_steps)");
+  for (int r = 0; r < dynamic_scale_.num_copies(); ++r) {
+    Tensor copy = dynamic_scale_.copy(r);
+    copy.fill_(scale);
+  }
+  for (int r = 0; r < step_counter_.num_copies(); ++r) {
+    Tensor copy = step_counter_.copy(r);
+    copy.fill_(static_cast<double>(step_counter));
+  }
+}
+
+std::string LossScaleOptimizer::config_json() const {
+  return tandem::detail::str_cat("{\"name\": \"loss_scale_optimizer\", \"initial_scale\": ",
+                                 detail::json_number(options_.initial_scale),
+                                 ", \"dynamic_growth_steps\": ", options_.dynamic_growth_steps,
+                                 ", \"dynamic\": ", options_.dynamic ? "true" : "false", "}");
+}
+
+bool LossScaleOptimizer::before_update(std::vector<Tensor>& gradients) {
+  autograd::NoRecordGuard no_record;
+  const double scale = loss_scale();
+  if (options_.dynamic) {
+    for (const Tensor& g : gradients) {
+      if (!g.defined() || ops::count_non_finite(g).total() == 0) continue;
+      // Keras 3: halve the scale, restart the count, leave the variables and iterations alone.
+      dynamic_scale_.assign(Tensor::scalar(scale * 0.5, DType::kFloat32));
+      step_counter_.assign(Tensor::scalar(0, DType::kInt64));
+      if (current_replica_binding().replica_id == 0)
+        skipped_.fetch_add(1, std::memory_order_relaxed);
+      return false;
+    }
+  }
+  for (Tensor& g : gradients)
+    if (g.defined()) g = g / scale;  // exact: the dynamic scale is a power of two
+  if (options_.dynamic) {
+    const int64_t counter = step_counter();
+    if (counter == options_.dynamic_growth_steps - 1) {
+      step_counter_.assign(Tensor::scalar(0, DType::kInt64));
+      dynamic_scale_.assign(Tensor::scalar(scale * 2.0, DType::kFloat32));
+    } else {
+      step_counter_.assign(Tensor::scalar(static_cast<double>(counter + 1), DType::kInt64));
+    }
+  }
+  return true;
+}
+
+}  // namespace tandem::optim

@@ -1,0 +1,89 @@
+// LossScaleOptimizer: loss scaling for float16 (and, when wanted, bfloat16) training, with
+// Keras 3's dynamic rule, wrapped around any optimizer. The loss is multiplied by the scale
+// before the backward pass (scale_loss), so that small float16 gradients do not flush to zero;
+// each update then sees the gradients combined across every replica and worker, and
+//   - when all of them are finite: divides them by the scale (before clipping), lets the inner
+//     optimizer update, and doubles the scale after dynamic_growth_steps finite updates in a
+//     row;
+//   - when any is not: skips the update (the inner optimizer's iterations() does not count it,
+//     as in Keras 3) and halves the scale.
+// The decision is taken on the combined gradients, which every replica holds bitwise alike (an
+// Inf or NaN in one replica's gradient makes the sum non-finite everywhere), so every replica
+// and worker skips or applies the same update without an extra collective. With gradient
+// accumulation it is taken once per update, on the mean of the micro-steps' gradients.
+#pragma once
+
+#include <atomic>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "tandem/autograd/variable.h"
+#include "tandem/optim/gradient_sync.h"
+#include "tandem/optim/optimizer.h"
+#include "tandem/tensor/tensor.h"
+
+namespace tandem::optim {
+
+struct LossScaleOptions {
+  /// The scale the first update uses (Keras's initial_scale, 2^15).
+  double initial_scale = 32768.0;
+  /// Finite updates in a row after which the scale doubles (Keras's dynamic_growth_steps).
+  int64_t dynamic_growth_steps = 2000;
+  /// false: a fixed scale (Keras's loss_scale_factor): the gradients are divided by it and no
+  /// update is skipped.
+  bool dynamic = true;
+};
+
+class LossScaleOptimizer {
+ public:
+  /// Wraps `inner`, which must outlive this object and be wrapped by no other. Make it where
+  /// the inner optimizer is made (inside strategy.scope()): its scale ("dynamic_scale",
+  /// float32) and counter ("step_counter", int64) are variables, mirrored on every replica.
+  explicit LossScaleOptimizer(Optimizer& inner, LossScaleOptions options = {});
+  ~LossScaleOptimizer();
+  LossScaleOptimizer(const LossScaleOptimizer&) = delete;
+  LossScaleOptimizer& operator=(const LossScaleOptimizer&) = delete;
+
+  Optimizer& inner_optimizer() const { return inner_; }
+  const LossScaleOptions& options() const { return options_; }
+
+  /// loss x the current scale (recorded: differentiate the scaled loss).
+  Tensor scale_loss(const Tensor& loss) const;
+
+  /// The inner optimizer's apply_gradients, with the gradients of the scaled loss: see above.
+  void apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gradients,
+                       const std::vector<Variable>& variables);
+  void apply_gradients(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
+                       ApplyGradientsOptions options = {});
+
+  /// The current scale: inside strategy.run this replica's copy, outside replica 0's (all
+  /// replicas hold the same).
+  double loss_scale() const;
+  /// Finite updates since the scale last changed (Keras's step_counter).
+  int64_t step_counter() const;
+  /// Updates skipped for non-finite gradients since this object was made (not checkpointed).
+  int64_t skipped_updates() const { return skipped_.load(std::memory_order_relaxed); }
+  /// Sets the scale and the counter on every replica copy (checkpoint restore). Raises for a
+  /// scale that is not finite and positive or a counter outside [0, dynamic_growth_steps).
+  void set_state(double scale, int64_t step_counter);
+
+  const Variable& dynamic_scale_variable() const { return dynamic_scale_; }
+  const Variable& step_counter_variable() const { return step_counter_; }
+
+  /// Keras-style JSON of the options (stored in checkpoints).
+  std::string config_json() const;
+
+ private:
+  /// The gate the inner optimizer runs before each update: unscales `gradients` in place and
+  /// returns true, or returns false (skip) for non-finite ones, moving the scale either way.
+  bool before_update(std::vector<Tensor>& gradients);
+
+  Optimizer& inner_;
+  LossScaleOptions options_;
+  Variable dynamic_scale_;
+  Variable step_counter_;
+  std::atomic<int64_t> skipped_{0};
+};
+
+}  // namespace tandem::optim
