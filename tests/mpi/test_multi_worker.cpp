@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -922,4 +923,73 @@ TEST_CASE("multi-worker: the chief's trace holds every worker's timeline, a proc
     }
     std::filesystem::remove_all(dir);
   }
+}
+
+TEST_CASE(
+    "multi-worker: an Inf on one worker's replica skips that update on every worker and "
+    "halves every loss scale",
+    "[mpi]") {
+  td::Strategy& s = strategy();
+  td::Generator g(/*seed=*/21);
+  const int64_t steps = 6, batch = 16;
+  const td::Tensor features = td::Tensor::normal({steps * batch, 8}, g);
+  std::vector<int64_t> labels(static_cast<size_t>(steps * batch));
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 4);
+  auto data = s.distribute_dataset(
+      td::data::from_tensor_slices({features, td::Tensor::from_vector(labels)}).batch(batch),
+      {.auto_shard_policy = td::data::AutoShardPolicy::kData});
+  td::nn::Sequential model({td::nn::Dense(16, td::nn::Activation::kRelu), td::nn::Dense(4)});
+  std::unique_ptr<td::optim::Adam> adam;
+  std::unique_ptr<td::optim::LossScaleOptimizer> lso;
+  {
+    auto scope = s.scope();
+    model.set_seed(9);
+    model.build({8});
+    adam = std::make_unique<td::optim::Adam>(td::optim::Adam::Options{.learning_rate = 0.01});
+    lso = std::make_unique<td::optim::LossScaleOptimizer>(*adam);
+  }
+  const std::vector<td::Variable> variables = model.trainable_variables();
+  // The last replica of the last worker overflows at step 3 (0-based): only there is the
+  // gradient not finite; the others see it in the sum.
+  const int bad_replica = s.num_replicas_in_sync() - 1;
+  int64_t step_index = 0;
+  auto step = [&](td::ReplicaContext& ctx, const td::data::Batch& b) {
+    td::GradientTape tape;
+    td::Tensor loss = td::compute_average_loss(
+        td::losses::sparse_categorical_crossentropy(b.labels(), model(b.features(), true), true),
+        batch);
+    if (step_index == 3 && ctx.replica_id_in_sync_group() == bad_replica)
+      loss = loss * std::numeric_limits<double>::infinity();
+    lso->apply_gradients(ctx, tape.gradient(lso->scale_loss(loss), variables), variables);
+    return loss;
+  };
+  std::vector<std::vector<float>> before, after;  // every local copy, around step 3
+  for (const auto& b : data) {
+    if (step_index == 3)
+      for (const td::Variable& v : variables)
+        for (int r = 0; r < v.num_copies(); ++r) before.push_back(v.copy(r).to_vector<float>());
+    s.run(step, b);
+    if (step_index == 3) {
+      for (const td::Variable& v : variables)
+        for (int r = 0; r < v.num_copies(); ++r) after.push_back(v.copy(r).to_vector<float>());
+      CHECK(lso->loss_scale() == 16384.0);
+      CHECK(adam->iterations() == 3);  // the skipped update is not counted
+    }
+    ++step_index;
+  }
+  REQUIRE(step_index == steps);
+  CHECK(after == before);  // the skipped update changed nothing, on any local replica
+  CHECK(adam->iterations() == steps - 1);
+  for (int r = 0; r < s.num_local_replicas(); ++r)
+    CHECK(lso->dynamic_scale_variable().copy(r).item<double>() == 16384.0);
+  // Every worker ends with the same weights, bit for bit.
+  std::string mine;
+  for (const td::Variable& v : variables) {
+    const std::vector<float> values = v.copy(0).to_vector<float>();
+    for (float f : values) CHECK(std::isfinite(f));
+    mine.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+  }
+  const std::vector<std::vector<char>> all =
+      td::worker_group()->all_gather(std::vector<char>(mine.begin(), mine.end()), "weights");
+  for (const std::vector<char>& other : all) CHECK(std::string(other.begin(), other.end()) == mine);
 }
