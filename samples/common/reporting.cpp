@@ -80,7 +80,21 @@ void print_epoch_summary(const EpochResult& result, int64_t epochs) {
             << "  test acc " << result.test_accuracy << "  " << std::setprecision(0)
             << result.samples_per_sec << " samples/s  " << std::setprecision(1)
             << result.train_seconds << " s (+" << result.eval_seconds << " s eval)"
-            << std::defaultfloat << std::endl;
+            << std::defaultfloat;
+  if (result.loss_scale) {
+    std::cout << "  loss scale " << std::setprecision(8) << *result.loss_scale << " ("
+              << result.skipped_updates << " update" << (result.skipped_updates == 1 ? "" : "s")
+              << " skipped)";
+  }
+  std::cout << std::endl;
+  // A scale at or below 1 no longer scales anything up: the gradients overflow float16 even
+  // unscaled, and every update is being skipped.
+  if (result.loss_scale && *result.loss_scale <= 1.0) {
+    std::cout << "advice: the loss scale fell to " << *result.loss_scale
+              << ": the gradients overflow float16 even unscaled. Train with --precision "
+                 "mixed_bfloat16 (float32's range) or a lower learning rate"
+              << std::endl;
+  }
 }
 
 MetricsLog::MetricsLog(const std::string& path, bool append) : path_(path) {
@@ -98,7 +112,12 @@ void MetricsLog::write(const EpochResult& result) {
        << ", \"test_accuracy\": " << json_number(result.test_accuracy)
        << ", \"samples_per_sec\": " << json_number(result.samples_per_sec)
        << ", \"replicas\": " << result.replicas
-       << ", \"epoch_seconds\": " << json_number(result.train_seconds) << "}\n";
+       << ", \"epoch_seconds\": " << json_number(result.train_seconds);
+  if (result.loss_scale) {
+    out_ << ", \"loss_scale\": " << json_number(*result.loss_scale)
+         << ", \"skipped_updates\": " << result.skipped_updates;
+  }
+  out_ << "}\n";
   out_.flush();
   if (!out_.good()) throw std::runtime_error("--metrics-json: writing \"" + path_ + "\" failed");
 }

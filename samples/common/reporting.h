@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <optional>
 #include <string>
 
 namespace samples {
@@ -66,6 +67,10 @@ struct EpochResult {
   double samples_per_sec = 0.0;  ///< training examples / training time (evaluation excluded)
   double train_seconds = 0.0;
   double eval_seconds = 0.0;
+  /// With a LossScaleOptimizer (--precision mixed_float16): the scale at the epoch's end and
+  /// the updates of the epoch it skipped for non-finite gradients.
+  std::optional<double> loss_scale = std::nullopt;
+  int64_t skipped_updates = 0;
   int replicas = 1;
 };
 

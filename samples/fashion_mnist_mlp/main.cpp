@@ -61,6 +61,7 @@ int train_and_evaluate(const samples::Flags& flags) {
   // LossScaleOptimizer). bfloat16 has float32's range and needs none.
   std::optional<td::optim::LossScaleOptimizer> loss_scale;
   if (td::nn::global_policy().compute_dtype() == td::DType::kFloat16) loss_scale.emplace(optimizer);
+  int64_t skipped_before = 0;  // updates the loss scale skipped before this epoch
   td::metrics::Mean train_loss("train_loss");
   td::metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy");
   td::metrics::SparseCategoricalAccuracy test_accuracy("test_accuracy");
@@ -135,6 +136,11 @@ int train_and_evaluate(const samples::Flags& flags) {
                                 .samples_per_sec = progress.samples_per_sec(),
                                 .train_seconds = progress.seconds(),
                                 .replicas = num_replicas};
+    if (loss_scale) {
+      result.loss_scale = loss_scale->loss_scale();
+      result.skipped_updates = loss_scale->skipped_updates() - skipped_before;
+      skipped_before = loss_scale->skipped_updates();
+    }
     const samples::Stopwatch eval_time;
     result.test_accuracy = samples::evaluate(strategy, model, dist_test, test_accuracy);
     result.eval_seconds = eval_time.seconds();

@@ -265,6 +265,24 @@ TEST_CASE(
   CHECK(fs::exists(dir.path / "ckpt-80.h5"));
 }
 
+TEST_CASE("fashion_mnist_mlp --precision mixed_float16 scales the loss and reports the scale",
+          "[cpu][samples]") {
+  if (!sample_built()) return;
+  TempDir dir;
+  const fs::path metrics = dir.path / "m.json";
+  const Result run_result =
+      run(kMlp + " --epochs 1 --max-steps 20 --fresh --precision mixed_float16 --checkpoint-dir '" +
+          dir.path.string() + "' --metrics-json '" + metrics.string() + "'");
+  INFO(run_result.output);
+  REQUIRE(run_result.exit_code == 0);
+  CHECK(run_result.output.find("loss scale 32768 (0 updates skipped)") != std::string::npos);
+  std::map<std::string, double> epoch1 = parse_json_object(read_lines(metrics).at(0));
+  CHECK(epoch1["loss_scale"] == 32768.0);
+  CHECK(epoch1["skipped_updates"] == 0.0);
+  CHECK(epoch1["test_accuracy"] > 0.3);
+  CHECK(fs::exists(dir.path / "ckpt-20.h5"));  // with the scale (tests/checkpoint checks it)
+}
+
 TEST_CASE("fashion_mnist_mlp --help names every flag", "[cpu][samples]") {
   if (!sample_built()) return;
   const Result help = run(kMlp + " --help");
