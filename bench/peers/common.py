@@ -28,6 +28,7 @@ CONFIGS = {
 # Hidden widths of the MLPs (input 784 = 28 x 28, 10 classes).
 HIDDEN = {"mlp": [256, 128], "large": [1024, 1024]}
 CSV_HEADER = "config,batch,samples_per_s,ms_per_step,setting"
+PRECISIONS = ["float32", "mixed_bfloat16"]
 
 
 def synthetic_batch(batch):
@@ -58,6 +59,9 @@ def parse_args(description, extra=None):
     parser.add_argument("--steps", type=int, default=TIMED_STEPS, help="timed steps (median)")
     parser.add_argument("--warmup", type=int, default=WARMUP_STEPS, help="untimed steps first")
     parser.add_argument("--csv", action="store_true", help="print " + CSV_HEADER)
+    parser.add_argument("--precision", choices=PRECISIONS, default="float32",
+                        help="float32, or mixed_bfloat16: float32 weights and optimizer, the "
+                             "layers computing in bfloat16 (each framework's own way)")
     if extra:
         extra(parser)
     args = parser.parse_args()

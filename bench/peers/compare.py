@@ -53,6 +53,8 @@ def main():
     parser.add_argument("--steps", type=int, default=common.TIMED_STEPS)
     parser.add_argument("--skip", default="", help="peers to leave out: torch,tf,jax")
     parser.add_argument("--tandem-args", default="", help="more arguments for bench_step_cpu")
+    parser.add_argument("--precision", choices=common.PRECISIONS, default="float32",
+                        help="every contender's: float32, or mixed_bfloat16 (bfloat16 compute)")
     args = parser.parse_args()
     configs = [c for c in args.configs.split(",") if c]
     unknown = [c for c in configs if c not in TANDEM_CONFIGS]
@@ -60,7 +62,8 @@ def main():
         parser.error(f"unknown configuration(s) {unknown}; known: {TANDEM_CONFIGS}")
     peer_configs = [c for c in configs if c in common.CONFIGS]
     peers = [p for p in PEERS if p not in args.skip.split(",")]
-    steps = ["--steps", str(args.steps), "--warmup", str(common.WARMUP_STEPS)]
+    steps = ["--steps", str(args.steps), "--warmup", str(common.WARMUP_STEPS),
+             "--precision", args.precision]
 
     # Tandem at its default thread count (cores / replicas), and its one-replica rows again at
     # one thread: PyTorch gets the better of 1 and 2 threads, so Tandem does too.
@@ -108,7 +111,7 @@ def main():
             samples[("tandem-default", config)].append(float(default["samples_per_s"]))
 
     names = [PEERS[p][0] for p in peers]
-    print(f"CPU training step, float32, Adam, synthetic data: samples/s, median over "
+    print(f"CPU training step, {args.precision}, Adam, synthetic data: samples/s, median over "
           f"{args.rounds} interleaved rounds (each: median of {args.steps} steps after "
           f"{common.WARMUP_STEPS}); ratio = Tandem / peer (> 1: Tandem faster)\n")
     heading = (f"{'config':<12} {'model':<24} {'batch':>5} {'rep':>3} {'Tandem':>9} "
@@ -135,8 +138,8 @@ def main():
     print("\nrep = CPU replicas (MirroredStrategy); Tandem = the better of its default threads "
           "(cores / replicas) and 1 thread per round, default = the default alone; of_gemm = "
           "the GEMMs the step needs, alone / Tandem's step time; PyTorch = the best "
-          "of threads 1 and 2 x OPENBLAS_CORETYPE per round; TensorFlow and JAX at their "
-          "default thread pools")
+          "of threads 1 and 2 x OPENBLAS_CORETYPE per round; TensorFlow (the better of "
+          "tf.function with jit_compile off and on) and JAX at their default thread pools")
     print(f"load average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end "
           f"({time.time() - start:.0f} s); cores: {os.cpu_count()}")
     return 0

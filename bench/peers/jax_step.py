@@ -2,7 +2,9 @@
 # Python modules: jax, optax (bench/peers/run's venv) and common (beside this script)
 """JAX (jax[cpu], optax) on bench_step_cpu's configurations: the whole step (forward +
 cross-entropy + grad + optax.adam update) in one jax.jit, compiled by XLA, parameters and
-optimizer state donated; float32. XLA's default CPU thread pool (all cores).
+optimizer state donated; float32, or with --precision mixed_bfloat16 float32 parameters cast to
+bfloat16 for the forward (inputs too; logits back to float32 for the loss). XLA's default CPU
+thread pool (all cores).
 
     build/bench-peers-venv/bin/python bench/peers/jax_step.py [--configs mlp-b64,...] [--csv]
 """
@@ -76,8 +78,13 @@ def time_config(name, args):
         images = images.reshape(batch, 28, 28, 1)  # NHWC, as the Tandem sample
     x, y = jnp.asarray(images), jnp.asarray(labels.astype(np.int32))
 
+    mixed = args.precision == "mixed_bfloat16"
+
     def loss_fn(params, x, y, key):
-        logits = forward(kind, params, x, key)
+        if mixed:  # float32 masters, bfloat16 compute (the cast's gradient comes back float32)
+            params = jax.tree_util.tree_map(lambda p: p.astype(jnp.bfloat16), params)
+            x = x.astype(jnp.bfloat16)
+        logits = forward(kind, params, x, key).astype(jnp.float32)
         return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
 
     def train_step(params, opt_state, key, x, y):
@@ -100,7 +107,7 @@ def time_config(name, args):
 def main():
     args = common.parse_args(__doc__.splitlines()[0])
     report = common.Report(
-        f"JAX {jax.__version__} (optax {optax.__version__}) on the CPU, float32, Adam; "
+        f"JAX {jax.__version__} (optax {optax.__version__}) on the CPU, {args.precision}, Adam; "
         "the whole step in one jax.jit", args)
     for name in args.configs:
         report.row(name, time_config(name, args), f"devices={jax.device_count()}")

@@ -2,7 +2,9 @@
 # Python modules: tensorflow, keras (bench/peers/run's venv) and common (beside this script)
 """TensorFlow (tensorflow-cpu, Keras 3) on bench_step_cpu's configurations: a custom training
 loop, strategy.run(step) inside one tf.function under OneDeviceStrategy("/cpu:0"), Keras
-layers, SparseCategoricalCrossentropy, tf.nn.compute_average_loss, keras Adam; float32.
+layers, SparseCategoricalCrossentropy, tf.nn.compute_average_loss, keras Adam; float32, or
+with --precision mixed_bfloat16 Keras's mixed_bfloat16 policy. Each configuration is timed with
+tf.function as it is and with jit_compile=True (XLA), and the faster is reported.
 TensorFlow's default thread pools (all cores).
 
     build/bench-peers-venv/bin/python bench/peers/tf_step.py [--configs mlp-b64,...] [--csv]
@@ -35,9 +37,10 @@ def build_model(kind):
     return keras.Sequential(layers)
 
 
-def time_config(name, args):
+def time_config(name, args, jit):
     kind, _, batch = common.CONFIGS[name]
     keras.utils.set_random_seed(42)
+    keras.mixed_precision.set_global_policy(args.precision)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     images, labels = common.synthetic_batch(batch)
     if kind == "cnn":
@@ -60,7 +63,7 @@ def time_config(name, args):
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
 
-    @tf.function
+    @tf.function(jit_compile=jit)
     def train_step(x, y):
         losses = strategy.run(replica_step, args=(x, y))
         return strategy.reduce(tf.distribute.ReduceOp.SUM, losses, axis=None)
@@ -71,11 +74,13 @@ def time_config(name, args):
 def main():
     args = common.parse_args(__doc__.splitlines()[0])
     report = common.Report(
-        f"TensorFlow {tf.__version__} (Keras {keras.__version__}) on the CPU, float32, Adam; "
-        "strategy.run in tf.function, OneDeviceStrategy", args)
+        f"TensorFlow {tf.__version__} (Keras {keras.__version__}) on the CPU, {args.precision}, "
+        "Adam; strategy.run in tf.function (the better of jit_compile off and on), "
+        "OneDeviceStrategy", args)
+    threads = tf.config.threading.get_intra_op_parallelism_threads() or "auto"
     for name in args.configs:
-        report.row(name, time_config(name, args),
-                   f"intra_op={tf.config.threading.get_intra_op_parallelism_threads() or 'auto'}")
+        seconds, jit = min((time_config(name, args, jit), jit) for jit in (False, True))
+        report.row(name, seconds, f"intra_op={threads} jit_compile={jit}")
     if not args.csv:
         print("\nreproduce: build/bench-peers-venv/bin/python " + " ".join(sys.argv))
     return 0

@@ -1,7 +1,8 @@
 #!/usr/bin/python3
 # Python modules: torch (python3-torch, installed by bench/peers/run) and common (beside this script)
 """PyTorch (Debian's python3-torch, GEMMs through OpenBLAS) on bench_step_cpu's configurations:
-eager forward + cross-entropy + backward + torch.optim.Adam, float32, one process.
+eager forward + cross-entropy + backward + torch.optim.Adam, float32 (or, with --precision
+mixed_bfloat16, the forward and loss under torch.autocast("cpu", torch.bfloat16)), one process.
 
 By default it tries compute threads 1 and 2 under each OPENBLAS_CORETYPE of --coretypes (each
 core type in a process of its own, since OpenBLAS reads it at load time) and reports the best
@@ -60,9 +61,12 @@ def time_config(torch, name, args):
     optimizer = torch.optim.Adam(model.parameters(), lr=common.LEARNING_RATE,
                                  betas=(common.BETA_1, common.BETA_2), eps=common.EPSILON)
 
+    mixed = args.precision == "mixed_bfloat16"
+
     def step():
         optimizer.zero_grad(set_to_none=True)
-        loss = torch.nn.functional.cross_entropy(model(x), y)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+            loss = torch.nn.functional.cross_entropy(model(x), y)
         loss.backward()
         optimizer.step()
         return loss.item()
@@ -74,8 +78,8 @@ def run_here(args):
     """Times every configuration under this process's OPENBLAS_CORETYPE."""
     import torch
     coretype = os.environ.get("OPENBLAS_CORETYPE", "default")
-    report = common.Report(f"PyTorch {torch.__version__} eager on the CPU, float32, Adam; "
-                           f"OPENBLAS_CORETYPE {coretype}", args)
+    report = common.Report(f"PyTorch {torch.__version__} eager on the CPU, {args.precision}, "
+                           f"Adam; OPENBLAS_CORETYPE {coretype}", args)
     for name in args.configs:
         for threads in [args.threads] if args.threads else [1, 2]:
             torch.set_num_threads(threads)
@@ -93,7 +97,8 @@ def sweep(args):
             env["OPENBLAS_CORETYPE"] = coretype
         command = [sys.executable, os.path.abspath(__file__), "--csv", "--coretype", coretype,
                    "--configs", ",".join(args.configs), "--steps", str(args.steps),
-                   "--warmup", str(args.warmup), "--threads", str(args.threads)]
+                   "--warmup", str(args.warmup), "--threads", str(args.threads),
+                   "--precision", args.precision]
         out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
         for line in out.splitlines()[1:]:
             name, _, _, ms, setting = line.split(",")
@@ -115,8 +120,8 @@ def main():
     best = sweep(args)
     import torch
     report = common.Report(
-        f"PyTorch {torch.__version__} eager on the CPU, float32, Adam; best of threads 1 and 2 "
-        f"x OPENBLAS_CORETYPE in {args.coretypes}", args)
+        f"PyTorch {torch.__version__} eager on the CPU, {args.precision}, Adam; best of threads 1 "
+        f"and 2 x OPENBLAS_CORETYPE in {args.coretypes}", args)
     for name in args.configs:
         report.row(name, *best[name])
     if not args.csv:
