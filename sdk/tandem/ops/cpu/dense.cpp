@@ -186,45 +186,65 @@ void dense(int64_t m, int64_t n, int64_t k, const double* x, const double* w, co
   gemm_then_epilogue(m, n, k, x, w, bias, relu, y);
 }
 
-void dense(int64_t m, int64_t n, int64_t k, const bfloat16* x, const bfloat16* w,
-           const bfloat16* bias, bool relu, bfloat16* y) {
+namespace {
+
+/// Whether 16-bit values of type H run on oneDNN's bfloat16 primitives (else widened to float32).
+template <typename H>
+bool native_16_bit() {
+#if TANDEM_WITH_ONEDNN
+  if constexpr (std::is_same_v<H, bfloat16>) return onednn_has_bf16_matmul();
+#endif
+  return false;
+}
+
+template <typename H>
+void dense_16(int64_t m, int64_t n, int64_t k, const H* x, const H* w, const H* bias, bool relu,
+              H* y) {
   if (m == 0 || n == 0) return;
 #if TANDEM_WITH_ONEDNN
-  if (k > 0 && onednn_has_bf16_matmul())
+  // An empty sum (k == 0) is left to the emulation, which writes act(bias).
+  if (k > 0 && native_16_bit<H>())
     return onednn_matmul(dnnl::memory::data_type::bf16, false, false, m, n, k, x, w, bias, relu, y);
 #endif
   emulated_dense(m, n, k, x, w, bias, relu, y);
 }
 
-void dense(int64_t m, int64_t n, int64_t k, const float16* x, const float16* w, const float16* bias,
-           bool relu, float16* y) {
-  if (m == 0 || n == 0) return;
-  emulated_dense(m, n, k, x, w, bias, relu, y);
-}
-
-void matmul(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const bfloat16* a,
-            const bfloat16* b, bfloat16* c) {
+template <typename H>
+void matmul_16(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const H* a,
+               const H* b, H* c) {
   if (m == 0 || n == 0) return;
   if (k == 0) {
-    std::fill(c, c + m * n, bfloat16(0.0f));
+    std::fill(c, c + m * n, H(0.0f));
     return;
   }
 #if TANDEM_WITH_ONEDNN
-  if (onednn_has_bf16_matmul())
+  if (native_16_bit<H>())
     return onednn_matmul(dnnl::memory::data_type::bf16, transpose_a, transpose_b, m, n, k, a, b,
                          nullptr, false, c);
 #endif
   emulated_matmul(transpose_a, transpose_b, m, n, k, a, b, c);
 }
 
+}  // namespace
+
+void dense(int64_t m, int64_t n, int64_t k, const bfloat16* x, const bfloat16* w,
+           const bfloat16* bias, bool relu, bfloat16* y) {
+  dense_16(m, n, k, x, w, bias, relu, y);
+}
+
+void dense(int64_t m, int64_t n, int64_t k, const float16* x, const float16* w, const float16* bias,
+           bool relu, float16* y) {
+  dense_16(m, n, k, x, w, bias, relu, y);
+}
+
+void matmul(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const bfloat16* a,
+            const bfloat16* b, bfloat16* c) {
+  matmul_16(transpose_a, transpose_b, m, n, k, a, b, c);
+}
+
 void matmul(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float16* a,
             const float16* b, float16* c) {
-  if (m == 0 || n == 0) return;
-  if (k == 0) {
-    std::fill(c, c + m * n, float16(0.0f));
-    return;
-  }
-  emulated_matmul(transpose_a, transpose_b, m, n, k, a, b, c);
+  matmul_16(transpose_a, transpose_b, m, n, k, a, b, c);
 }
 
 namespace {
