@@ -1,5 +1,6 @@
-// Helpers shared by the interop tests (test_interop.cpp, test_keras_weights.cpp): the scripts'
-// folder, the sample MLP, running a command, and finding a Python that has TensorFlow.
+// Helpers shared by the interop tests (test_interop.cpp, test_keras_*.cpp): the scripts' folder,
+// the sample MLP, running a command, and finding Fashion-MNIST and a Python that has TensorFlow
+// (or saying the test is skipped).
 #pragma once
 
 #include <sys/wait.h>
@@ -48,6 +49,23 @@ inline std::string tensorflow_python() {
     if (shell(python + probe) == 0) return python;
   }
   return "";
+}
+
+/// Fashion-MNIST's directory when `file` (e.g. "t10k-images-idx3-ubyte.gz") is in it; else ""
+/// after warning that the calling test is skipped.
+inline std::string fashion_mnist_or_skip(const std::string& file) {
+  const std::string directory = data::kFashionMnistDirectory;
+  if (fs::exists(directory + "/" + file)) return directory;
+  WARN("Fashion-MNIST is not installed in " << directory << "; skipped");
+  return "";
+}
+
+/// tensorflow_python(); when there is none, "" after warning that the calling test is skipped.
+inline std::string tensorflow_python_or_skip() {
+  std::string python = tensorflow_python();
+  if (python.empty())
+    WARN("TensorFlow is not installed (set TANDEM_TF_PYTHON to a Python that has it); skipped");
+  return python;
 }
 
 }  // namespace tandem::checkpoint_testing

@@ -56,16 +56,10 @@ TEST_CASE("checkpoint interop: h5py reads the sample MLP's checkpoint in the Ker
 
 TEST_CASE("checkpoint interop: Keras load_weights reaches Tandem's test accuracy",
           "[cpu][checkpoint][interop][slow]") {
-  const std::string data_dir = td::data::kFashionMnistDirectory;
-  if (!fs::exists(data_dir + "/t10k-images-idx3-ubyte.gz")) {
-    WARN("Fashion-MNIST is not installed in " << data_dir << "; skipped");
-    return;
-  }
-  const std::string python = tensorflow_python();
-  if (python.empty()) {
-    WARN("TensorFlow is not installed (set TANDEM_TF_PYTHON to a Python that has it); skipped");
-    return;
-  }
+  const std::string data_dir = fashion_mnist_or_skip("t10k-images-idx3-ubyte.gz");
+  if (data_dir.empty()) return;
+  const std::string python = tensorflow_python_or_skip();
+  if (python.empty()) return;
   // A briefly trained MLP (300 steps of 128 examples), its test accuracy computed by Tandem.
   td::nn::Sequential model = sample_mlp();
   td::optim::Adam optimizer;

@@ -13,11 +13,8 @@ using namespace tandem::checkpoint_testing;
 
 TEST_CASE("LossScaleOptimizer follows Keras 3's scale trajectory and updates bit for bit",
           "[cpu][checkpoint][interop]") {
-  const std::string python = tensorflow_python();
-  if (python.empty()) {
-    WARN("TensorFlow is not installed (set TANDEM_TF_PYTHON to a Python that has it); skipped");
-    return;
-  }
+  const std::string python = tensorflow_python_or_skip();
+  if (python.empty()) return;
   // 40 updates: growth every 3 finite ones, overflows (Inf, NaN) scattered, two in a row once.
   std::vector<std::string> values;
   for (int i = 0; i < 40; ++i) {

@@ -17,16 +17,10 @@ TEST_CASE(
     "the sample MLP under mixed_bfloat16 trains as Keras 3 does: 100 steps, losses within "
     "bfloat16's tolerance",
     "[cpu][checkpoint][interop][slow]") {
-  const std::string data_dir = td::data::kFashionMnistDirectory;
-  if (!fs::exists(data_dir + "/train-images-idx3-ubyte.gz")) {
-    WARN("Fashion-MNIST is not installed in " << data_dir << "; skipped");
-    return;
-  }
-  const std::string python = tensorflow_python();
-  if (python.empty()) {
-    WARN("TensorFlow is not installed (set TANDEM_TF_PYTHON to a Python that has it); skipped");
-    return;
-  }
+  const std::string data_dir = fashion_mnist_or_skip("train-images-idx3-ubyte.gz");
+  if (data_dir.empty()) return;
+  const std::string python = tensorflow_python_or_skip();
+  if (python.empty()) return;
   constexpr int kSteps = 100;
   constexpr int64_t kBatch = 64;
   TempDir dir;
@@ -46,10 +40,8 @@ TEST_CASE(
 
   const nn::Policy saved = nn::global_policy();
   nn::set_global_policy("mixed_bfloat16");
-  nn::Sequential model({nn::Flatten(), nn::Dense(256, nn::Activation::kRelu),
-                        nn::Dense(128, nn::Activation::kRelu), nn::Dense(10)});
+  nn::Sequential model = sample_mlp();  // its layers take the policy when they are made
   nn::set_global_policy(saved);
-  model.build({28, 28});
   td::load_weights(model, dir.file("initial.weights.h5"));
   td::optim::Adam adam({.learning_rate = 1e-3});
   const td::losses::SparseCategoricalCrossentropy loss_fn({.from_logits = true});

@@ -107,16 +107,10 @@ std::string mismatch_message(const td::nn::Module& model, const std::string& pat
 
 TEST_CASE("load_weights: Keras's files of the sample MLP give Keras's logits",
           "[cpu][checkpoint][interop][slow]") {
-  const std::string data_dir = td::data::kFashionMnistDirectory;
-  if (!fs::exists(data_dir + "/t10k-images-idx3-ubyte.gz")) {
-    WARN("Fashion-MNIST is not installed in " << data_dir << "; skipped");
-    return;
-  }
-  const std::string python = tensorflow_python();
-  if (python.empty()) {
-    WARN("TensorFlow is not installed (set TANDEM_TF_PYTHON to a Python that has it); skipped");
-    return;
-  }
+  const std::string data_dir = fashion_mnist_or_skip("t10k-images-idx3-ubyte.gz");
+  if (data_dir.empty()) return;
+  const std::string python = tensorflow_python_or_skip();
+  if (python.empty()) return;
   TempDir dir;
   const std::string log = dir.file("keras_write_weights.log");
   const int status = shell(python + " " + kInteropDir + "/keras_write_weights.py " + dir.str() +
