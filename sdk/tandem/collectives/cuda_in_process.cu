@@ -24,15 +24,22 @@ __global__ void reduce_kernel(Pointers p, int num_src, int num_dst, int64_t coun
   const int64_t step = static_cast<int64_t>(gridDim.x) * blockDim.x;
   for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < count;
        i += step) {
-    T acc = static_cast<const T*>(p.src[0])[i];
-    for (int k = 1; k < num_src; ++k) {
-      const T in = static_cast<const T*>(p.src[k])[i];
-      // Plain add (no fused multiply-add possible here): the same rounding as the CPU loop.
-      acc = op == ReduceOp::kMax ? tandem::detail::max_propagating_nan(acc, in)
-                                 : static_cast<T>(acc + in);
+    T result;
+    if (op == ReduceOp::kMax) {
+      result = static_cast<const T*>(p.src[0])[i];
+      for (int k = 1; k < num_src; ++k)
+        result = tandem::detail::max_propagating_nan(result, static_cast<const T*>(p.src[k])[i]);
+    } else {
+      // 16-bit values add in float32 and round once; plain adds (no fused multiply-add
+      // possible here): the same rounding as the CPU loop.
+      using Acc = compute_type_t<T>;
+      Acc acc = static_cast<Acc>(static_cast<const T*>(p.src[0])[i]);
+      for (int k = 1; k < num_src; ++k)
+        acc = static_cast<Acc>(acc + static_cast<Acc>(static_cast<const T*>(p.src[k])[i]));
+      if (op == ReduceOp::kMean) acc = static_cast<Acc>(acc / static_cast<Acc>(num_src));
+      result = static_cast<T>(acc);
     }
-    if (op == ReduceOp::kMean) acc = static_cast<T>(acc / static_cast<T>(num_src));
-    for (int k = 0; k < num_dst; ++k) static_cast<T*>(p.dst[k])[i] = acc;
+    for (int k = 0; k < num_dst; ++k) static_cast<T*>(p.dst[k])[i] = result;
   }
 }
 
@@ -50,7 +57,7 @@ void reduce_slice(Device device, DType dtype, const void* const* src, int num_sr
   tandem::cuda::DeviceGuard guard(device);
   const cudaStream_t stream = tandem::cuda::current_stream();
   const int blocks = tandem::cuda::grid_size(count, kThreads);
-  dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
+  dispatch_any_numeric(dtype, "all_reduce", [&]<typename T>() {
     reduce_kernel<T><<<blocks, kThreads, 0, stream>>>(p, num_src, num_dst, count, op);
   });
   TANDEM_CUDA_CHECK(cudaGetLastError());

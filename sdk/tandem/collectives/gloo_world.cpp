@@ -59,6 +59,16 @@ void max_keeping_nan(void* c, const void* a, const void* b, size_t n) {
   for (size_t i = 0; i < n; ++i) out[i] = detail::max_propagating_nan(x[i], y[i]);
 }
 
+/// Sum of 16-bit floating values (gradients sent compressed): added in float32, rounded once
+/// per pair (a ring adds one worker's piece per hop).
+template <typename T>
+void sum_in_float(void* c, const void* a, const void* b, size_t n) {
+  T* out = static_cast<T*>(c);
+  const T* x = static_cast<const T*>(a);
+  const T* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = T(static_cast<float>(x[i]) + static_cast<float>(y[i]));
+}
+
 }  // namespace
 
 GlooWorld::GlooWorld(int rank, std::vector<std::string> addresses, std::shared_ptr<TcpStore> store)
@@ -212,13 +222,15 @@ void GlooWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char
   for_each_dtype_group(tensors, pack, [&](void* buffer, int64_t count, DType dtype) {
     profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
     moving.set_bytes(count * static_cast<int64_t>(dtype_size(dtype)));
-    dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
+    dispatch_any_numeric(dtype, "all_reduce", [&]<typename T>() {
       run("allreduce", label, [&](uint32_t tag) {
         gloo::AllreduceOptions options(context_);
         options.setOutput(static_cast<T*>(buffer), static_cast<size_t>(count));
         options.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
         if (op == ReduceOp::kMax) {
           options.setReduceFunction(&max_keeping_nan<T>);
+        } else if constexpr (is_half_v<T>) {
+          options.setReduceFunction(&sum_in_float<T>);
         } else {
           options.setReduceFunction(
               static_cast<void (*)(void*, const void*, const void*, size_t)>(&gloo::sum<T>));

@@ -77,7 +77,7 @@ void reduce_slice(const void* const* src, int num_src, void* const* dst, int num
 
 void reduce_slice(DType dtype, const void* const* src, int num_src, void* const* dst, int num_dst,
                   int64_t count, ReduceOp op, bool stream) {
-  dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
+  dispatch_any_numeric(dtype, "all_reduce", [&]<typename T>() {
     reduce_slice<T>(src, num_src, dst, num_dst, count, op, stream);
   });
 }

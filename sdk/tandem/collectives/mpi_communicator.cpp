@@ -48,12 +48,47 @@ MPI_Datatype mpi_type(DType dtype) {
       return MPI_INT64_T;
     case DType::kUInt8:
       return MPI_UINT8_T;
+    case DType::kBFloat16:
+    case DType::kFloat16:
+      return MPI_UINT16_T;  // combined by the operations of half_op
     default:
       TANDEM_THROW("mpi: ", dtype, " tensors cannot be reduced (numeric types only)");
   }
 }
 
-MPI_Op mpi_op(ReduceOp op) { return op == ReduceOp::kMax ? MPI_MAX : MPI_SUM; }
+/// MPI's reduction functions for 16-bit floating values (gradients sent compressed), which MPI
+/// has no type for: a sum added in float32 and rounded once per pair, and a maximum that keeps
+/// NaN (inout = in op inout).
+template <typename T, bool kMax>
+void combine_half(void* in, void* inout, int* length, MPI_Datatype* /*type*/) {
+  const T* x = static_cast<const T*>(in);
+  T* y = static_cast<T*>(inout);
+  for (int i = 0; i < *length; ++i) {
+    if constexpr (kMax) {
+      y[i] = detail::max_propagating_nan(y[i], x[i]);
+    } else {
+      y[i] = T(static_cast<float>(x[i]) + static_cast<float>(y[i]));
+    }
+  }
+}
+
+template <typename T, bool kMax>
+MPI_Op half_op() {
+  static const MPI_Op op = [] {
+    MPI_Op made = MPI_OP_NULL;
+    MPI_Op_create(&combine_half<T, kMax>, /*commute=*/1, &made);
+    return made;
+  }();
+  return op;
+}
+
+MPI_Op mpi_op(ReduceOp op, DType dtype) {
+  const bool max = op == ReduceOp::kMax;
+  if (dtype == DType::kBFloat16)
+    return max ? half_op<bfloat16, true>() : half_op<bfloat16, false>();
+  if (dtype == DType::kFloat16) return max ? half_op<float16, true>() : half_op<float16, false>();
+  return max ? MPI_MAX : MPI_SUM;
+}
 
 std::string mpi_error(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -308,7 +343,7 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
       profile::Span moving(profile::Phase::kCommData, track);
       moving.set_bytes(static_cast<int64_t>(bytes));
       run_blocking(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), mpi_type(dtype),
-                                 mpi_op(op), impl_->data),
+                                 mpi_op(op, dtype), impl_->data),
                    call, label);
     }
   });

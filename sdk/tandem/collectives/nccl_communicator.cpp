@@ -38,6 +38,10 @@ ncclDataType_t nccl_type(DType dtype) {
       return ncclInt64;
     case DType::kUInt8:
       return ncclUint8;
+    case DType::kBFloat16:
+      return ncclBfloat16;
+    case DType::kFloat16:
+      return ncclFloat16;
     default:
       TANDEM_THROW("nccl: ", dtype, " tensors cannot be reduced (numeric types only)");
   }

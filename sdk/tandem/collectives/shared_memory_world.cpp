@@ -427,7 +427,7 @@ void SharedMemoryWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, co
     const size_t total = static_cast<size_t>(count) * dtype_size(dtype);
     profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
     moving.set_bytes(static_cast<int64_t>(total));
-    dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
+    dispatch_any_numeric(dtype, "all_reduce", [&]<typename T>() {
       // in[0..W) element-wise into out[0..n), in worker order: the same bits on every worker.
       // kMean sums here; the division follows once, after every piece.
       const ReduceOp combine_op = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;

@@ -131,9 +131,11 @@ std::vector<Tensor> tensors_from_bytes(const std::vector<char>& bytes, const cha
 
 void divide_elements(Tensor& t, int n) {
   if (t.numel() == 0) return;
-  dispatch_numeric(t.dtype(), "all_reduce(mean)", [&]<typename T>() {
+  dispatch_any_numeric(t.dtype(), "all_reduce(mean)", [&]<typename T>() {
+    using Value = compute_type_t<T>;  // float for the 16-bit types
     T* p = t.data<T>();
-    for (int64_t i = 0; i < t.numel(); ++i) p[i] = static_cast<T>(p[i] / static_cast<T>(n));
+    for (int64_t i = 0; i < t.numel(); ++i)
+      p[i] = static_cast<T>(static_cast<Value>(p[i]) / static_cast<Value>(n));
   });
 }
 

@@ -4,6 +4,7 @@
 
 #include <type_traits>
 
+#include "tandem/core/half.h"
 #include "tandem/core/host_device.h"
 
 namespace tandem::detail {
@@ -12,7 +13,11 @@ namespace tandem::detail {
 /// greater than it), so a non-finite flag reduced with kMax is never lost. Ties keep `acc`.
 template <typename T>
 TANDEM_HD_INLINE T max_propagating_nan(T acc, T in) {
-  if constexpr (std::is_floating_point_v<T>) {
+  if constexpr (is_half_v<T>) {
+    const float a = acc;
+    const float b = in;
+    return (b > a || b != b) ? in : acc;
+  } else if constexpr (std::is_floating_point_v<T>) {
     return (in > acc || in != in) ? in : acc;
   } else {
     return in > acc ? in : acc;

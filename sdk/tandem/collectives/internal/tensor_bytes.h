@@ -34,7 +34,7 @@ template <typename Piece>
 void combine_worker_pieces(void* buffer, int64_t count, DType dtype, ReduceOp op, int size,
                            Piece&& piece) {
   const ReduceOp combine = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
-  dispatch_numeric(dtype, "all_reduce", [&]<typename T>() {
+  dispatch_any_numeric(dtype, "all_reduce", [&]<typename T>() {
     std::memcpy(buffer, piece(0), static_cast<size_t>(count) * sizeof(T));
     detail::reduce_in_order(static_cast<T*>(buffer), count, size, combine, [&](int64_t worker) {
       return static_cast<const T*>(static_cast<const void*>(piece(static_cast<int>(worker))));
