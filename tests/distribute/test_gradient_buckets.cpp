@@ -1,8 +1,8 @@
 // Gradient buckets reduced during the backward pass: bitwise the weights of the unbucketed
 // all-reduce (1, 2, 4 replicas; SGD, Adam, clipping, accumulation), bucket boundaries (one,
 // two, one per variable, a variable larger than a bucket, mixed dtypes), variables without a
-// gradient, a replica failing with buckets in flight, and buckets on the timeline while the
-// backward pass still runs.
+// gradient, a replica failing with buckets in flight, buckets on the timeline while the
+// backward pass still runs, and gradients sent as bfloat16 / float16 (with and without buckets).
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <memory>
@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "support/compare.h"
 #include "support/scoped_timeout.h"
 #include "tandem/tandem.h"
 
@@ -396,4 +397,132 @@ TEST_CASE("gradient buckets: all-reduces start on the communicator track during 
     steps_overlapping += early ? 1 : 0;
   }
   CHECK(steps_overlapping == 5);
+}
+
+namespace {
+
+/// bits of the float32 value `x` rounded to T and back.
+template <typename T>
+float rounded(float x) {
+  return static_cast<float>(T(x));
+}
+
+template <typename T>
+void check_compressed_sum(int replicas, td::GradientCompression compression, int64_t bucket) {
+  INFO(replicas << " replicas, " << td::to_string(compression) << ", buckets of " << bucket
+                << " bytes");
+  constexpr int64_t kN = 64;
+  auto strategy = td::MirroredStrategy::cpu(replicas);
+  strategy.set_communication_options({.bytes_per_pack = bucket,
+                                      .first_bytes_per_pack = bucket,
+                                      .gradient_compression = compression});
+  td::Variable w;
+  std::unique_ptr<td::optim::SGD> optimizer;
+  {
+    auto scope = strategy.scope();
+    w = td::make_variable("w", td::Tensor::zeros({kN}));
+    optimizer = std::make_unique<td::optim::SGD>(td::optim::SGD::Options{.learning_rate = 1.0});
+  }
+  // Replica r's gradient: values no 16-bit type holds exactly.
+  auto gradient = [](int r) {
+    std::vector<float> c(kN);
+    for (int64_t i = 0; i < kN; ++i)
+      c[static_cast<size_t>(i)] = (i % 2 == 0 ? 1.0f : -1.0f) * 0.1f * static_cast<float>(i + 1) *
+                                  (1.0f + 0.37f * static_cast<float>(r)) / 3.0f;
+    return c;
+  };
+  // Each replica's value rounded to T, the sum added in float32 in replica order, rounded once.
+  std::vector<float> sum(kN);
+  for (int64_t i = 0; i < kN; ++i) {
+    float s = 0.0f;
+    for (int r = 0; r < replicas; ++r) s += rounded<T>(gradient(r)[static_cast<size_t>(i)]);
+    sum[static_cast<size_t>(i)] = rounded<T>(s);
+  }
+  uint64_t bytes = 0;  // replica 0's all-reduced bytes in the second step
+  uint64_t bucketed = 0;
+  for (int step = 0; step < 2; ++step) {
+    strategy.run([&](td::ReplicaContext& ctx) {
+      const int r = ctx.replica_id_in_sync_group();
+      const uint64_t before = ctx.communicator().stats().bytes_all_reduced;
+      const td::Tensor c = td::Tensor::from_vector(gradient(r));
+      td::GradientTape tape;
+      const td::Tensor loss = td::ops::sum(td::ops::mul(w.value(), c));  // gradient: c
+      optimizer->apply_gradients(ctx, tape.gradient(loss, {w}), {w});
+      if (r == 0) {
+        bytes = ctx.communicator().stats().bytes_all_reduced - before;
+        bucketed = ctx.bucketed_steps();
+      }
+    });
+  }
+  CHECK(bytes == kN * sizeof(T));  // half of float32's
+  CHECK(bucketed == (bucket > 0 ? 1u : 0u));
+  // Two steps of SGD with learning rate 1 from 0: -2 x the sum, exactly.
+  std::vector<float> expected(kN);
+  for (size_t i = 0; i < expected.size(); ++i) expected[i] = -2.0f * sum[i];
+  for (int r = 0; r < replicas; ++r) CHECK(w.copy(r).to_vector<float>() == expected);
+}
+
+}  // namespace
+
+TEST_CASE(
+    "gradient compression: each replica's gradient rounded to 16 bits, their sum added in "
+    "float32 and rounded once, half the bytes",
+    "[cpu][distribute][compression]") {
+  for (int replicas : {2, 4}) {
+    for (int64_t bucket : {int64_t{0}, int64_t{1} << 20}) {
+      check_compressed_sum<td::bfloat16>(replicas, td::GradientCompression::kBFloat16, bucket);
+      check_compressed_sum<td::float16>(replicas, td::GradientCompression::kFloat16, bucket);
+    }
+  }
+}
+
+TEST_CASE(
+    "gradient compression: training with buckets gives the bits of training without; close to "
+    "float32",
+    "[cpu][distribute][compression]") {
+  constexpr int kAccumulatedSteps = 10;
+  const Data data = make_data(kAccumulatedSteps);
+  for (td::GradientCompression compression :
+       {td::GradientCompression::kBFloat16, td::GradientCompression::kFloat16}) {
+    td::CommunicationOptions off = kOff;
+    td::CommunicationOptions small = kSmall;
+    off.gradient_compression = small.gradient_compression = compression;
+    for (Kind kind : {Kind::kSgd, Kind::kAdamClipped}) {
+      for (int accumulation : {1, 3}) {
+        for (int replicas : {2, 4}) {
+          INFO(td::to_string(compression)
+               << ", optimizer " << static_cast<int>(kind) << ", accumulation " << accumulation
+               << ", " << replicas << " replicas");
+          const int steps = accumulation == 1 ? kSteps : kAccumulatedSteps;
+          const Trained reference = train(replicas, kOff, kind, accumulation, data, steps);
+          const Trained plain = train(replicas, off, kind, accumulation, data, steps);
+          const Trained bucketed = train(replicas, small, kind, accumulation, data, steps);
+          CHECK(plain.replicas_identical);
+          CHECK(bucketed.replicas_identical);
+          CHECK(bucketed.bucketed_steps == (accumulation == 1 ? kSteps - 1u : 2u));
+          CHECK(bucketed.weights == plain.weights);
+          CHECK(plain.weights != reference.weights);  // the rounding shows
+          // Adam's normalised steps carry the gradients' relative rounding (2^-9 for
+          // bfloat16, 2^-12 for float16) into the weights, most where gradients are small.
+          const double tolerance =
+              compression == td::GradientCompression::kBFloat16 ? 3e-2 : 1.5e-2;
+          for (size_t v = 0; v < plain.weights.size(); ++v) {
+            const double difference =
+                td::testing::relative_difference(reference.weights[v], plain.weights[v]);
+            INFO("variable " << v << ": relative difference " << difference);
+            CHECK(difference <= tolerance);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST_CASE("gradient compression: an unknown value is refused, naming it",
+          "[cpu][distribute][compression]") {
+  auto strategy = td::MirroredStrategy::cpu(2);
+  CHECK_THROWS_WITH(strategy.set_communication_options(
+                        {.gradient_compression = static_cast<td::GradientCompression>(7)}),
+                    Catch::Contains("gradient_compression 7"));
+  CHECK(strategy.communication_options().gradient_compression == td::GradientCompression::kNone);
 }

@@ -9,6 +9,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -150,6 +151,75 @@ TEST_CASE("multi-worker: collectives over every replica of every worker", "[mpi]
       ctx.communicator().barrier()->wait();
     });
     for (const std::string& f : failures) CHECK(f.empty());
+  }
+}
+
+TEST_CASE("multi-worker: bfloat16 and float16 all-reduces add in float32, the same bits everywhere",
+          "[mpi]") {
+  // 2040 bfloat16 values (4080 bytes) ride on the arrival messages (MPI, Gloo); more take
+  // MPI_Allreduce with Tandem's reduction function, Gloo's ring, shared memory's slots.
+  td::Strategy& s = strategy();
+  const int total = s.num_replicas_in_sync();
+  for (td::DType dtype : {td::DType::kBFloat16, td::DType::kFloat16}) {
+    for (int64_t n : {int64_t{64}, int64_t{2040}, int64_t{2041}, int64_t{300'001}}) {
+      INFO(dtype << ", " << n << " elements, " << total << " replicas");
+      const int locals = s.num_local_replicas();
+      std::vector<std::string> failures(static_cast<size_t>(locals));
+      std::vector<std::vector<float>> inexact(static_cast<size_t>(locals));
+      s.run([&](td::ReplicaContext& ctx) {
+        const int g = ctx.replica_id_in_sync_group();
+        std::string& fail = failures[static_cast<size_t>(g % locals)];
+        // Small integers: every sum is exact in 16 bits.
+        std::vector<float> values(static_cast<size_t>(n)), fractions(static_cast<size_t>(n));
+        for (int64_t i = 0; i < n; ++i) {
+          values[static_cast<size_t>(i)] = static_cast<float>(g + 1 + i % 5);
+          fractions[static_cast<size_t>(i)] =
+              0.1f * static_cast<float>(i % 97 + 1) * static_cast<float>(g + 1) / 3.0f;
+        }
+        const td::Tensor mine = td::ops::cast(td::Tensor::from_vector(values), dtype);
+        const std::vector<float> sum =
+            td::ops::cast(ctx.all_reduce(td::ReduceOp::kSum, mine), td::DType::kFloat32)
+                .to_vector<float>();
+        const std::vector<float> max =
+            td::ops::cast(ctx.all_reduce(td::ReduceOp::kMax, mine), td::DType::kFloat32)
+                .to_vector<float>();
+        const float replicas_sum = static_cast<float>(total * (total + 1) / 2);
+        for (int64_t i = 0; i < n; ++i) {
+          const auto e = static_cast<size_t>(i);
+          const float k = static_cast<float>(i % 5);
+          if (sum[e] != replicas_sum + total * k) fail += "sum ";
+          if (max[e] != static_cast<float>(total) + k) fail += "max ";
+          if (!fail.empty()) break;
+        }
+        // Rounded values: the result is within the 16-bit type's rounding of the float32 sum
+        // (one rounding per transport step), and the same on every replica.
+        const td::Tensor rounded = td::ops::cast(td::Tensor::from_vector(fractions), dtype);
+        const std::vector<float> got =
+            td::ops::cast(ctx.all_reduce(td::ReduceOp::kSum, rounded), td::DType::kFloat32)
+                .to_vector<float>();
+        const float unit = dtype == td::DType::kBFloat16 ? 1.0f / 128 : 1.0f / 1024;
+        for (int64_t i = 0; i < n; ++i) {
+          const float exact = 0.1f * static_cast<float>(i % 97 + 1) * replicas_sum / 3.0f;
+          if (std::abs(got[static_cast<size_t>(i)] - exact) > unit * exact) {
+            fail += "rounded sum ";
+            break;
+          }
+        }
+        inexact[static_cast<size_t>(g % locals)] = got;
+        ctx.communicator().barrier()->wait();
+      });
+      for (const std::string& f : failures) CHECK(f.empty());
+      const std::vector<float>& got = inexact[0];
+      for (const std::vector<float>& local : inexact) CHECK(local == got);
+      const std::vector<std::vector<char>> all = td::worker_group()->all_gather(
+          std::vector<char>(reinterpret_cast<const char*>(got.data()),
+                            reinterpret_cast<const char*>(got.data() + got.size())),
+          "sums");
+      for (const std::vector<char>& other : all) {
+        REQUIRE(other.size() == got.size() * sizeof(float));
+        CHECK(std::memcmp(other.data(), got.data(), other.size()) == 0);
+      }
+    }
   }
 }
 
@@ -337,6 +407,43 @@ TEST_CASE("multi-worker: gradient buckets give the weights of the unbucketed all
     for (size_t v = 0; v < plain.weights.size(); ++v)
       CHECK(relative_difference(plain.weights[v], bucketed.weights[v]) <= 1e-6);
   }
+}
+
+TEST_CASE(
+    "multi-worker: gradients sent as bfloat16 or float16 give every worker the same bits, close "
+    "to float32's",
+    "[mpi]") {
+  // In-process among a worker's replicas (float32 sums rounded once), then MPI, shared memory
+  // or Gloo between the workers (float32 adds, rounded between the transport's steps).
+  td::Strategy& s = strategy();
+  const td::CommunicationOptions saved = s.communication_options();
+  s.set_communication_options({.bytes_per_pack = 0, .first_bytes_per_pack = 0});
+  const Trained plain = train(s);
+  for (td::GradientCompression compression :
+       {td::GradientCompression::kBFloat16, td::GradientCompression::kFloat16}) {
+    for (int64_t bucket : {int64_t{0}, int64_t{256}}) {
+      INFO(td::to_string(compression) << ", buckets of " << bucket << " bytes");
+      s.set_communication_options({.bytes_per_pack = bucket,
+                                   .first_bytes_per_pack = bucket > 0 ? 64 : 0,
+                                   .gradient_compression = compression});
+      const Trained compressed = train(s);
+      CHECK(compressed.bucketed_steps == (bucket > 0 ? 9u : 0u));
+      std::string mine;
+      for (size_t v = 0; v < plain.weights.size(); ++v) {
+        const double difference = relative_difference(plain.weights[v], compressed.weights[v]);
+        INFO("variable " << v << ": relative difference " << difference);
+        CHECK(difference <= (compression == td::GradientCompression::kBFloat16 ? 3e-2 : 1.5e-2));
+        const std::vector<float>& values = compressed.weights[v];
+        mine.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(float));
+      }
+      CHECK(compressed.weights != plain.weights);  // the 16-bit rounding shows
+      const std::vector<std::vector<char>> all =
+          td::worker_group()->all_gather(std::vector<char>(mine.begin(), mine.end()), "weights");
+      for (const std::vector<char>& other : all)
+        CHECK(std::string(other.begin(), other.end()) == mine);
+    }
+  }
+  s.set_communication_options(saved);
 }
 
 TEST_CASE("multi-worker: auto-shard policies across workers", "[mpi]") {

@@ -59,10 +59,14 @@ GradientReducer::~GradientReducer() {
   if (thread_.joinable()) thread_.join();
 }
 
-void GradientReducer::set_bucket_bytes(int64_t first_bucket_bytes, int64_t bucket_bytes) {
-  if (first_bucket_bytes == first_bucket_bytes_ && bucket_bytes == bucket_bytes_) return;
+void GradientReducer::configure(int64_t first_bucket_bytes, int64_t bucket_bytes,
+                                DType float32_wire) {
+  if (first_bucket_bytes == first_bucket_bytes_ && bucket_bytes == bucket_bytes_ &&
+      float32_wire == float32_wire_)
+    return;
   first_bucket_bytes_ = first_bucket_bytes;
   bucket_bytes_ = bucket_bytes;
+  float32_wire_ = float32_wire;
   layout_.reset();
   layout_refused_ = false;
 }
@@ -125,17 +129,23 @@ void GradientReducer::ready(size_t index, const Tensor& gradient) {
                slot.shape);
   Bucket& bucket = layout_->buckets[static_cast<size_t>(slot.bucket)];
   Tensor packed = bucket.buffer.view_as(slot.shape, slot.offset_bytes);
+  const bool compressed = bucket.dtype != slot.dtype;
+  const autograd::NoRecordGuard no_record;
   if (packed_accumulators_.empty()) {
-    packed.copy_from(gradient);
+    packed.copy_from(compressed ? ops::cast(gradient, bucket.dtype) : gradient);
   } else {
     const Tensor& accumulator = packed_accumulators_[index];
     TANDEM_CHECK(accumulator.defined() && accumulator.shape() == slot.shape &&
                      accumulator.dtype() == slot.dtype,
                  "gradient buckets (replica ", replica_, "): the accumulator of source ", index,
                  " does not match its bucket slot (", slot.dtype, " ", slot.shape, ")");
-    const autograd::NoRecordGuard no_record;
-    packed.copy_from(accumulator);
-    ops::add_(packed, gradient);
+    if (compressed) {
+      // The sum in float32 (as apply_gradients would make it), rounded once into the bucket.
+      packed.copy_from(ops::cast(ops::add(accumulator, gradient), bucket.dtype));
+    } else {
+      packed.copy_from(accumulator);
+      ops::add_(packed, gradient);
+    }
   }
   ++bucket.filled;
   // Buckets start in order, so that every replica makes the same collective calls.
@@ -185,22 +195,23 @@ void GradientReducer::learn(const std::vector<Tensor>& gradients) {
     }
     slot.shape = g.shape();
     slot.dtype = g.dtype();
-    auto it = open.find(g.dtype());
+    const DType wire = wire_dtype(g.dtype());
+    auto it = open.find(wire);
     if (it == open.end()) {
-      it = open.emplace(g.dtype(), layout.buckets.size()).first;
+      it = open.emplace(wire, layout.buckets.size()).first;
       layout.buckets.push_back({});
-      layout.buckets.back().dtype = g.dtype();
+      layout.buckets.back().dtype = wire;
       bytes.push_back(0);
       devices.push_back(g.device());
     }
     Bucket& bucket = layout.buckets[it->second];
     slot.bucket = static_cast<int>(it->second);
-    slot.offset_bytes = static_cast<size_t>(bucket.numel) * dtype_size(g.dtype());
+    slot.offset_bytes = static_cast<size_t>(bucket.numel) * dtype_size(wire);
     bucket.numel += g.numel();
     ++bucket.members;
     // A bucket closes once it holds its size (as DDP's): a gradient larger than a bucket
     // fills one alone or with what came before it, and small ones never trail alone.
-    bytes[it->second] += static_cast<int64_t>(g.nbytes());
+    bytes[it->second] += g.numel() * static_cast<int64_t>(dtype_size(wire));
     if (bytes[it->second] >= (it->second == 0 ? first_bucket_bytes_ : bucket_bytes_))
       open.erase(it);
   }
@@ -214,7 +225,10 @@ void GradientReducer::learn(const std::vector<Tensor>& gradients) {
     f.add(s.offset_bytes);
     f.add(static_cast<uint64_t>(s.dtype));
   }
-  for (const Bucket& b : layout.buckets) f.add(static_cast<uint64_t>(b.numel));
+  for (const Bucket& b : layout.buckets) {
+    f.add(static_cast<uint64_t>(b.numel));
+    f.add(static_cast<uint64_t>(b.dtype));
+  }
   const int64_t mine = static_cast<int64_t>(f.value >> 2);
   // On the gradients' device: NCCL reduces device memory only.
   std::vector<Tensor> extremes{
@@ -358,11 +372,14 @@ bool GradientReducer::take(const std::vector<Tensor>& gradients,
     return false;
   }
   reduced.assign(gradients.size(), Tensor());
+  const autograd::NoRecordGuard no_record;
   for (size_t i = 0; i < gradients.size(); ++i) {
     const Slot& slot = layout_->slots[i];
-    if (slot.bucket >= 0)
-      reduced[i] = layout_->buckets[static_cast<size_t>(slot.bucket)].buffer.view_as(
-          slot.shape, slot.offset_bytes);
+    if (slot.bucket < 0) continue;
+    const Bucket& bucket = layout_->buckets[static_cast<size_t>(slot.bucket)];
+    reduced[i] = bucket.buffer.view_as(slot.shape, slot.offset_bytes);
+    // Compressed: widened back to the gradient's float32 (exact).
+    if (bucket.dtype != slot.dtype) reduced[i] = ops::cast(reduced[i], slot.dtype);
   }
   ++bucketed_steps_;
   reset_step();

@@ -10,6 +10,7 @@
 #include "tandem/distribute/internal/host_reduce.h"
 #include "tandem/distribute/internal/state.h"
 #include "tandem/distribute/strategy.h"
+#include "tandem/ops/ops.h"
 
 namespace tandem {
 
@@ -128,8 +129,25 @@ void ReplicaContext::ready(size_t index, const Tensor& gradient) {
 
 void ReplicaContext::end(const std::vector<Tensor>& gradients) { reducer_->end(gradients); }
 
-void ReplicaContext::set_bucket_bytes(int64_t first_bucket_bytes, int64_t bucket_bytes) {
-  reducer_->set_bucket_bytes(first_bucket_bytes, bucket_bytes);
+void ReplicaContext::set_communication(int64_t first_bucket_bytes, int64_t bucket_bytes,
+                                       DType float32_wire) {
+  reducer_->configure(first_bucket_bytes, bucket_bytes, float32_wire);
+}
+
+std::vector<Tensor> ReplicaContext::all_reduce_gradients(const std::vector<Tensor>& gradients) {
+  const DType wire = reducer_->wire_dtype(DType::kFloat32);
+  if (wire == DType::kFloat32) return all_reduce(ReduceOp::kSum, gradients);
+  const autograd::NoRecordGuard no_record;
+  const auto compressed = [&](const Tensor& g) {
+    return g.defined() && g.dtype() == DType::kFloat32;
+  };
+  std::vector<Tensor> sent(gradients.size());
+  for (size_t i = 0; i < gradients.size(); ++i)
+    sent[i] = compressed(gradients[i]) ? ops::cast(gradients[i], wire) : gradients[i];
+  std::vector<Tensor> summed = all_reduce(ReduceOp::kSum, sent);
+  for (size_t i = 0; i < gradients.size(); ++i)
+    if (compressed(gradients[i])) summed[i] = ops::cast(summed[i], DType::kFloat32);
+  return summed;
 }
 
 void ReplicaContext::finish_task(bool succeeded) { reducer_->finish_run(succeeded); }
@@ -139,7 +157,7 @@ void ReplicaContext::forget_bucket_layout() { reducer_->forget_layout(); }
 std::vector<Tensor> ReplicaContext::sum_across_replicas(const std::vector<Tensor>& gradients) {
   if (num_replicas_ == 1) return gradients;
   return reducer_->sum(gradients, nullptr, [&](const std::vector<Tensor>& values) {
-    return all_reduce(ReduceOp::kSum, values);
+    return all_reduce_gradients(values);
   });
 }
 
@@ -199,7 +217,7 @@ std::vector<Tensor> ReplicaContext::sum_accumulated(const std::vector<Tensor>& g
   // The buckets hold accumulator + gradient when the backward pass packed them; else the
   // gradients are added here, once, before one batched all-reduce.
   return reducer_->sum(gradients, &accumulators, [&](const std::vector<Tensor>& values) {
-    return all_reduce(ReduceOp::kSum, add_into(values, gradients));
+    return all_reduce_gradients(add_into(values, gradients));
   });
 }
 

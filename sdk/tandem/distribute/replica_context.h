@@ -125,8 +125,11 @@ class ReplicaContext final : public optim::GradientSync, private autograd::Gradi
   autograd::GradientListener* gradient_listener() { return this; }
 
   // The strategy's side of the buckets.
-  /// Bucket sizes in bytes (0: none); a change lays them out again at the next step.
-  void set_bucket_bytes(int64_t first_bucket_bytes, int64_t bucket_bytes);
+  /// Bucket sizes in bytes (0: none) and the type float32 gradients travel in (float32: as
+  /// they are); a change lays the buckets out again at the next step.
+  void set_communication(int64_t first_bucket_bytes, int64_t bucket_bytes, DType float32_wire);
+  /// The batched all-reduce of gradients (kSum), float32 ones sent as the wire type.
+  std::vector<Tensor> all_reduce_gradients(const std::vector<Tensor>& gradients);
   /// The end of this replica's task in a run: buckets still in flight are waited for and
   /// dropped; `succeeded`: raise what they raised (otherwise the run failed and the group was
   /// aborted, and the layout is forgotten).

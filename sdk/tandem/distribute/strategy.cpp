@@ -215,14 +215,34 @@ void Strategy::set_communication_options(const CommunicationOptions& options) {
                ".set_communication_options: bytes_per_pack (", options.bytes_per_pack,
                ") and first_bytes_per_pack (", options.first_bytes_per_pack,
                ") must not be negative");
+  const auto compression = static_cast<int>(options.gradient_compression);
+  TANDEM_CHECK(compression >= 0 && compression <= static_cast<int>(GradientCompression::kFloat16),
+               name(), ".set_communication_options: gradient_compression ", compression,
+               " is none of kNone, kBFloat16, kFloat16");
   impl_->communication = options;
   const int64_t first =
       options.first_bytes_per_pack > 0 ? options.first_bytes_per_pack : options.bytes_per_pack;
+  const DType float32_wire =
+      options.gradient_compression == GradientCompression::kBFloat16  ? DType::kBFloat16
+      : options.gradient_compression == GradientCompression::kFloat16 ? DType::kFloat16
+                                                                      : DType::kFloat32;
   for (const std::unique_ptr<ReplicaContext>& ctx : impl_->contexts)
-    ctx->set_bucket_bytes(first, options.bytes_per_pack);
+    ctx->set_communication(first, options.bytes_per_pack, float32_wire);
 }
 
 const CommunicationOptions& Strategy::communication_options() const { return impl_->communication; }
+
+const char* to_string(GradientCompression compression) {
+  switch (compression) {
+    case GradientCompression::kNone:
+      return "none";
+    case GradientCompression::kBFloat16:
+      return "bfloat16";
+    case GradientCompression::kFloat16:
+      return "float16";
+  }
+  return "unknown";
+}
 
 Strategy::~Strategy() {
   // Never blocks on a replica stuck in user code: stop detaches it instead of joining.

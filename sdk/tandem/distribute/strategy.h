@@ -61,6 +61,11 @@ class StrategyScope {
   std::thread::id thread_;
 };
 
+/// The type float32 gradients travel in between replicas (CommunicationOptions).
+enum class GradientCompression { kNone, kBFloat16, kFloat16 };
+/// "none", "bfloat16", "float16".
+const char* to_string(GradientCompression compression);
+
 /// How gradients travel between replicas (tf.distribute.experimental.CommunicationOptions'
 /// bytes_per_pack; PyTorch DDP's bucket_cap_mb). optimizer.apply_gradients(ctx, ...) sums
 /// gradients across the replicas; with buckets (bytes_per_pack > 0, the default) each
@@ -79,11 +84,21 @@ class StrategyScope {
 /// (Gloo, whose waits sleep), start with the defaults below; other CPU strategies start with
 /// buckets off, because there the communication thread spins (in-process) or polls (Open MPI)
 /// on a core the compute needs (docs/performance.md has the figures): set them to try.
+/// gradient_compression sends float32 gradients as 16-bit values (PyTorch DDP's
+/// bf16_compress_hook / fp16_compress_hook), on every transport, with or without buckets.
 struct CommunicationOptions {
   /// Bytes per bucket; 0: no buckets (one batched all-reduce in apply_gradients).
   int64_t bytes_per_pack = int64_t{25} << 20;
   /// The first bucket's bytes: small, so that communication starts early in the backward pass.
   int64_t first_bytes_per_pack = int64_t{1} << 20;
+  /// kBFloat16 / kFloat16: each replica rounds its float32 gradients to that type (half the
+  /// bytes to move); the sum over the replicas adds in float32 (in one process: every
+  /// replica's value, rounded once; across workers: each transport's partial sums are rounded
+  /// to the 16-bit type between steps, as NCCL's and DDP's are) and comes back as float32 for
+  /// the float32 master variables. Every replica gets the same bits. Gradients of other dtypes
+  /// travel as they are. float16 overflows above 65504 (a dynamic loss scale then skips the
+  /// step); bfloat16 has float32's range and fewer digits. docs/mixed-precision.md.
+  GradientCompression gradient_compression = GradientCompression::kNone;
 };
 
 /// What every strategy offers (binding names from tf.distribute). Strategies own threads and
@@ -108,8 +123,8 @@ class Strategy {
   /// True in the process that writes checkpoints: worker 0 (always, in one process).
   bool is_chief() const { return worker_index() == 0; }
 
-  /// Gradient buckets (see CommunicationOptions). Call outside run; the next step lays the
-  /// buckets out again. Raises on negative sizes.
+  /// Gradient buckets and compression (see CommunicationOptions). Call outside run; the next
+  /// step lays the buckets out again. Raises on negative sizes or an unknown compression.
   void set_communication_options(const CommunicationOptions& options);
   const CommunicationOptions& communication_options() const;
 

@@ -14,7 +14,8 @@
 // with one collective that the others made the same layout; from the next step on, buckets are
 // reduced during the backward pass, in bucket order (every replica launches bucket k before
 // k + 1). Each element is still the sum of the same replicas' values in the same order, so the
-// result is bitwise the one of the unbucketed all-reduce.
+// result is bitwise the one of the unbucketed all-reduce. With gradient compression a float32
+// gradient is rounded into a 16-bit bucket as it is packed and widened back when taken.
 //
 // Where the all-reduce runs: a backend that moves host data on the calling thread (in-process,
 // MPI) gets a communication thread per replica that runs the buckets' collectives in order; a
@@ -49,9 +50,12 @@ class GradientReducer final {
   GradientReducer(const GradientReducer&) = delete;
   GradientReducer& operator=(const GradientReducer&) = delete;
 
-  /// Bucket sizes in bytes (0: no buckets). A change drops the layout; the next step makes a
-  /// new one. Call between runs.
-  void set_bucket_bytes(int64_t first_bucket_bytes, int64_t bucket_bytes);
+  /// Bucket sizes in bytes (0: no buckets) and the type float32 gradients travel in (float32:
+  /// uncompressed). A change drops the layout; the next step makes a new one. Call between
+  /// runs.
+  void configure(int64_t first_bucket_bytes, int64_t bucket_bytes, DType float32_wire);
+  /// The type a gradient of `dtype` travels in.
+  DType wire_dtype(DType dtype) const { return dtype == DType::kFloat32 ? float32_wire_ : dtype; }
 
   // The backward pass (ReplicaContext as the thread's autograd::GradientListener), on the
   // replica's thread.
@@ -99,10 +103,10 @@ class GradientReducer final {
     int bucket = -1;  // -1: the source had no gradient when the layout was made
     size_t offset_bytes = 0;
     Shape shape;
-    DType dtype = DType::kFloat32;
+    DType dtype = DType::kFloat32;  // the gradient's (its bucket's may be the 16-bit wire type)
   };
   struct Bucket {
-    DType dtype = DType::kFloat32;
+    DType dtype = DType::kFloat32;  // what travels
     int64_t numel = 0;
     size_t members = 0;  // sources packed into it
     Tensor buffer;       // flat, on the replica's device
@@ -138,6 +142,7 @@ class GradientReducer final {
   const int replica_;
   int64_t first_bucket_bytes_ = 0;
   int64_t bucket_bytes_ = 0;
+  DType float32_wire_ = DType::kFloat32;
 
   std::optional<Layout> layout_;
   bool layout_refused_ = false;  // the replicas made different layouts: buckets stay off
