@@ -6,6 +6,11 @@
 //   bench_overlap_cpu [--replicas 2] [--per-replica-batch 64] [--steps 8] [--rounds 3]
 //                     [--bucket-mb 25] [--first-bucket-mb 1] [--hidden 2048] [--layers 2]
 //                     [--accumulation 1] [--trace FILE] [--device cpu|cuda]
+//                     [--compression bfloat16|float16]
+//
+// --compression: the rounds compare float32 gradients with gradients sent as that type
+// (CommunicationOptions::gradient_compression) instead of comparing buckets with none; both
+// modes use --bucket-mb (0: no buckets, one all-reduce after the backward pass).
 //
 // --device cuda: the replicas are logical replicas sharing cuda:0 (each bucket is reduced on
 // the replica's own thread, queued on its stream, while the rest of the backward pass is
@@ -54,6 +59,7 @@ struct Options {
   int accumulation = 1;  // micro-steps per update
   std::string trace;     // a Chrome trace of the last bucketed measurement, when set
   bool cuda = false;     // logical replicas on cuda:0 instead of CPU replicas
+  td::GradientCompression compression = td::GradientCompression::kNone;  // --compression
 };
 
 double median(std::vector<double> values) {
@@ -116,14 +122,19 @@ class Bench {
     return n;
   }
 
-  Sample measure(bool buckets) {
+  /// `second`: the mode compared with the first (buckets, or with --compression the
+  /// compressed gradients).
+  Sample measure(bool second) {
+    const bool compare_compression = options_.compression != td::GradientCompression::kNone;
+    const bool buckets = compare_compression ? options_.bucket_mb > 0 : second;
+    td::CommunicationOptions communication{.bytes_per_pack = 0, .first_bytes_per_pack = 0};
     if (buckets) {
-      strategy_->set_communication_options(
-          {.bytes_per_pack = static_cast<int64_t>(options_.bucket_mb * (1 << 20)),
-           .first_bytes_per_pack = static_cast<int64_t>(options_.first_bucket_mb * (1 << 20))});
-    } else {
-      strategy_->set_communication_options({.bytes_per_pack = 0, .first_bytes_per_pack = 0});
+      communication.bytes_per_pack = static_cast<int64_t>(options_.bucket_mb * (1 << 20));
+      communication.first_bytes_per_pack =
+          static_cast<int64_t>(options_.first_bucket_mb * (1 << 20));
     }
+    if (compare_compression && second) communication.gradient_compression = options_.compression;
+    strategy_->set_communication_options(communication);
     const std::vector<td::Variable> variables = model_->trainable_variables();
     const int64_t global_batch = options_.per_replica_batch * strategy_->num_replicas_in_sync();
     auto step = [&](td::ReplicaContext& ctx, const td::Tensor& x, const td::Tensor& y) {
@@ -138,7 +149,7 @@ class Bench {
     std::vector<tp::Event> events;
     double seconds = 0;
     {
-      tp::Profiler profiler(*strategy_, {.trace_file = buckets ? options_.trace : std::string(),
+      tp::Profiler profiler(*strategy_, {.trace_file = second ? options_.trace : std::string(),
                                          .print_summaries = false});
       const double start = tb::now_seconds();
       for (int s = 0; s < options_.steps * options_.accumulation; ++s) strategy_->run(step, xs, ys);
@@ -210,6 +221,22 @@ int main(int argc, char** argv) {
       options.cuda = device == "cuda";
       continue;
     }
+    if (flag == "--compression") {
+      const std::string type = argv[i + 1];
+      if (type != "bfloat16" && type != "float16") {
+        std::fprintf(stderr,
+                     "bench_overlap_cpu: --compression takes bfloat16 or float16, got \"%s\"\n",
+                     type.c_str());
+        return 2;
+      }
+      options.compression = type == "bfloat16" ? td::GradientCompression::kBFloat16
+                                               : td::GradientCompression::kFloat16;
+      continue;
+    }
+    if (flag == "--bucket-mb" && std::string(argv[i + 1]) == "0") {
+      options.bucket_mb = 0;  // with --compression: no buckets
+      continue;
+    }
     const double value = parse_number(argv[i], argv[i + 1]);
     if (flag == "--replicas") {
       options.replicas = static_cast<int>(value);
@@ -233,7 +260,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "bench_overlap_cpu: unknown flag %s (--replicas, --per-replica-batch, "
                    "--steps, --rounds, --bucket-mb, --first-bucket-mb, --hidden, --layers, "
-                   "--accumulation, --trace, --device)\n",
+                   "--accumulation, --trace, --device, --compression)\n",
                    flag.c_str());
       return 2;
     }
@@ -271,6 +298,20 @@ int main(int argc, char** argv) {
       static_cast<double>(bench.parameters()) * 4e-6, options.steps, options.rounds,
       options.bucket_mb, options.first_bucket_mb, per_update.c_str());
   std::printf("%-26s %10s %12s %10s\n", "mode", "step_ms", "exposed_ms", "comm_ms");
+  if (options.compression != td::GradientCompression::kNone) {
+    const std::string label = std::string("gradients as ") + td::to_string(options.compression);
+    const double off_step = med(off, &Sample::step_ms), on_step = med(on, &Sample::step_ms);
+    const double off_exposed = med(off, &Sample::exposed_ms),
+                 on_exposed = med(on, &Sample::exposed_ms);
+    std::printf("%-26s %10.2f %12.2f %10.2f\n", "gradients as float32", off_step, off_exposed,
+                med(off, &Sample::comm_ms));
+    std::printf("%-26s %10.2f %12.2f %10.2f\n", label.c_str(), on_step, on_exposed,
+                med(on, &Sample::comm_ms));
+    std::printf("step time %+.1f%%, exposed communication %+.1f%% with %s\n",
+                100.0 * (on_step / off_step - 1.0),
+                100.0 * (on_exposed / std::max(off_exposed, 1e-9) - 1.0), label.c_str());
+    return 0;
+  }
   const double off_step = med(off, &Sample::step_ms), on_step = med(on, &Sample::step_ms);
   const double off_exposed = med(off, &Sample::exposed_ms),
                on_exposed = med(on, &Sample::exposed_ms);
