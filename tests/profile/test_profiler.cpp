@@ -13,7 +13,9 @@
 #include <csignal>
 #include <filesystem>
 #include <fstream>
+#include <limits>
 #include <map>
+#include <memory>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -279,6 +281,71 @@ TEST_CASE("the optimizer's update is a phase of its own", "[cpu][profile]") {
   CHECK(optimizer_spans == 3);
   CHECK(s.per_replica[0].optimizer_ms > 0);
   CHECK(s.per_replica[0].compute_ms >= 0);
+}
+
+TEST_CASE(
+    "the loss scale and skipped updates are in the summary and the trace; advice when the scale "
+    "sits at its floor",
+    "[cpu][profile]") {
+  const std::string file = (std::filesystem::temp_directory_path() /
+                            ("tandem_loss_scale_trace_" + std::to_string(::getpid()) + ".json"))
+                               .string();
+  auto strategy = td::MirroredStrategy::cpu(2);
+  td::Variable w;
+  std::unique_ptr<td::optim::SGD> sgd;
+  std::unique_ptr<td::optim::LossScaleOptimizer> lso;
+  {
+    auto scope = strategy.scope();
+    w = td::make_variable("w", td::Tensor::ones({4}));
+    sgd = std::make_unique<td::optim::SGD>();
+    lso = std::make_unique<td::optim::LossScaleOptimizer>(
+        *sgd, td::optim::LossScaleOptions{.initial_scale = 4, .dynamic_growth_steps = 3});
+  }
+  // Steps whose replica 1 overflows: the scale halves there and doubles after 3 finite ones.
+  auto run = [&](const std::vector<bool>& overflow) {
+    for (bool inf : overflow)
+      strategy.run([&](td::ReplicaContext& ctx) {
+        const bool bad = inf && ctx.replica_id_in_sync_group() == 1;
+        td::Tensor g = td::Tensor::full({4}, bad ? std::numeric_limits<double>::infinity() : 1.0);
+        lso->apply_gradients(ctx, {g}, {w});
+      });
+  };
+  {
+    profile::Profiler profiler(strategy, {.trace_file = file, .print_summaries = false});
+    // 4 -> 2 (skipped), then 3 finite: 4; one more finite.
+    run({true, false, false, false, false});
+    const profile::Summary first = profiler.end_epoch();
+    CHECK(first.loss_scale == 4.0);
+    CHECK(first.loss_scale_updates == 5);
+    CHECK(first.skipped_updates == 1);
+    CHECK(find_advice(first, "loss-scale-floor") == nullptr);
+    CHECK_THAT(first.to_string(),
+               Catch::Contains("loss scale: 4 after the last update; 1 of 5 updates skipped"));
+    // Every update overflows: 4 -> 2 -> 1 -> 0.5, all skipped.
+    run({true, true, true});
+    const profile::Summary second = profiler.end_epoch();
+    CHECK(second.loss_scale == 0.5);
+    CHECK(second.skipped_updates == 3);
+    const profile::Advice* floor = find_advice(second, "loss-scale-floor");
+    REQUIRE(floor != nullptr);
+    CHECK(floor->figure == 1.0);  // every update of the epoch skipped
+    CHECK_THAT(floor->message, Catch::Contains("fell to 0.5 and 3 of 3 updates were skipped"));
+  }
+  CHECK(lso->skipped_updates() == 4);
+  std::ifstream in(file);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::filesystem::remove(file);
+  const Json trace = JsonReader::parse(text.str());
+  std::vector<double> scales;
+  int skipped = 0;
+  for (const Json& e : trace["traceEvents"].array) {
+    if (e["ph"].string == "C" && e["name"].string == "loss scale")
+      scales.push_back(e["args"]["scale"].number);
+    if (e["name"].string == "skipped_update") ++skipped;
+  }
+  CHECK(scales == std::vector<double>{2, 2, 2, 4, 4, 2, 1, 0.5});
+  CHECK(skipped == 4);
 }
 
 TEST_CASE("the speed-balanced split and the timeline read one compute figure per replica",

@@ -49,6 +49,10 @@ std::string_view phase_name(Phase phase) {
       return "checkpoint";
     case Phase::kEpochEnd:
       return "epoch_end";
+    case Phase::kLossScale:
+      return "loss_scale";
+    case Phase::kSkippedUpdate:
+      return "skipped_update";
   }
   return "unknown";
 }
@@ -69,6 +73,12 @@ void record(const Event& event) {
     if (event.phase == Phase::kEpochEnd) listener = b.epoch_listener;
   }
   if (listener) listener();
+}
+
+void record_instant(Phase phase, double value) {
+  if (!enabled()) return;
+  const int64_t now = now_ns();
+  record({phase, current_track(), now, now, 0, false, -1, value});
 }
 
 void set_epoch_listener(std::function<void()> listener) {

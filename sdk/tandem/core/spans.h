@@ -26,9 +26,14 @@ enum class Phase : uint8_t {
   kHostSync,    ///< a value read back to the host (Tensor::item, metric results)
   kCheckpoint,  ///< a checkpoint save
   kEpochEnd,    ///< an instant: a distributed dataset ran out of data (the epoch ended)
+  /// An instant: a LossScaleOptimizer's scale after an update's decision (Event::value).
+  kLossScale,
+  /// An instant: an update skipped because the gradients were not finite (Event::value: the
+  /// loss scale they overflowed at).
+  kSkippedUpdate,
 };
 /// "step", "input", "comm_wait", "comm_data", "optimizer", "host_sync", "checkpoint",
-/// "epoch_end".
+/// "epoch_end", "loss_scale", "skipped_update".
 std::string_view phase_name(Phase phase);
 
 /// A timeline: the training loop, a replica, a replica's communicator, the input pipeline.
@@ -51,6 +56,8 @@ struct Event {
   /// A replica's task (kStep on a kReplica track): its compute in nanoseconds, the figure
   /// strategy.run measured (outside_compute_ns); -1 for every other span.
   int64_t compute_ns;
+  /// An instant's figure (kLossScale, kSkippedUpdate); 0 otherwise.
+  double value = 0;
 };
 
 /// steady_clock now, in nanoseconds.
@@ -92,6 +99,9 @@ int64_t collective_ns();
 
 /// Records a finished span (nothing when recording is off).
 void record(const Event& event);
+/// Records an instant of `phase` with its figure on the calling thread's track, now (nothing
+/// when recording is off).
+void record_instant(Phase phase, double value);
 
 /// Named ranges opened and closed on the calling thread as spans begin and end while recording
 /// (NVTX with CUDA, so Nsight Systems shows the same phases); null: none.

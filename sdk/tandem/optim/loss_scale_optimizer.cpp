@@ -6,6 +6,7 @@
 
 #include "tandem/autograd/tape.h"
 #include "tandem/core/error.h"
+#include "tandem/core/spans.h"
 #include "tandem/ops/ops.h"
 #include "tandem/optim/internal/json_number.h"
 
@@ -85,8 +86,11 @@ bool LossScaleOptimizer::before_update(std::vector<Tensor>& gradients) {
       // Keras 3: halve the scale, restart the count, leave the variables and iterations alone.
       dynamic_scale_.assign(Tensor::scalar(scale * 0.5, DType::kFloat32));
       step_counter_.assign(Tensor::scalar(0, DType::kInt64));
-      if (current_replica_binding().replica_id == 0)
+      if (current_replica_binding().replica_id == 0) {
         skipped_.fetch_add(1, std::memory_order_relaxed);
+        profile::record_instant(profile::Phase::kSkippedUpdate, scale);  // the timeline
+        profile::record_instant(profile::Phase::kLossScale, scale * 0.5);
+      }
       return false;
     }
   }
@@ -94,12 +98,17 @@ bool LossScaleOptimizer::before_update(std::vector<Tensor>& gradients) {
     if (g.defined()) g = g / scale;  // exact: the dynamic scale is a power of two
   if (options_.dynamic) {
     const int64_t counter = step_counter();
-    if (counter == options_.dynamic_growth_steps - 1) {
+    const bool grow = counter == options_.dynamic_growth_steps - 1;
+    if (grow) {
       step_counter_.assign(Tensor::scalar(0, DType::kInt64));
       dynamic_scale_.assign(Tensor::scalar(scale * 2.0, DType::kFloat32));
     } else {
       step_counter_.assign(Tensor::scalar(static_cast<double>(counter + 1), DType::kInt64));
     }
+    if (current_replica_binding().replica_id == 0)
+      profile::record_instant(profile::Phase::kLossScale, grow ? scale * 2.0 : scale);
+  } else if (current_replica_binding().replica_id == 0) {
+    profile::record_instant(profile::Phase::kLossScale, scale);
   }
   return true;
 }

@@ -29,6 +29,13 @@ namespace {
 
 std::atomic<bool> g_profiler_alive{false};
 
+/// A figure for the trace's JSON (the loss scale: a power of two, printed whole).
+std::string number(double value) {
+  char text[32];
+  std::snprintf(text, sizeof(text), "%.17g", value);
+  return text;
+}
+
 // Thread ids of the tracks in the trace, ordered as they are shown.
 constexpr int kLoopTid = 1, kInputTid = 2, kReplicaTid = 100, kCommunicatorTid = 200;
 
@@ -111,7 +118,15 @@ std::string trace_events(std::vector<Event> events, const std::vector<std::strin
     std::string body =
         "\"name\":" + json_string(phase_name(e.phase)) + ",\"cat\":\"tandem\",\"pid\":" + pid +
         ",\"tid\":" + std::to_string(tid(e.track)) + ",\"ts\":" + microseconds(e.begin_ns - origin);
-    if (e.phase == Phase::kEpochEnd)
+    if (e.phase == Phase::kLossScale) {
+      // A counter: the scale drawn as a line over the run.
+      object("\"name\":\"loss scale\",\"cat\":\"tandem\",\"ph\":\"C\",\"pid\":" + pid + ",\"ts\":" +
+             microseconds(e.begin_ns - origin) + ",\"args\":{\"scale\":" + number(e.value) + "}");
+      continue;
+    }
+    if (e.phase == Phase::kSkippedUpdate)
+      body += ",\"ph\":\"i\",\"s\":\"t\",\"args\":{\"loss_scale\":" + number(e.value) + "}";
+    else if (e.phase == Phase::kEpochEnd)
       body += ",\"ph\":\"i\",\"s\":\"t\"";
     else
       body += ",\"ph\":\"X\",\"dur\":" + microseconds(e.end_ns - e.begin_ns);

@@ -90,6 +90,18 @@ std::string fixed(double value, int digits) {
 }
 
 void add_advice(Summary& s) {
+  // The loss scale at its floor: the gradients overflow even (almost) unscaled, so updates are
+  // being skipped instead of made.
+  if (s.loss_scale > 0 && s.loss_scale <= 1 && s.skipped_updates > 0)
+    s.advice.push_back(
+        {"loss-scale-floor",
+         detail::str_cat("the loss scale fell to ", s.loss_scale, " and ", s.skipped_updates,
+                         " of ", s.loss_scale_updates,
+                         " updates were skipped (gradients not finite): the model overflows "
+                         "even unscaled; look for Inf or NaN in the inputs and the loss, lower "
+                         "the learning rate, or compute in mixed_bfloat16 (float32's range)"),
+         static_cast<double>(s.skipped_updates) /
+             static_cast<double>(std::max<int64_t>(s.loss_scale_updates, 1))});
   const double step = s.step_ms_mean;
   if (step <= 0) return;
   const int n = s.replicas;
@@ -228,6 +240,16 @@ Summary summarize(const std::vector<Event>& events, const std::vector<std::strin
   }
   std::sort(runs.begin(), runs.end(),
             [](const Event& a, const Event& b) { return a.begin_ns < b.begin_ns; });
+  int64_t last_scale_ns = 0;
+  for (const Event& e : events) {
+    if (e.phase == Phase::kSkippedUpdate) ++s.skipped_updates;
+    if (e.phase != Phase::kLossScale) continue;
+    ++s.loss_scale_updates;
+    if (s.loss_scale_updates == 1 || e.begin_ns >= last_scale_ns) {
+      s.loss_scale = e.value;
+      last_scale_ns = e.begin_ns;
+    }
+  }
   s.steps = static_cast<int64_t>(runs.size());
   if (runs.empty()) return s;
 
@@ -362,6 +384,9 @@ std::string Summary::to_string() const {
           << fixed(examples_per_step / step_ms_mean * 1e3, 0) << " examples/s measured)";
     out << ": speed-up " << fixed(speedup, 2) << "x, efficiency " << percent(efficiency) << "\n";
   }
+  if (loss_scale_updates > 0)
+    out << "  loss scale: " << loss_scale << " after the last update; " << skipped_updates << " of "
+        << loss_scale_updates << " updates skipped (gradients not finite)\n";
   if (advice.empty()) {
     out << "  advice: none (no input wait, communication, straggler or idle share above its "
            "threshold)\n";

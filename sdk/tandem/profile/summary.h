@@ -38,7 +38,8 @@ struct ReplicaBreakdown {
 
 /// One piece of advice: which rule, its message (with the measured figure), and the figure.
 struct Advice {
-  /// "oversubscribed", "straggler", "input-bound", "communication-bound", "too-little-work"
+  /// "oversubscribed", "straggler", "input-bound", "communication-bound", "too-little-work",
+  /// "loss-scale-floor"
   std::string rule;
   std::string message;
   double figure = 0;  ///< the share (0..1) or ratio the message quotes
@@ -60,6 +61,11 @@ struct Summary {
   double one_replica_step_ms = 0;
   double speedup = 0;     ///< one_replica_step_ms / step_ms_mean
   double efficiency = 0;  ///< speedup / replicas
+  /// A LossScaleOptimizer's updates in these steps: its scale after the last one (0: no loss
+  /// scale recorded), the updates it decided, and those it skipped (gradients not finite).
+  double loss_scale = 0;
+  int64_t loss_scale_updates = 0;
+  int64_t skipped_updates = 0;
   std::vector<Advice> advice;
 
   /// The breakdown as a table, the step time's median and spread, the scaling estimate and the
