@@ -128,6 +128,11 @@ Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
       flags.accumulation_steps = parse_int<int>(flag, value(), 1, 1'000'000, "a whole number >= 1");
     } else if (flag == "--bucket-mib") {
       flags.bucket_mib = parse_int<int>(flag, value(), 0, 1024, "a whole number from 0 to 1024");
+    } else if (flag == "--gradient-compression") {
+      const std::string_view v = value();
+      if (v != "none" && v != "bfloat16" && v != "float16")
+        bad_value(flag, v, "none, bfloat16 or float16");
+      flags.gradient_compression = std::string(v);
     } else if (flag == "--precision") {
       const std::string_view v = value();
       if (v != "float32" && v != "mixed_bfloat16" && v != "mixed_float16")
@@ -186,6 +191,9 @@ std::string usage(const SampleInfo& info) {
       << "  --bucket-mib N            all-reduce the gradients in buckets of N MiB during the\n"
       << "                            backward pass (0: one all-reduce after it); default: the\n"
       << "                            strategy's (buckets for GPUs and TF_CONFIG workers)\n"
+      << "  --gradient-compression T  send the gradients between replicas as T: bfloat16 or\n"
+      << "                            float16 (half the bytes; summed in float32), or none\n"
+      << "                            (default)\n"
       << "  --precision P             float32 (default), mixed_bfloat16 or mixed_float16 (Keras's\n"
       << "                            dtype policies: float32 weights, 16-bit computation;\n"
       << "                            bfloat16 is the fast one on CPUs with AVX512-BF16 or AMX)\n"

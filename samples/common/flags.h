@@ -47,6 +47,9 @@ struct Flags {
   /// Gradient bucket size in MiB (all-reduce during the backward pass); 0: no buckets; unset:
   /// the strategy's default.
   std::optional<int> bucket_mib;
+  /// The type float32 gradients travel in between replicas: "none" (float32), "bfloat16",
+  /// "float16" (CommunicationOptions::gradient_compression).
+  std::string gradient_compression = "none";
   /// The dtype policy the model is made under: "float32", "mixed_bfloat16" or "mixed_float16".
   std::string precision = "float32";
   /// Cap on training steps per epoch (smoke tests); unset: whole epochs.

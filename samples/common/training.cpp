@@ -42,8 +42,18 @@ std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags) {
     options.first_bytes_per_pack = std::min(int64_t{1} << 20, options.bytes_per_pack);
     strategy->set_communication_options(options);
   }
+  if (flags.gradient_compression != "none") {
+    tandem::CommunicationOptions options = strategy->communication_options();
+    options.gradient_compression = flags.gradient_compression == "bfloat16"
+                                       ? tandem::GradientCompression::kBFloat16
+                                       : tandem::GradientCompression::kFloat16;
+    strategy->set_communication_options(options);
+  }
   // The chief alone reports; the other workers train silently (errors still reach stderr).
   if (!strategy->is_chief()) std::cout.setstate(std::ios::failbit);
+  if (flags.gradient_compression != "none" && strategy->num_replicas_in_sync() > 1)
+    std::cout << "gradients travel between replicas as " << flags.gradient_compression
+              << " (summed in float32)\n";
   return strategy;
 }
 

@@ -239,13 +239,15 @@ TEST_CASE("fashion_mnist_mlp under mpirun -np 2: one report, the chief alone wri
 }
 
 TEST_CASE(
-    "fashion_mnist_mlp --precision mixed_bfloat16 trains on 2 replicas and resumes from its "
+    "fashion_mnist_mlp --precision mixed_bfloat16 --gradient-compression bfloat16 trains on 2 "
+    "replicas and resumes from its "
     "float32 checkpoint",
     "[cpu][samples]") {
   if (!sample_built()) return;
   TempDir dir;
   const fs::path metrics = dir.path / "m.json";
   const std::string common_flags = " --max-steps 40 --replicas 2 --precision mixed_bfloat16" +
+                                   std::string(" --gradient-compression bfloat16") +
                                    std::string(" --checkpoint-dir '") + dir.path.string() +
                                    "' --metrics-json '" + metrics.string() + "'";
   const Result first = run(kMlp + " --epochs 1 --fresh" + common_flags);
@@ -253,6 +255,7 @@ TEST_CASE(
   REQUIRE(first.exit_code == 0);
   CHECK(first.output.find("precision mixed_bfloat16: float32 variables, bfloat16 computation") !=
         std::string::npos);
+  CHECK(first.output.find("gradients travel between replicas as bfloat16") != std::string::npos);
   std::map<std::string, double> epoch1 = parse_json_object(read_lines(metrics).at(0));
   CHECK(epoch1["test_accuracy"] > 0.5);  // 40 steps of 128 examples; chance is 0.1
   CHECK(std::isfinite(epoch1["loss"]));
@@ -291,7 +294,7 @@ TEST_CASE("fashion_mnist_mlp --help names every flag", "[cpu][samples]") {
   for (const char* flag :
        {"--epochs", "--per-replica-batch", "--replicas", "--learning-rate", "--seed",
         "--lr-scaling", "--checkpoint-dir", "--fresh", "--metrics-json", "--max-steps",
-        "--accumulation-steps", "--precision", "--help"}) {
+        "--accumulation-steps", "--precision", "--gradient-compression", "--help"}) {
     INFO("flag " << flag);
     CHECK(help.output.find(flag) != std::string::npos);
   }
@@ -308,6 +311,7 @@ TEST_CASE("fashion_mnist_mlp: a bad flag value exits 2 naming the flag and the v
   for (const BadFlag& bad :
        std::vector<BadFlag>{{"--epochs abc", "--epochs", "abc"},
                             {"--replicas 0", "--replicas", "0"},
+                            {"--gradient-compression int8", "--gradient-compression", "int8"},
                             {"--per-replica-batch=-4", "--per-replica-batch", "-4"},
                             {"--learning-rate 0", "--learning-rate", "0"},
                             {"--lr-scaling cubic", "--lr-scaling", "cubic"},
