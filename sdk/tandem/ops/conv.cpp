@@ -62,7 +62,9 @@ cpu::ConvGeometry window_geometry(std::string_view op, const Shape& x, int64_t w
 }
 
 /// y = act(conv(x, kernel) + bias): the CPU kernel (oneDNN for float32); on CUDA im2col and
-/// cuBLAS' GEMM followed by the bias and the ReLU in place on its output, as ops::dense.
+/// cuBLAS' GEMM followed by the bias and the ReLU in place on its output; in 16 bits im2col
+/// (exact copies) and the dense layer's cuBLASLt matmul, whose epilogue adds the bias and
+/// applies the ReLU to the float32 sums before y is rounded once, as the CPU's 16-bit kernel.
 void run_conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                 const cpu::ConvGeometry& geo, bool relu, Tensor& y) {
   const int64_t filters = kernel.dim(3);
@@ -75,10 +77,16 @@ void run_conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                       has_bias ? bias.data<T>() : nullptr, relu, y.data<T>());
         },
         TANDEM_ON_CUDA(
-            if (y.numel() == 0) return; if constexpr (is_half_v<T>) {
-              TANDEM_THROW(kConv, ": ", x.dtype(), " convolutions on a GPU go through float32");
+            if (y.numel() == 0) return;
+            const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
+            if constexpr (is_half_v<T>) {
+              // depth == 0 (no channels): dense_forward writes act(bias) without reading cols.
+              const Tensor cols =
+                  Tensor::empty(Shape{rows, std::max<int64_t>(depth, 1)}, x.dtype(), x.device());
+              if (depth > 0) cuda::im2col(geo, ptr<T>(x), ptr<T>(cols), stream);
+              cuda::dense_forward(rows, filters, depth, ptr<T>(cols), ptr<T>(kernel),
+                                  has_bias ? ptr<T>(bias) : nullptr, relu, ptr<T>(y), stream);
             } else {
-              const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
               if (depth == 0) {
                 cuda::fill(y.dtype(), y.numel(), 0.0, y.raw_data(), stream);
               } else {
@@ -109,24 +117,27 @@ void run_conv2d_backward_weights(const Tensor& x, const Tensor& dz, const cpu::C
                                        kernel_grad.data<T>(),
                                        has_bias ? bias_grad.data<T>() : nullptr);
         },
-        TANDEM_ON_CUDA(
-            if constexpr (is_half_v<T>) {
-              TANDEM_THROW(kConv, ": ", x.dtype(), " convolutions on a GPU go through float32");
-            } else {
-              const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
-              // An empty batch sums to zeros.
-              if (has_bias && filters > 0)
-                cuda::sum(ptr<T>(dz), 1, rows, filters, ptr<T>(bias_grad), stream);
-              if (kernel_grad.numel() == 0) return;
-              if (rows == 0)
-                return cuda::fill(kernel_grad.dtype(), kernel_grad.numel(), 0.0,
-                                  kernel_grad.raw_data(), stream);
-              // dkernel [depth, filters] = im2col(x)^T dz.
-              const Tensor cols = Tensor::empty(Shape{rows, depth}, x.dtype(), x.device());
-              cuda::im2col(geo, ptr<T>(x), ptr<T>(cols), stream);
-              cuda::gemm(true, false, depth, filters, rows, T(1), ptr<T>(cols), depth, ptr<T>(dz),
-                         filters, T(0), ptr<T>(kernel_grad), filters, stream);
-            }));
+        TANDEM_ON_CUDA({
+          const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
+          // An empty batch sums to zeros (16 bits: summed in double, rounded once).
+          if (has_bias && filters > 0)
+            cuda::sum(ptr<T>(dz), 1, rows, filters, ptr<T>(bias_grad), stream);
+          if (kernel_grad.numel() == 0) return;
+          if (rows == 0)
+            return cuda::fill(kernel_grad.dtype(), kernel_grad.numel(), 0.0, kernel_grad.raw_data(),
+                              stream);
+          // dkernel [depth, filters] = im2col(x)^T dz.
+          const Tensor cols = Tensor::empty(Shape{rows, depth}, x.dtype(), x.device());
+          cuda::im2col(geo, ptr<T>(x), ptr<T>(cols), stream);
+          if constexpr (is_half_v<T>) {
+            // Summed in float32 (cuBLASLt), rounded once.
+            cuda::gemm(true, false, depth, filters, rows, ptr<T>(cols), depth, ptr<T>(dz), filters,
+                       ptr<T>(kernel_grad), filters, stream);
+          } else {
+            cuda::gemm(true, false, depth, filters, rows, T(1), ptr<T>(cols), depth, ptr<T>(dz),
+                       filters, T(0), ptr<T>(kernel_grad), filters, stream);
+          }
+        }));
   });
 }
 
@@ -141,10 +152,19 @@ void run_conv2d_backward_data(const Tensor& dz, const Tensor& kernel, const cpu:
           cpu::conv2d_backward_data(geo, filters, dz.data<T>(), kernel.data<T>(), x_grad.data<T>());
         },
         TANDEM_ON_CUDA(
-            if (x_grad.numel() == 0) return; if constexpr (is_half_v<T>) {
-              TANDEM_THROW(kConv, ": ", dz.dtype(), " convolutions on a GPU go through float32");
+            if (x_grad.numel() == 0) return;
+            const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
+            if constexpr (is_half_v<T>) {
+              // dx = col2im(dz kernel^T) with the products and their overlaps summed in float32
+              // and dx rounded once, as the CPU's 16-bit kernel: float32 dcols in between.
+              const Tensor dcols = Tensor::empty(Shape{rows, depth}, DType::kFloat32, dz.device());
+              if (filters == 0)
+                cuda::fill(dcols.dtype(), dcols.numel(), 0.0, dcols.raw_data(), stream);
+              else
+                cuda::gemm(false, true, rows, depth, filters, ptr<T>(dz), filters, ptr<T>(kernel),
+                           filters, ptr<float>(dcols), depth, stream);
+              cuda::col2im(geo, ptr<float>(dcols), ptr<T>(x_grad), stream);
             } else {
-              const int64_t rows = cpu::im2col_rows(geo), depth = cpu::im2col_depth(geo);
               // dx = col2im(dz kernel^T).
               const Tensor dcols = Tensor::empty(Shape{rows, depth}, dz.dtype(), dz.device());
               if (filters == 0)
@@ -192,14 +212,6 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
                  bias.shape(), " does not match kernel of shape ", kernel.shape(), " (needs [",
                  kernel.dim(3), "])");
     check_same_dtype(kConv, x, bias);
-  }
-  if (is_half(x.dtype()) && !x.device().is_cpu()) {
-    // 16-bit convolutions on a GPU run in float32 for now (exact products, one rounding of the
-    // output); the gradients come back in the inputs' dtype. The CPU has 16-bit kernels.
-    const auto f32 = [](const Tensor& t) { return cast(t, DType::kFloat32); };
-    return cast(
-        conv2d(f32(x), f32(kernel), has_bias ? f32(bias) : Tensor(), strides, padding, activation),
-        x.dtype());
   }
   const cpu::ConvGeometry geo =
       window_geometry(kConv, x.shape(), kernel.dim(0), kernel.dim(1), strides, padding);

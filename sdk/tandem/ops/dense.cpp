@@ -24,7 +24,7 @@ namespace {
 constexpr std::string_view kOp = "dense";
 
 /// The forward on the device of its inputs: CPU as one fused kernel; CUDA as one cuBLASLt
-/// matmul with a bias and ReLU epilogue for float32 (cuda::dense_forward).
+/// matmul with a bias and ReLU epilogue for float32 and the 16-bit types (cuda::dense_forward).
 void run_dense(const Tensor& x, const Tensor& kernel, const Tensor& bias, bool relu, Tensor& y) {
   const int64_t m = x.dim(0), depth = x.dim(1), n = kernel.dim(1);
   const bool has_bias = bias.defined();
@@ -35,14 +35,9 @@ void run_dense(const Tensor& x, const Tensor& kernel, const Tensor& bias, bool r
           cpu::dense(m, n, depth, x.data<T>(), kernel.data<T>(),
                      has_bias ? bias.data<T>() : nullptr, relu, y.data<T>());
         },
-        TANDEM_ON_CUDA(
-            if constexpr (is_half_v<T>) {
-              TANDEM_THROW(kOp, ": ", x.dtype(),
-                           " runs on the CPU only so far; cast to float32 on a GPU");
-            } else {
-              cuda::dense_forward(m, n, depth, ptr<T>(x), ptr<T>(kernel),
-                                  has_bias ? ptr<T>(bias) : nullptr, relu, ptr<T>(y), stream);
-            }));
+        TANDEM_ON_CUDA(cuda::dense_forward(m, n, depth, ptr<T>(x), ptr<T>(kernel),
+                                           has_bias ? ptr<T>(bias) : nullptr, relu, ptr<T>(y),
+                                           stream)));
   });
 }
 

@@ -72,13 +72,14 @@ void run_gemm(std::string_view op, bool transpose_a, bool transpose_b, int64_t m
         TANDEM_ON_CUDA(
             if (m == 0 || n == 0) return;
             if (kk == 0) return cuda::fill(c.dtype(), c.numel(), 0.0, c.raw_data(), stream);
+            const int64_t lda = a.shape().dims().back(), ldb = b.shape().dims().back();
             if constexpr (is_half_v<T>) {
-              TANDEM_THROW(op, ": ", c.dtype(),
-                           " matrix products run on the CPU only so far; cast to float32 on a GPU");
-            } else {
-              cuda::gemm(transpose_a, transpose_b, m, n, kk, T(1), ptr<T>(a),
-                         a.shape().dims().back(), ptr<T>(b), b.shape().dims().back(), T(0),
+              // Summed in float32 (cuBLASLt), rounded once: as cpu::matmul.
+              cuda::gemm(transpose_a, transpose_b, m, n, kk, ptr<T>(a), lda, ptr<T>(b), ldb,
                          ptr<T>(c), n, stream);
+            } else {
+              cuda::gemm(transpose_a, transpose_b, m, n, kk, T(1), ptr<T>(a), lda, ptr<T>(b), ldb,
+                         T(0), ptr<T>(c), n, stream);
             }));
   });
 }

@@ -82,7 +82,8 @@ Tensor one_hot(const Tensor& labels, int64_t depth, DType dtype = DType::kFloat3
 
 // ---- linear algebra -----------------------------------------------------------------------
 /// op(a) @ op(b) for matrices, op = transpose when the flag is set. float32 goes through
-/// oneDNN (CPU) or cuBLAS (CUDA).
+/// oneDNN (CPU) or cuBLAS (CUDA); bfloat16 and float16 sum the products in float32 and round
+/// the result once (oneDNN or float32 emulation on the CPU, cuBLASLt on CUDA).
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
               bool transpose_b = false);
 
@@ -97,7 +98,8 @@ enum class FusedActivation { kLinear, kRelu };
 /// kernel GEMM, and the input GEMM only when a tape tracked x when the op ran (a first layer's
 /// input needs none). float64 equals relu(add(matmul(x, kernel), bias)) bitwise; float32 may
 /// differ in the last bits, as oneDNN's (or cuBLASLt's) matmul kernel sums the products in
-/// another order than matmul's.
+/// another order than matmul's. bfloat16 and float16 apply the bias and the ReLU to the
+/// float32 sums and round the output once, on either device.
 Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(),
              FusedActivation activation = FusedActivation::kLinear);
 
@@ -116,10 +118,12 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int64_t, 2> stri
 /// CPU, float32 runs oneDNN's convolution primitives: the bias and the ReLU are applied to the
 /// accumulator; the backward masks the output gradient, then computes the kernel and bias
 /// gradients in one primitive and the input gradient in another, which runs only when a tape
-/// tracked x when the op ran (a first layer's input needs none). float64 (and CUDA) run im2col
-/// and GEMM as the unfused ops did, and equal relu(add(conv2d(x, kernel), bias)) bitwise;
-/// float32 on the CPU may differ from im2col and GEMM in the last bits, as oneDNN's kernels sum
-/// the products in another order.
+/// tracked x when the op ran (a first layer's input needs none). float64 (and float32 on CUDA)
+/// run im2col and GEMM as the unfused ops did, and equal relu(add(conv2d(x, kernel), bias))
+/// bitwise; float32 on the CPU may differ from im2col and GEMM in the last bits, as oneDNN's
+/// kernels sum the products in another order. bfloat16 and float16 sum in float32 and round
+/// each result once (on CUDA: im2col and one cuBLASLt matmul whose epilogue adds the bias and
+/// applies the ReLU).
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
               std::array<int64_t, 2> strides, Padding padding,
               FusedActivation activation = FusedActivation::kLinear);

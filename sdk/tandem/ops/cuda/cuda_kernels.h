@@ -132,12 +132,15 @@ void copy(void* dst, const void* src, size_t n, cudaStream_t stream);
 /// the ReLU (`relu`) optional. float32 is one cublasLtMatmul whose epilogue adds the bias and
 /// applies the ReLU, in the math mode gemm uses (full float32 unless TF32 is allowed); float64,
 /// and a float32 case cuBLASLt has no algorithm for, is gemm followed by the bias and the ReLU
-/// in place on y.
+/// in place on y. bfloat16 and float16 are one cublasLtMatmul summing in float32 with the same
+/// epilogue on the float32 accumulator (the bias in the 16-bit type, as cuBLASLt requires),
+/// y rounded once, as ops::cpu::dense; where cuBLASLt fuses no epilogue for the case, the
+/// product, bias and ReLU run in float32 scratch and y is rounded once all the same.
 template <typename T>
 void dense_forward(int64_t m, int64_t n, int64_t k, const T* x, const T* kernel, const T* bias,
                    bool relu, T* y, cudaStream_t stream);
 
-// ---- GEMM through cuBLAS (ops/cuda/gemm.cpp) ----------------------------------------------
+// ---- GEMM through cuBLAS and cuBLASLt (ops/cuda/gemm.cpp) ---------------------------------
 
 /// C = alpha * op(A) @ op(B) + beta * C, row-major, with op(A) [m, k] and op(B) [k, n], as
 /// ops::cpu::gemm. float32 is cublasSgemm with full float32 math unless TF32 is allowed
@@ -149,6 +152,20 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, d
           const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
           int64_t ldc, cudaStream_t stream);
 
+/// C = op(A) @ op(B) of 16-bit matrices, overwriting C, as ops::cpu::matmul: the products summed
+/// in float32 (tensor cores, CUBLAS_COMPUTE_32F) and C rounded once to its type, the inputs'
+/// 16-bit type or float32. One cublasLtMatmul (split-K partial sums kept in float32), or
+/// cublasGemmEx where cuBLASLt has no algorithm. k == 0 writes zeros.
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const bfloat16* a,
+          int64_t lda, const bfloat16* b, int64_t ldb, bfloat16* c, int64_t ldc,
+          cudaStream_t stream);
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const bfloat16* a,
+          int64_t lda, const bfloat16* b, int64_t ldb, float* c, int64_t ldc, cudaStream_t stream);
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float16* a,
+          int64_t lda, const float16* b, int64_t ldb, float16* c, int64_t ldc, cudaStream_t stream);
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float16* a,
+          int64_t lda, const float16* b, int64_t ldb, float* c, int64_t ldc, cudaStream_t stream);
+
 // ---- convolution, pooling, dropout (ops/cuda/nn_kernels.cu); as ops/cpu/nn_kernels.h ------
 
 using ConvGeometry = cpu::ConvGeometry;
@@ -157,9 +174,10 @@ using ConvGeometry = cpu::ConvGeometry;
 template <typename T>
 void im2col(const ConvGeometry& g, const T* x, T* cols, cudaStream_t stream);
 /// The adjoint of im2col into dx [N, H, W, C] (overwritten). Each input element gathers the
-/// cols entries that read it, in the CPU's order: no atomics, the same sums as the CPU.
-template <typename T>
-void col2im(const ConvGeometry& g, const T* cols, T* dx, cudaStream_t stream);
+/// cols entries that read it, in the CPU's order: no atomics, the same sums as the CPU. C is T,
+/// or float for a 16-bit dx: the sums then run in float32 and dx is rounded once.
+template <typename C, typename T>
+void col2im(const ConvGeometry& g, const C* cols, T* dx, cudaStream_t stream);
 
 /// y [N, OH, OW, C] = window maxima; argmax = flat input index of each (-1 for a window of
 /// padding only); ties keep the first, a NaN wins and stays, as the CPU kernel.

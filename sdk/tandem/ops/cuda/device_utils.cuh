@@ -1,5 +1,6 @@
 // Device-side helpers shared by the .cu files of ops/cuda: the grid-stride loop, launch sizes
-// and warp/block reductions. Included by .cu files only (nvcc).
+// and warp/block reductions (device scratch is ops/cuda/scratch.h). Included by .cu files only
+// (nvcc).
 #pragma once
 
 #include <cuda_runtime.h>
@@ -7,7 +8,7 @@
 #include <cstdint>
 
 #include "tandem/core/internal/cuda_check.h"
-#include "tandem/tensor/allocator.h"
+#include "tandem/ops/cuda/scratch.h"
 #include "tandem/tensor/internal/cuda_context.h"
 
 namespace tandem::ops::cuda {
@@ -49,28 +50,5 @@ __device__ __forceinline__ T warp_max(T value) {
   }
   return value;
 }
-
-/// Device scratch from the caching allocator, returned when it goes out of scope, possibly
-/// while the kernels using it are still queued: exactly what a temporary tensor does. The block
-/// is safe as long as its next user runs on the same stream (ordered after them); the caching
-/// allocator does not yet track streams, so that holds for one stream per GPU.
-class Scratch {
- public:
-  explicit Scratch(size_t nbytes) : nbytes_(nbytes) {
-    int device = 0;
-    TANDEM_CUDA_CHECK(cudaGetDevice(&device));
-    allocator_ = &allocator_for(Device::cuda(device));
-    data_ = allocator_->allocate(nbytes);
-  }
-  ~Scratch() { allocator_->deallocate(data_, nbytes_); }
-  Scratch(const Scratch&) = delete;
-  Scratch& operator=(const Scratch&) = delete;
-  void* data() const { return data_; }
-
- private:
-  size_t nbytes_;
-  Allocator* allocator_;
-  void* data_;
-};
 
 }  // namespace tandem::ops::cuda

@@ -1,6 +1,7 @@
-// GEMM on the GPU through cuBLAS. cuBLAS is column-major and Tandem row-major: a row-major
-// [m, n] matrix is the column-major [n, m] matrix of its transpose, so C = op(A) op(B) is
-// computed as C^T = op(B)^T op(A)^T, i.e. cuBLAS called with the operands swapped.
+// GEMM on the GPU: float32 and float64 through cuBLAS, the 16-bit types through cuBLASLt
+// (lt_matmul.h). cuBLAS is column-major and Tandem row-major: a row-major [m, n] matrix is the
+// column-major [n, m] matrix of its transpose, so C = op(A) op(B) is computed as
+// C^T = op(B)^T op(A)^T, i.e. cuBLAS called with the operands swapped.
 #include <cuda_runtime_api.h>
 
 #include <algorithm>
@@ -9,6 +10,7 @@
 
 #include "tandem/core/internal/cuda_check.h"
 #include "tandem/ops/cuda/cuda_kernels.h"
+#include "tandem/ops/cuda/lt_matmul.h"
 #include "tandem/tensor/internal/cuda_context.h"
 
 namespace tandem::ops::cuda {
@@ -62,6 +64,66 @@ void scale_c(cublasHandle_t handle, int64_t m, int64_t n, T beta, T* c, int64_t 
   }
 }
 
+/// While alive, keeps a cuBLAS handle's split-K partial sums in the compute type (by default
+/// cuBLAS may reduce them in a 16-bit output type); restores the handle's math mode after.
+class FullPrecisionReductions {
+ public:
+  explicit FullPrecisionReductions(cublasHandle_t handle) : handle_(handle) {
+    TANDEM_CUBLAS_CHECK(cublasGetMathMode(handle_, &previous_));
+    TANDEM_CUBLAS_CHECK(cublasSetMathMode(
+        handle_,
+        static_cast<cublasMath_t>(previous_ | CUBLAS_MATH_DISALLOW_REDUCED_PRECISION_REDUCTION)));
+  }
+  ~FullPrecisionReductions() { (void)cublasSetMathMode(handle_, previous_); }
+  FullPrecisionReductions(const FullPrecisionReductions&) = delete;
+  FullPrecisionReductions& operator=(const FullPrecisionReductions&) = delete;
+
+ private:
+  cublasHandle_t handle_;
+  cublasMath_t previous_ = CUBLAS_DEFAULT_MATH;
+};
+
+/// C (H or float) = op(A) op(B) of 16-bit A and B, summed in float32 and rounded once.
+template <typename H, typename C>
+void gemm_16(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const H* a,
+             int64_t lda, const H* b, int64_t ldb, C* c, int64_t ldc, cudaStream_t stream) {
+  check_arguments(transpose_a, transpose_b, m, n, k, lda, ldb, ldc);
+  if (m == 0 || n == 0) return;
+  if (k == 0) {
+    // All-zero bytes are +0.0 in every floating type.
+    TANDEM_CUDA_CHECK(cudaMemset2DAsync(c, static_cast<size_t>(ldc) * sizeof(C), 0,
+                                        static_cast<size_t>(n) * sizeof(C), static_cast<size_t>(m),
+                                        stream));
+    return;
+  }
+  LtMatmul call;
+  call.transpose_a = transpose_a;
+  call.transpose_b = transpose_b;
+  call.m = m;
+  call.n = n;
+  call.k = k;
+  call.a = a;
+  call.lda = lda;
+  call.b = b;
+  call.ldb = ldb;
+  call.d = c;
+  call.ldd = ldc;
+  call.input_type = lt_data_type<H>();
+  call.output_type = lt_data_type<C>();
+  call.compute = CUBLAS_COMPUTE_32F;
+  call.use_workspace = true;
+  if (lt_matmul(call, stream)) return;
+  // No cuBLASLt algorithm (an odd alignment, say): cuBLAS' own GEMM, summing in float32 too.
+  cublasHandle_t handle = tandem::cuda::cublas_handle(stream);
+  const FullPrecisionReductions full_precision(handle);
+  const float one = 1.0f, zero = 0.0f;
+  TANDEM_CUBLAS_CHECK(cublasGemmEx(handle, op(transpose_b), op(transpose_a), static_cast<int>(n),
+                                   static_cast<int>(m), static_cast<int>(k), &one, b,
+                                   lt_data_type<H>(), static_cast<int>(ldb), a, lt_data_type<H>(),
+                                   static_cast<int>(lda), &zero, c, lt_data_type<C>(),
+                                   static_cast<int>(ldc), CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT));
+}
+
 }  // namespace
 
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
@@ -89,6 +151,25 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, d
                                   static_cast<int>(m), static_cast<int>(k), &alpha, b,
                                   static_cast<int>(ldb), a, static_cast<int>(lda), &beta, c,
                                   static_cast<int>(ldc)));
+}
+
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const bfloat16* a,
+          int64_t lda, const bfloat16* b, int64_t ldb, bfloat16* c, int64_t ldc,
+          cudaStream_t stream) {
+  gemm_16(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc, stream);
+}
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const bfloat16* a,
+          int64_t lda, const bfloat16* b, int64_t ldb, float* c, int64_t ldc, cudaStream_t stream) {
+  gemm_16(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc, stream);
+}
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float16* a,
+          int64_t lda, const float16* b, int64_t ldb, float16* c, int64_t ldc,
+          cudaStream_t stream) {
+  gemm_16(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc, stream);
+}
+void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, const float16* a,
+          int64_t lda, const float16* b, int64_t ldb, float* c, int64_t ldc, cudaStream_t stream) {
+  gemm_16(transpose_a, transpose_b, m, n, k, a, lda, b, ldb, c, ldc, stream);
 }
 
 }  // namespace tandem::ops::cuda

@@ -48,15 +48,15 @@ __global__ void im2col_kernel(Geometry<I> g, const T* x, T* cols) {
 }
 
 /// One thread per dx element (n, ih, iw, c): the sum, in (kh, kw) order as ops::cpu::col2im,
-/// of the cols entries that read it.
-template <typename I, typename T>
-__global__ void col2im_kernel(Geometry<I> g, const T* cols, T* dx) {
+/// of the cols entries that read it, accumulated in the cols' type C and rounded once to T.
+template <typename I, typename C, typename T>
+__global__ void col2im_kernel(Geometry<I> g, const C* cols, T* dx) {
   const I row_size = g.window_h * g.window_w * g.channels;
   const I total = g.batch * g.in_h * g.in_w * g.channels;
   for (I j = grid_start<I>(); j < total; j += grid_step<I>()) {
     const I c = j % g.channels, iw = (j / g.channels) % g.in_w;
     const I ih = (j / (g.channels * g.in_w)) % g.in_h, n = j / (g.channels * g.in_w * g.in_h);
-    T sum = T(0);
+    C sum = C(0);
     for (I kh = 0; kh < g.window_h; ++kh) {
       // Output row oh reads input row ih through kernel row kh when oh * stride = ih + pad - kh.
       const I sh = ih + g.pad_top - kh;
@@ -72,7 +72,7 @@ __global__ void col2im_kernel(Geometry<I> g, const T* cols, T* dx) {
                     (kh * g.window_w + kw) * g.channels + c];
       }
     }
-    dx[j] = sum;
+    dx[j] = static_cast<T>(sum);
   }
 }
 
@@ -179,8 +179,8 @@ void im2col(const ConvGeometry& g, const T* x, T* cols, cudaStream_t stream) {
   });
 }
 
-template <typename T>
-void col2im(const ConvGeometry& g, const T* cols, T* dx, cudaStream_t stream) {
+template <typename C, typename T>
+void col2im(const ConvGeometry& g, const C* cols, T* dx, cudaStream_t stream) {
   const int64_t total = g.batch * g.in_h * g.in_w * g.channels;
   if (total <= 0) return;
   with_index_type(g, [&](auto geometry) {
@@ -223,12 +223,19 @@ void dropout_mask(int64_t n, double rate, uint64_t seed, uint64_t stream_id, uin
 
 #define TANDEM_CUDA_NN(T)                                                                         \
   template void im2col<T>(const ConvGeometry&, const T*, T*, cudaStream_t);                       \
-  template void col2im<T>(const ConvGeometry&, const T*, T*, cudaStream_t);                       \
+  template void col2im<T, T>(const ConvGeometry&, const T*, T*, cudaStream_t);                    \
   template void max_pool2d_forward<T>(const ConvGeometry&, const T*, T*, int64_t*, cudaStream_t); \
   template void max_pool2d_backward<T>(const ConvGeometry&, const T*, const int64_t*, T*,         \
                                        cudaStream_t);                                             \
   template void dropout_mask<T>(int64_t, double, uint64_t, uint64_t, uint64_t, T*, cudaStream_t);
 TANDEM_CUDA_NN(float)
 TANDEM_CUDA_NN(double)
+
+// The 16-bit convolution: cols in the 16-bit type forward, float32 input-gradient cols.
+#define TANDEM_CUDA_NN_16(H)                                                \
+  template void im2col<H>(const ConvGeometry&, const H*, H*, cudaStream_t); \
+  template void col2im<float, H>(const ConvGeometry&, const float*, H*, cudaStream_t);
+TANDEM_CUDA_NN_16(bfloat16)
+TANDEM_CUDA_NN_16(float16)
 
 }  // namespace tandem::ops::cuda

@@ -102,7 +102,8 @@ Tensor div_scalar(const Tensor& a, double value);
 // ---- GEMM ------------------------------------------------------------------------------------
 
 /// C [m, n] = op(A) op(B) through cpu::gemm or cuda::gemm (not recorded; shapes already
-/// checked; every matrix contiguous). kk == 0 writes zeros.
+/// checked; every matrix contiguous). The 16-bit types sum in float32 and round C once
+/// (cpu::matmul; cuBLASLt on a GPU). kk == 0 writes zeros.
 void run_gemm(std::string_view op, bool transpose_a, bool transpose_b, int64_t m, int64_t n,
               int64_t kk, const Tensor& a, const Tensor& b, Tensor& c);
 
