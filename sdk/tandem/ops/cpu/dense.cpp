@@ -253,11 +253,17 @@ namespace {
 /// [1, +infinity's] (zero, negative values and NaN fall outside). Integer selects vectorize.
 template <typename H>
 inline void relu_mask_bits(int64_t begin, int64_t end, const H* g, const H* y, H* dz) {
+  static_assert(sizeof(H) == sizeof(uint16_t));
   constexpr uint16_t kInfinity = std::is_same_v<H, bfloat16> ? 0x7f80 : 0x7c00;
+  // On the raw bits (a 16-bit type is its one uint16_t member), the select as a mask: GCC
+  // vectorizes this, and not the select on the struct's member (a branch per element).
+  const uint16_t* gb = &g->bits;
+  const uint16_t* yb = &y->bits;
+  uint16_t* out = &dz->bits;
 #pragma omp simd
   for (int64_t i = begin; i < end; ++i) {
-    const bool keep = static_cast<uint16_t>(y[i].bits - 1u) < kInfinity;
-    dz[i].bits = keep ? g[i].bits : uint16_t{0};
+    const auto keep = static_cast<uint16_t>(static_cast<uint16_t>(yb[i] - 1u) < kInfinity);
+    out[i] = static_cast<uint16_t>(gb[i] & static_cast<uint16_t>(0u - keep));
   }
 }
 
@@ -271,18 +277,32 @@ void dense_relu_backward(int64_t m, int64_t n, const T* g, const T* y, T* dz, T*
                    [&](int64_t begin, int64_t end) { relu_mask_bits(begin, end, g, y, dz); });
       return;
     }
-    parallel_for_columns(1, m, n, [&](int64_t, int64_t j0, int64_t j1) {
-      std::vector<double> acc(static_cast<size_t>(j1 - j0), 0.0);
-      double* sums = acc.data();
-      for (int64_t i = 0; i < m; ++i) {
-        relu_mask_bits(i * n + j0, i * n + j1, g, y, dz);
-        const T* dz_row = dz + i * n;
+    // Blocks of a fixed number of rows (whole rows: contiguous, however few the columns, as a
+    // convolution's filters are): the mask over the block, its column sums in float32; then the
+    // blocks' sums added in block order in float64, the same bits for any number of threads.
+    constexpr int64_t kRows = 64;
+    const int64_t blocks = (m + kRows - 1) / kRows;
+    std::vector<float> partial(static_cast<size_t>(blocks * n));
+    const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(kRows * n, 1));
+    parallel_for(blocks, grain, [&](int64_t b0, int64_t b1) {
+      for (int64_t b = b0; b < b1; ++b) {
+        const int64_t r0 = b * kRows, r1 = std::min(m, r0 + kRows);
+        relu_mask_bits(r0 * n, r1 * n, g, y, dz);
+        float* sums = partial.data() + b * n;
+        std::fill_n(sums, n, 0.0f);
+        for (int64_t i = r0; i < r1; ++i) {
+          const T* dz_row = dz + i * n;
 #pragma omp simd
-        for (int64_t j = j0; j < j1; ++j)
-          sums[j - j0] += static_cast<double>(static_cast<float>(dz_row[j]));
+          for (int64_t j = 0; j < n; ++j) sums[j] += static_cast<float>(dz_row[j]);
+        }
       }
-      for (int64_t j = j0; j < j1; ++j) bias_grad[j] = static_cast<T>(sums[j - j0]);
     });
+    for (int64_t j = 0; j < n; ++j) {
+      double sum = 0.0;
+      for (int64_t b = 0; b < blocks; ++b)
+        sum += static_cast<double>(partial[static_cast<size_t>(b * n + j)]);
+      bias_grad[j] = static_cast<T>(sum);
+    }
     return;
   }
   if (bias_grad == nullptr) {

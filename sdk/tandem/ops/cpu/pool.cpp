@@ -10,7 +10,6 @@
 
 #include "tandem/core/half.h"
 #include "tandem/ops/cpu/nn_kernels.h"
-#include "tandem/ops/cpu/widen.h"
 
 namespace tandem::ops::cpu {
 namespace {
@@ -138,17 +137,68 @@ void max_pool2d_backward_typed(const ConvGeometry& g, const T* x, const T* y, co
 
 }  // namespace
 
+namespace {
+
+/// route_to_maximum on 16-bit inputs: `maximum`, `pending` and `dx` are float32 (the window's
+/// maximum widened once per output pixel, the gradient summed in float32).
+template <typename H>
+inline void route_to_maximum_half(int64_t channels, const H* __restrict v,
+                                  const float* __restrict maximum, float* __restrict pending,
+                                  float* __restrict dx) {
+#pragma omp simd
+  for (int64_t c = 0; c < channels; ++c) {
+    const float a = static_cast<float>(v[c]), m = maximum[c], p = pending[c];
+    const bool hit = (a == m) | ((a != a) & (m != m));
+    dx[c] = dx[c] + (hit ? p : 0.0f);
+    pending[c] = hit ? 0.0f : p;
+  }
+}
+
+/// The backward on 16-bit values: routed as in float32, each image's input gradient summed in
+/// a float32 buffer of the thread's and rounded once (no widened copies of whole tensors).
+template <typename H>
+void max_pool2d_backward_half(const ConvGeometry& g, const H* x, const H* y, const H* dy, H* dx) {
+  const int64_t channels = g.channels;
+  const int64_t image_in = g.in_h * g.in_w * channels;
+  const int64_t work =
+      g.batch * (image_in + g.out_h * g.out_w * g.window_h * g.window_w * channels);
+  auto offset = [&](int64_t ih, int64_t iw) { return (ih * g.in_w + iw) * channels; };
+#pragma omp parallel if (work >= kParallelMinElements)
+  {
+    std::vector<float> pending(static_cast<size_t>(channels));
+    std::vector<float> maximum(static_cast<size_t>(channels));
+    std::vector<float> image(static_cast<size_t>(image_in));
+#pragma omp for schedule(static)
+    for (int64_t n = 0; n < g.batch; ++n) {
+      std::fill(image.begin(), image.end(), 0.0f);
+      for (int64_t oh = 0; oh < g.out_h; ++oh) {
+        const WindowRange rows = window_range(oh, g.stride_h, g.pad_top, g.window_h, g.in_h);
+        for (int64_t ow = 0; ow < g.out_w; ++ow) {
+          const WindowRange cols = window_range(ow, g.stride_w, g.pad_left, g.window_w, g.in_w);
+          const int64_t o = ((n * g.out_h + oh) * g.out_w + ow) * channels;
+          for (int64_t c = 0; c < channels; ++c) {
+            pending[static_cast<size_t>(c)] = static_cast<float>(dy[o + c]);
+            maximum[static_cast<size_t>(c)] = static_cast<float>(y[o + c]);
+          }
+          for (int64_t ih = rows.begin; ih < rows.end; ++ih)
+            for (int64_t iw = cols.begin; iw < cols.end; ++iw)
+              route_to_maximum_half(channels, x + n * image_in + offset(ih, iw), maximum.data(),
+                                    pending.data(), image.data() + offset(ih, iw));
+        }
+      }
+      H* out = dx + n * image_in;
+#pragma omp simd
+      for (int64_t i = 0; i < image_in; ++i) out[i] = static_cast<H>(image[static_cast<size_t>(i)]);
+    }
+  }
+}
+
+}  // namespace
+
 template <typename T>
 void max_pool2d_backward(const ConvGeometry& g, const T* x, const T* y, const T* dy, T* dx) {
   if constexpr (is_half_v<T>) {
-    // Through float32: the routing pass is memory-bound and runs fastest on floats; each input's
-    // gradient is summed in float32 and rounded once.
-    const int64_t in = g.batch * g.in_h * g.in_w * g.channels;
-    const int64_t out = g.batch * g.out_h * g.out_w * g.channels;
-    std::vector<float> dx32(static_cast<size_t>(in));
-    max_pool2d_backward_typed<float>(g, widen(x, in).data(), widen(y, out).data(),
-                                     widen(dy, out).data(), dx32.data());
-    narrow(dx32, dx);
+    max_pool2d_backward_half(g, x, y, dy, dx);
   } else {
     max_pool2d_backward_typed(g, x, y, dy, dx);
   }
