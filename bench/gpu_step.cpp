@@ -49,6 +49,9 @@ std::vector<Config> configs() {
 /// and zero biases, as variables on `device`.
 struct Mlp {
   std::vector<td::Variable> kernels, biases, all;
+  /// The compute dtype: float32, or bfloat16 (mixed_bfloat16: float32 variables cast to
+  /// bfloat16 where they are read, so their gradients come back float32).
+  td::DType compute = td::DType::kFloat32;
 
   Mlp(const std::vector<int64_t>& widths, td::Device device) {
     td::Generator generator(/*seed=*/42);
@@ -65,12 +68,16 @@ struct Mlp {
   }
 
   td::Tensor forward(const td::Tensor& x) const {
-    td::Tensor h = x;
+    const auto read = [&](const td::Tensor& t) {
+      return compute == t.dtype() ? t : td::ops::cast(t, compute);
+    };
+    td::Tensor h = read(x);
     for (size_t l = 0; l < kernels.size(); ++l) {
-      h = td::ops::add(td::ops::matmul(h, kernels[l].value()), biases[l].value());
+      h = td::ops::add(td::ops::matmul(h, read(kernels[l].value())), read(biases[l].value()));
       if (l + 1 < kernels.size()) h = td::ops::relu(h);
     }
-    return h;
+    // The loss on float32 logits, as Keras's mixed policies compute it.
+    return h.dtype() == td::DType::kFloat32 ? h : td::ops::cast(h, td::DType::kFloat32);
   }
 };
 
@@ -281,15 +288,24 @@ double cublas_gemm_ms(const std::vector<Gemm>& gemms) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  td::DType compute = td::DType::kFloat32;
+  if (argc == 3 && std::string(argv[1]) == "--precision" &&
+      (std::string(argv[2]) == "float32" || std::string(argv[2]) == "mixed_bfloat16")) {
+    if (std::string(argv[2]) == "mixed_bfloat16") compute = td::DType::kBFloat16;
+  } else if (argc != 1) {
+    std::fprintf(stderr, "usage: bench_gpu_step [--precision float32|mixed_bfloat16]\n");
+    return 2;
+  }
   if (td::cuda_device_count() == 0) {
     std::printf("no GPU: %s\n", td::cuda_availability().reason.c_str());
     return 0;
   }
   const td::Device device = td::Device::cuda(0);
   const td::CudaDeviceInfo& info = td::cuda_availability().devices[0];
-  std::printf("Tandem training step on %s (%s), float32, TF32 %s, median of %d steps after %d\n",
-              device.to_string().c_str(), info.name.c_str(), td::cuda::allow_tf32() ? "on" : "off",
-              kTimedSteps, kWarmupSteps);
+  std::printf("Tandem training step on %s (%s), %s, TF32 %s, median of %d steps after %d\n",
+              device.to_string().c_str(), info.name.c_str(),
+              compute == td::DType::kFloat32 ? "float32" : "mixed_bfloat16",
+              td::cuda::allow_tf32() ? "on" : "off", kTimedSteps, kWarmupSteps);
   std::printf(
       "step = forward + sparse softmax cross-entropy (mean) + backward + optimizer update;"
       " pipelined = mean of %d steps queued back to back\n\n",
@@ -300,6 +316,7 @@ int main(int argc, char** argv) {
   for (const Config& c : configs()) {
     for (const std::string optimizer_name : {"sgd", "adam"}) {
       Mlp mlp(c.widths, device);
+      mlp.compute = compute;
       td::Generator generator(/*seed=*/1);
       const td::Tensor features =
           td::Tensor::uniform({c.batch, c.widths.front()}, generator, 0, 1).to(device);

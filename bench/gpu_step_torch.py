@@ -3,7 +3,11 @@
 TF32 off, timed the same way (CUDA events around each step, median of 60 after 10 warm-up
 steps; pipelined = mean of 60 steps queued back to back), printed in the same table format.
 
-    python3 bench/gpu_step_torch.py
+    python3 bench/gpu_step_torch.py [--precision float32|mixed_bfloat16]
+
+--precision mixed_bfloat16: the step under torch.autocast("cuda", torch.bfloat16) (float32
+parameters and optimizer, bfloat16 matrix products), as bench_gpu_step --precision
+mixed_bfloat16.
 """
 import sys
 
@@ -99,6 +103,13 @@ def gemm_tflops(gemms, device):
 
 
 def main():
+    precision = "float32"
+    if len(sys.argv) == 3 and sys.argv[1] == "--precision" and sys.argv[2] in (
+            "float32", "mixed_bfloat16"):
+        precision = sys.argv[2]
+    elif len(sys.argv) != 1:
+        sys.exit("usage: gpu_step_torch.py [--precision float32|mixed_bfloat16]")
+    mixed = precision == "mixed_bfloat16"
     if not torch.cuda.is_available():
         print("no GPU: torch.cuda.is_available() is False")
         return 0
@@ -106,7 +117,7 @@ def main():
     torch.backends.cudnn.allow_tf32 = False
     device = torch.device("cuda:0")
     print(f"PyTorch {torch.__version__} eager training step on cuda:0 "
-          f"({torch.cuda.get_device_name(0)}), float32, TF32 off, median of {TIMED_STEPS} steps "
+          f"({torch.cuda.get_device_name(0)}), {precision}, TF32 off, median of {TIMED_STEPS} steps "
           f"after {WARMUP_STEPS}")
     print("step = forward + cross-entropy (mean) + backward + optimizer update; "
           f"pipelined = mean of {TIMED_STEPS} steps queued back to back\n")
@@ -126,7 +137,9 @@ def main():
 
             def step():
                 optimizer.zero_grad(set_to_none=True)
-                loss = F.cross_entropy(model(features), labels)
+                with torch.autocast("cuda", dtype=torch.bfloat16, enabled=mixed):
+                    logits = model(features)
+                loss = F.cross_entropy(logits.float(), labels)
                 loss.backward()
                 optimizer.step()
 
