@@ -3,15 +3,55 @@
 // ops they replace do, so a multiply-add contraction here would change the results.
 #include "tandem/ops/cpu/optimizer_updates.h"
 
+#include <type_traits>
+
 #include "tandem/ops/cpu/parallel.h"
 
 namespace tandem::ops::cpu {
+
+namespace {
+
+template <typename F, typename T, typename... Slots>
+inline void update_range(const F& f, int64_t begin, int64_t end, T* w, const T* g,
+                         Slots*... slots) {
+  for (int64_t i = begin; i < end; ++i) f(w[i], g[i], slots[i]...);
+}
+
+// The float32 loops, cloned for x86-64-v4 (AVX-512) and the baseline, the dynamic loader
+// picking one per process: each lane rounds every product, quotient and square root as the
+// scalar code does (no contraction in this file), so both give the same bits.
+[[gnu::target_clones("arch=x86-64-v4", "default")]] void sgd_range(
+    const kernels::SgdUpdate<float>& f, int64_t begin, int64_t end, float* w, const float* g) {
+  update_range(f, begin, end, w, g);
+}
+
+[[gnu::target_clones("arch=x86-64-v4", "default")]] void sgd_momentum_range(
+    const kernels::SgdMomentumUpdate<float>& f, int64_t begin, int64_t end, float* w,
+    const float* g, float* velocity) {
+  update_range(f, begin, end, w, g, velocity);
+}
+
+[[gnu::target_clones("arch=x86-64-v4", "default")]] void adam_range(
+    const kernels::AdamUpdate<float>& f, int64_t begin, int64_t end, float* w, const float* g,
+    float* m, float* v) {
+  update_range(f, begin, end, w, g, m, v);
+}
+
+}  // namespace
 
 template <typename F, typename T, typename... Slots>
 void optimizer_update(const F& f, int64_t n, T* w, const T* g, Slots*... slots) {
   // A small variable (a bias) stays on the calling thread.
   parallel_for(n, kHeavyElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) f(w[i], g[i], slots[i]...);
+    if constexpr (std::is_same_v<F, kernels::AdamUpdate<float>>) {
+      adam_range(f, begin, end, w, g, slots...);
+    } else if constexpr (std::is_same_v<F, kernels::SgdMomentumUpdate<float>>) {
+      sgd_momentum_range(f, begin, end, w, g, slots...);
+    } else if constexpr (std::is_same_v<F, kernels::SgdUpdate<float>>) {
+      sgd_range(f, begin, end, w, g, slots...);
+    } else {
+      update_range(f, begin, end, w, g, slots...);
+    }
   });
 }
 

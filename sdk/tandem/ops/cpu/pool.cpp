@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tandem/core/half.h"
+#include "tandem/ops/cpu/half_convert.h"
 #include "tandem/ops/cpu/nn_kernels.h"
 
 namespace tandem::ops::cpu {
@@ -186,9 +187,7 @@ void max_pool2d_backward_half(const ConvGeometry& g, const H* x, const H* y, con
                                     pending.data(), image.data() + offset(ih, iw));
         }
       }
-      H* out = dx + n * image_in;
-#pragma omp simd
-      for (int64_t i = 0; i < image_in; ++i) out[i] = static_cast<H>(image[static_cast<size_t>(i)]);
+      convert(image.data(), dx + n * image_in, image_in);
     }
   }
 }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tandem/core/half.h"
+#include "tandem/ops/cpu/half_convert.h"
 #include "tandem/ops/cpu/parallel.h"
 
 namespace tandem::ops::cpu {
@@ -16,7 +17,7 @@ std::vector<float> widen(const H* x, int64_t n) {
   if (x == nullptr) return {};
   std::vector<float> out(static_cast<size_t>(n));
   parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) out[i] = static_cast<float>(x[i]);
+    convert(x + begin, out.data() + begin, end - begin);
   });
   return out;
 }
@@ -25,7 +26,7 @@ std::vector<float> widen(const H* x, int64_t n) {
 template <typename H>
 void narrow(const std::vector<float>& x, H* y) {
   parallel_for(static_cast<int64_t>(x.size()), kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = static_cast<H>(x[i]);
+    convert(x.data() + begin, y + begin, end - begin);
   });
 }
 
