@@ -4,6 +4,7 @@
 #include <atomic>
 
 #include "tandem/autograd/tape.h"
+#include "tandem/ops/ops.h"
 
 namespace tandem {
 
@@ -15,6 +16,34 @@ thread_local VariableCreator t_creator;
 Variable make_variable(std::string name, const Tensor& initial, bool trainable) {
   if (t_creator) return t_creator(std::move(name), initial, trainable);
   return Variable(std::move(name), initial, trainable);
+}
+
+Variable make_variable(std::string name, const Tensor& initial, const VariableOptions& options) {
+  if (options.synchronization == VariableSynchronization::kOnRead)
+    TANDEM_CHECK(!options.trainable, "variable \"", name,
+                 "\": a trainable variable cannot be synchronized on read (its gradient updates "
+                 "would differ between replicas); make it with .trainable = false");
+  Variable v = make_variable(std::move(name), initial, options.trainable);
+  v.set_synchronization(options.synchronization, options.aggregation);
+  return v;
+}
+
+const char* to_string(VariableSynchronization synchronization) {
+  return synchronization == VariableSynchronization::kOnRead ? "on_read" : "on_write";
+}
+
+const char* to_string(VariableAggregation aggregation) {
+  switch (aggregation) {
+    case VariableAggregation::kNone:
+      return "none";
+    case VariableAggregation::kSum:
+      return "sum";
+    case VariableAggregation::kMean:
+      return "mean";
+    case VariableAggregation::kOnlyFirstReplica:
+      return "only_first_replica";
+  }
+  return "unknown";
 }
 
 VariableCreator set_variable_creator(VariableCreator creator) {
@@ -49,6 +78,62 @@ const std::string& Variable::name() const {
 
 bool Variable::trainable() const { return state_ != nullptr && state_->trainable; }
 
+VariableSynchronization Variable::synchronization() const {
+  return state_ ? state_->synchronization : VariableSynchronization::kOnWrite;
+}
+
+VariableAggregation Variable::aggregation() const {
+  return state_ ? state_->aggregation : VariableAggregation::kNone;
+}
+
+void Variable::set_synchronization(VariableSynchronization synchronization,
+                                   VariableAggregation aggregation) const {
+  TANDEM_CHECK(state_ != nullptr, "use of an undefined Variable");
+  TANDEM_CHECK(synchronization != VariableSynchronization::kOnRead || !state_->trainable,
+               "variable \"", state_->name,
+               "\": a trainable variable cannot be synchronized on read (its gradient updates "
+               "would differ between replicas); make it with .trainable = false");
+  const auto a = static_cast<int>(aggregation);
+  TANDEM_CHECK(a >= 0 && a <= static_cast<int>(VariableAggregation::kOnlyFirstReplica),
+               "variable \"", state_->name, "\": aggregation ", a,
+               " is none of kNone, kSum, kMean, kOnlyFirstReplica");
+  state_->synchronization = synchronization;
+  state_->aggregation = aggregation;
+}
+
+Tensor Variable::aggregated() const {
+  TANDEM_CHECK(state_ != nullptr, "use of an undefined Variable");
+  const std::vector<Tensor>& copies = state_->copies;
+  if (state_->synchronization == VariableSynchronization::kOnWrite || copies.size() == 1 ||
+      state_->aggregation == VariableAggregation::kOnlyFirstReplica)
+    return copies[0];
+  TANDEM_CHECK(state_->aggregation != VariableAggregation::kNone, "variable \"", state_->name,
+               "\" is synchronized on read with aggregation none, so its ", copies.size(),
+               " replica copies cannot be read as one value outside strategy.run (nor saved); "
+               "give it an aggregation (kSum, kMean or kOnlyFirstReplica)");
+  const autograd::NoRecordGuard no_record;
+  // In replica order, on copy 0's device: the same bits for every reader.
+  Tensor sum = copies[0].clone();
+  for (size_t r = 1; r < copies.size(); ++r)
+    ops::add_(sum, copies[r].device() == sum.device() ? copies[r] : copies[r].to(sum.device()));
+  if (state_->aggregation == VariableAggregation::kMean)
+    return ops::div(
+        sum, Tensor::scalar(static_cast<double>(copies.size()), sum.dtype()).to(sum.device()));
+  return sum;
+}
+
+void Variable::assign_all(const Tensor& value) const {
+  TANDEM_CHECK(state_ != nullptr, "use of an undefined Variable");
+  const autograd::NoRecordGuard no_record;
+  Tensor each = value;
+  if (state_->synchronization == VariableSynchronization::kOnRead &&
+      state_->aggregation == VariableAggregation::kSum && state_->copies.size() > 1)
+    each = ops::div(value.to(state_->copies[0].device()),
+                    Tensor::scalar(static_cast<double>(state_->copies.size()), value.dtype())
+                        .to(state_->copies[0].device()));
+  for (Tensor& copy : state_->copies) copy.copy_from(each);
+}
+
 const Tensor& Variable::value_untracked() const {
   TANDEM_CHECK(state_ != nullptr, "use of an undefined Variable");
   const ReplicaBinding binding = t_binding;
@@ -62,6 +147,11 @@ const Tensor& Variable::value_untracked() const {
                  "`auto scope = strategy.scope();` is alive, so every replica gets its copy");
     return state_->copies[0];
   }
+  if (binding.num_replicas <= 1 && state_->synchronization == VariableSynchronization::kOnRead) {
+    // Cross-replica context: the copies' aggregate, kept until the next such read.
+    state_->read = aggregated();
+    return state_->read;
+  }
   TANDEM_CHECK(binding.replica_id < n, "variable \"", state_->name, "\" has ", n,
                " replica copies but is read by replica ", binding.replica_id);
   return state_->copies[binding.replica_id];
@@ -74,6 +164,11 @@ const Tensor& Variable::value() const {
 }
 
 void Variable::assign(const Tensor& new_value) const {
+  if (state_ != nullptr && state_->synchronization == VariableSynchronization::kOnRead &&
+      state_->copies.size() > 1 && t_binding.num_replicas <= 1) {
+    assign_all(new_value);  // cross-replica context: every replica's copy
+    return;
+  }
   Tensor target = value_untracked();
   target.copy_from(new_value);
 }

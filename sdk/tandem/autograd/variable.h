@@ -12,6 +12,27 @@
 
 namespace tandem {
 
+/// When the replicas' copies of a variable agree (tf.VariableSynchronization): kOnWrite, the
+/// default, keeps them equal (mirrored: every update is the same on every replica); kOnRead lets
+/// each replica update its own copy (batch norm's moving statistics, metrics), and a read in
+/// cross-replica context (outside strategy.run, checkpoint saves) combines them by the
+/// variable's aggregation.
+enum class VariableSynchronization { kOnWrite, kOnRead };
+/// How the copies of a kOnRead variable combine when read in cross-replica context
+/// (tf.VariableAggregation): their sum, their mean, or replica 0's copy. kNone: reading it there
+/// raises.
+enum class VariableAggregation { kNone, kSum, kMean, kOnlyFirstReplica };
+/// "on_write", "on_read"; "none", "sum", "mean", "only_first_replica".
+const char* to_string(VariableSynchronization synchronization);
+const char* to_string(VariableAggregation aggregation);
+
+/// make_variable's settings beyond the name and the initial value.
+struct VariableOptions {
+  bool trainable = true;
+  VariableSynchronization synchronization = VariableSynchronization::kOnWrite;
+  VariableAggregation aggregation = VariableAggregation::kNone;
+};
+
 class Variable {
  public:
   Variable() = default;
@@ -24,17 +45,34 @@ class Variable {
   const Shape& shape() const { return value().shape(); }
   DType dtype() const { return value().dtype(); }
 
-  /// This replica's value. Active gradient tapes on this thread watch it when trainable.
+  VariableSynchronization synchronization() const;
+  VariableAggregation aggregation() const;
+  /// Sets how the copies agree and combine (make_variable does it when the variable is made).
+  /// kOnRead needs trainable == false, as in TensorFlow: raises otherwise.
+  void set_synchronization(VariableSynchronization synchronization,
+                           VariableAggregation aggregation) const;
+
+  /// This replica's value. Active gradient tapes on this thread watch it when trainable. In
+  /// cross-replica context (outside strategy.run) a kOnRead variable with several copies reads
+  /// as their aggregate (aggregated()); a mirrored one as replica 0's copy.
   const Tensor& value() const;
   /// This replica's value without notifying tapes (for optimizers and checkpoints).
   const Tensor& value_untracked() const;
-  /// Copies `new_value` (same shape and dtype) into this replica's value.
+  /// Copies `new_value` (same shape and dtype) into this replica's value (in cross-replica
+  /// context, a kOnRead variable's every copy: assign_all).
   void assign(const Tensor& new_value) const;
 
   /// Number of per-replica copies (1 unless created inside a multi-replica scope).
   int num_copies() const;
   /// The copy of replica `replica` (for strategies, checkpoints and tests).
   const Tensor& copy(int replica) const;
+  /// The copies combined by the aggregation (a new tensor on copy 0's device): what a
+  /// cross-replica read and a checkpoint see of a kOnRead variable. A mirrored variable's is
+  /// copy 0. Raises for a kOnRead variable whose aggregation is kNone.
+  Tensor aggregated() const;
+  /// Cross-replica assignment to every copy: `value` itself, except that a kOnRead kSum
+  /// variable's copies get value / copies (so that they sum to it), as TensorFlow assigns them.
+  void assign_all(const Tensor& value) const;
   /// Replaces the per-replica copies (used by strategy scopes when mirroring).
   void set_copies(std::vector<Tensor> copies) const;
 
@@ -46,7 +84,10 @@ class Variable {
   struct State {
     std::string name;
     bool trainable = true;
+    VariableSynchronization synchronization = VariableSynchronization::kOnWrite;
+    VariableAggregation aggregation = VariableAggregation::kNone;
     std::vector<Tensor> copies;  // one per replica
+    Tensor read;                 // the last cross-replica read of a kOnRead variable
   };
   std::shared_ptr<State> state_;
 };
@@ -55,6 +96,9 @@ class Variable {
 /// scope's creator makes it mirrored (one copy per replica); elsewhere it is a plain Variable.
 /// Models, layers and optimizers create every variable (weights and slots) through it.
 Variable make_variable(std::string name, const Tensor& initial, bool trainable = true);
+/// The same with a synchronization and aggregation (e.g. batch norm's moving statistics:
+/// {.trainable = false, .synchronization = kOnRead, .aggregation = kMean}).
+Variable make_variable(std::string name, const Tensor& initial, const VariableOptions& options);
 
 /// Builds a variable from (name, initial value, trainable).
 using VariableCreator = std::function<Variable(std::string, const Tensor&, bool)>;

@@ -41,10 +41,7 @@ nn::ReplicaGenerators* generators_of(const nn::Module& model) {
 }
 
 void assign_all_copies(const Variable& variable, const Tensor& value) {
-  for (int r = 0; r < variable.num_copies(); ++r) {
-    Tensor copy = variable.copy(r);
-    copy.copy_from(value);
-  }
+  variable.assign_all(value);
 }
 
 std::string keras_name(const std::string& variable_name) { return variable_name + ":0"; }

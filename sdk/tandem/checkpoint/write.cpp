@@ -69,8 +69,10 @@ void write_model(const h5::Group& root, const nn::Module* model) {
     std::vector<std::string> weight_names;
     for (const Variable& v : layer.weights) {
       weight_names.push_back(keras_name(v.name()));
-      // Replica 0's copy: after every synchronised update all copies hold the same bits.
-      layer_group.write_tensor(keras_name(v.name()), v.copy(0));
+      // Replica 0's copy: after every synchronised update all copies hold the same bits; a
+      // variable synchronized on read (batch norm's moving statistics) is saved as the
+      // aggregate of this process's copies.
+      layer_group.write_tensor(keras_name(v.name()), v.aggregated());
     }
     layer_group.write_attr_fixed("weight_names", weight_names);
   }

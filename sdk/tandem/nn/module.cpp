@@ -115,6 +115,13 @@ Variable ModuleImpl::add_weight(const std::string& short_name, const Tensor& ini
   return v;
 }
 
+Variable ModuleImpl::add_weight(const std::string& short_name, const Tensor& initial,
+                                const VariableOptions& options) {
+  Variable v = make_variable(name_ + "/" + short_name, initial, options);
+  weights_.push_back(v);
+  return v;
+}
+
 std::string ModuleImpl::describe() const {
   return detail::str_cat("layer \"", name_, "\" (", type_name(), ")");
 }

@@ -101,6 +101,10 @@ class ModuleImpl {
   /// Creates the variable "<name>/<short_name>" through tandem::make_variable (the one place
   /// variables are made, so strategy scopes can mirror them) and appends it to weights().
   Variable add_weight(const std::string& short_name, const Tensor& initial, bool trainable = true);
+  /// The same with a synchronization and aggregation (batch norm's moving statistics are
+  /// {.trainable = false, .synchronization = kOnRead, .aggregation = kMean}).
+  Variable add_weight(const std::string& short_name, const Tensor& initial,
+                      const VariableOptions& options);
   /// "layer \"dense_1\" (Dense)", for error messages.
   std::string describe() const;
   /// t cast to compute_dtype() when it is floating and of another dtype (recorded: a variable's
