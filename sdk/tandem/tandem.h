@@ -1,6 +1,7 @@
 // The whole public API of Tandem: #include "tandem/tandem.h".
 #pragma once
 
+#include "tandem/autograd/replica_sum.h"
 #include "tandem/autograd/tape.h"
 #include "tandem/autograd/variable.h"
 #include "tandem/checkpoint/checkpoint.h"
@@ -32,6 +33,7 @@
 #include "tandem/nn/activations.h"
 #include "tandem/nn/initializers.h"
 #include "tandem/nn/layers.h"
+#include "tandem/nn/normalization.h"
 #include "tandem/nn/module.h"
 #include "tandem/nn/policy.h"
 #include "tandem/nn/replica_state.h"

@@ -320,8 +320,10 @@ struct Trained {
   uint64_t bucketed_steps = 0;  // replica 0's steps after the first reduced in gradient buckets
 };
 
-/// 10 steps of global batch 64 from the same data; kData sharding across workers.
-Trained train(td::Strategy& s) {
+/// 10 steps of global batch 64 from the same data; kData sharding across workers. With
+/// `sync_batch_norm`, a synchronized BatchNormalization between the two Dense layers (the first
+/// without bias).
+Trained train(td::Strategy& s, bool sync_batch_norm = false) {
   td::Generator g(2024);
   const int64_t steps = 10, batch = 64;
   const td::Tensor features = td::Tensor::normal({steps * batch, 8}, g);
@@ -334,7 +336,12 @@ Trained train(td::Strategy& s) {
   auto data = s.distribute_dataset(
       td::data::from_tensor_slices({features, td::Tensor::from_vector(labels)}).batch(batch),
       {.auto_shard_policy = td::data::AutoShardPolicy::kData});
-  td::nn::Sequential model({td::nn::Dense(16, td::nn::Activation::kRelu), td::nn::Dense(4)});
+  td::nn::Sequential model =
+      sync_batch_norm
+          ? td::nn::Sequential({td::nn::Dense(16, td::nn::Activation::kNone, false),
+                                td::nn::BatchNormalization({.synchronized = true}),
+                                td::nn::Dense(4)})
+          : td::nn::Sequential({td::nn::Dense(16, td::nn::Activation::kRelu), td::nn::Dense(4)});
   std::unique_ptr<td::optim::Adam> optimizer;
   {
     auto scope = s.scope();
@@ -366,7 +373,7 @@ Trained train(td::Strategy& s) {
     ++ran;
   }
   REQUIRE(ran == steps);
-  for (const td::Variable& v : variables) out.weights.push_back(v.copy(0).to_vector<float>());
+  for (const td::Variable& v : model.weights()) out.weights.push_back(v.copy(0).to_vector<float>());
   return out;
 }
 
@@ -382,6 +389,22 @@ TEST_CASE("multi-worker: W workers x L replicas train like one replica on the sa
     INFO("variable " << v << ": relative difference " << difference);
     CHECK(difference <= 1e-5);
     CHECK(relative_difference(reference.initial[v], reference.weights[v]) > 1e-3);
+  }
+}
+
+TEST_CASE(
+    "multi-worker: synchronized batch norm over W workers x L replicas trains like one replica "
+    "with the global batch",
+    "[mpi]") {
+  auto one = td::MirroredStrategy::cpu(1);  // in this process alone
+  const Trained reference = train(one, /*sync_batch_norm=*/true);
+  const Trained distributed = train(strategy(), /*sync_batch_norm=*/true);
+  REQUIRE(reference.weights.size() ==
+          7);  // kernel, gamma, beta, moving mean/variance, kernel, bias
+  for (size_t v = 0; v < reference.weights.size(); ++v) {
+    const double difference = relative_difference(reference.weights[v], distributed.weights[v]);
+    INFO("variable " << v << ": relative difference " << difference);
+    CHECK(difference <= 1e-5);
   }
 }
 

@@ -1,6 +1,9 @@
 // ReplicaScope: the replica bindings of the calling thread (internal/replica_scope.h).
 #include "tandem/distribute/internal/replica_scope.h"
 
+#include <utility>
+#include <vector>
+
 #include "tandem/core/threading.h"
 #include "tandem/distribute/internal/state.h"
 
@@ -28,9 +31,18 @@ ReplicaScope::ReplicaScope(const Binding& binding)
   // final.
   saved_listener_ = autograd::set_gradient_listener(
       binding.context != nullptr ? binding.context->gradient_listener() : nullptr);
+  // Layers that combine the replicas in their forward pass (synchronized batch norm) sum
+  // through the replica's collectives.
+  autograd::ReplicaSumFn sum;
+  if (ReplicaContext* ctx = binding.context)
+    sum = [ctx](const std::vector<Tensor>& values) {
+      return ctx->all_reduce(ReduceOp::kSum, values);
+    };
+  saved_replica_sum_ = autograd::set_replica_sum(std::move(sum));
 }
 
 ReplicaScope::~ReplicaScope() {
+  autograd::set_replica_sum(std::move(saved_replica_sum_));
   autograd::set_gradient_listener(saved_listener_);
   set_current_replica_context(saved_context_);
   profile::set_current_track(saved_track_);

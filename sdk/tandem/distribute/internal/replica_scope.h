@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "tandem/autograd/replica_sum.h"
 #include "tandem/autograd/tape.h"
 #include "tandem/autograd/variable.h"
 #include "tandem/core/spans.h"
@@ -29,7 +30,8 @@ class ReplicaScope {
 
   /// Binds the calling thread: its replica context and replica binding (which copy of a
   /// mirrored variable it reads), its timeline track, its tapes' gradient listener (the
-  /// context's buckets), and, when given, its compute threads and variable creator.
+  /// context's buckets), autograd::replica_sum (the context's all-reduce), and, when given, its
+  /// compute threads and variable creator.
   explicit ReplicaScope(const Binding& binding);
   /// Gives the thread back what it had before.
   ~ReplicaScope();
@@ -44,6 +46,7 @@ class ReplicaScope {
   ReplicaBinding saved_binding_;
   profile::Track saved_track_;
   autograd::GradientListener* saved_listener_;
+  autograd::ReplicaSumFn saved_replica_sum_;
   uint64_t saved_run_index_;
   std::optional<int> saved_compute_threads_;
   std::optional<VariableCreator> saved_creator_;

@@ -1,0 +1,137 @@
+// BatchNormalization on one replica: Keras's formula and defaults (training: the batch's mean
+// and biased variance over every axis but the last; moving statistics with momentum 0.99;
+// inference: the moving statistics), its weights' names and order, 16-bit inputs normalized in
+// float32, and gradients against central finite differences (float64).
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <functional>
+#include <vector>
+
+#include "tandem/tandem.h"
+
+namespace td = tandem;
+namespace nn = tandem::nn;
+
+namespace {
+
+td::Tensor random_tensor(const td::Shape& shape, uint64_t seed,
+                         td::DType dtype = td::DType::kFloat32) {
+  td::Generator g(seed);
+  return td::ops::cast(td::Tensor::normal(shape, g), dtype);
+}
+
+std::vector<double> numeric_gradient(td::Tensor x, const std::function<double()>& f,
+                                     double eps = 1e-6) {
+  double* p = x.data<double>();
+  std::vector<double> g(static_cast<size_t>(x.numel()));
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double saved = p[i];
+    p[i] = saved + eps;
+    const double up = f();
+    p[i] = saved - eps;
+    const double down = f();
+    p[i] = saved;
+    g[static_cast<size_t>(i)] = (up - down) / (2 * eps);
+  }
+  return g;
+}
+
+double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
+  REQUIRE(a.size() == b.size());
+  double worst = 0;
+  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
+  return worst;
+}
+
+}  // namespace
+
+TEST_CASE("BatchNormalization: Keras's formula, moving statistics and weights",
+          "[cpu][nn][batch_norm]") {
+  nn::BatchNormalization bn;
+  bn.build({2, 3});  // e.g. [batch, 2, 3]: statistics over batch and the 2 positions
+  const std::vector<td::Variable> w = bn.weights();
+  REQUIRE(w.size() == 4);
+  CHECK(w[0].name() == "batch_normalization/gamma");
+  CHECK(w[1].name() == "batch_normalization/beta");
+  CHECK(w[2].name() == "batch_normalization/moving_mean");
+  CHECK(w[3].name() == "batch_normalization/moving_variance");
+  CHECK(bn.trainable_variables().size() == 2);
+  CHECK(w[2].synchronization() == td::VariableSynchronization::kOnRead);
+  CHECK(w[3].aggregation() == td::VariableAggregation::kMean);
+  w[0].assign(td::Tensor::from_vector(std::vector<float>{1.5f, -0.5f, 2.0f}));
+  w[1].assign(td::Tensor::from_vector(std::vector<float>{0.1f, 0.2f, -0.3f}));
+
+  const td::Tensor x = random_tensor({4, 2, 3}, 7);
+  const std::vector<float> xv = x.to_vector<float>();
+  // The reference in double: per feature over the 8 rows.
+  std::vector<double> mean(3, 0), var(3, 0);
+  for (size_t i = 0; i < xv.size(); ++i) mean[i % 3] += xv[i] / 8.0;
+  for (size_t i = 0; i < xv.size(); ++i) var[i % 3] += std::pow(xv[i] - mean[i % 3], 2) / 8.0;
+  const std::vector<double> gamma{1.5, -0.5, 2.0}, beta{0.1, 0.2, -0.3};
+  const std::vector<float> y = bn(x, /*training=*/true).to_vector<float>();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const size_t f = i % 3;
+    const double want = gamma[f] * (xv[i] - mean[f]) / std::sqrt(var[f] + 1e-3) + beta[f];
+    CHECK(y[i] == Approx(want).epsilon(1e-5).margin(1e-6));
+  }
+  const std::vector<float> mm = w[2].value().to_vector<float>();
+  const std::vector<float> mv = w[3].value().to_vector<float>();
+  for (size_t f = 0; f < 3; ++f) {
+    CHECK(mm[f] == Approx(0.01 * mean[f]).epsilon(1e-5).margin(1e-7));
+    CHECK(mv[f] == Approx(0.99 + 0.01 * var[f]).epsilon(1e-5));
+  }
+  // Inference: the moving statistics, which it leaves alone.
+  const std::vector<float> yi = bn(x, /*training=*/false).to_vector<float>();
+  for (size_t i = 0; i < xv.size(); ++i) {
+    const size_t f = i % 3;
+    const double want = gamma[f] * (xv[i] - mm[f]) / std::sqrt(mv[f] + 1e-3) + beta[f];
+    CHECK(yi[i] == Approx(want).epsilon(1e-5).margin(1e-6));
+  }
+  CHECK(w[2].value().to_vector<float>() == mm);
+}
+
+TEST_CASE("BatchNormalization: bfloat16 inputs are normalized in float32",
+          "[cpu][nn][batch_norm]") {
+  nn::BatchNormalization bn;
+  bn.set_dtype_policy("mixed_bfloat16");
+  bn.build({5});
+  CHECK(bn.weights()[0].dtype() == td::DType::kFloat32);
+  const td::Tensor x = random_tensor({16, 5}, 3);
+  const td::Tensor y = bn(x, true);
+  CHECK(y.dtype() == td::DType::kBFloat16);
+  nn::BatchNormalization reference;
+  reference.build({5});
+  const td::Tensor want =
+      reference(td::ops::cast(td::ops::cast(x, td::DType::kBFloat16), td::DType::kFloat32), true);
+  CHECK(td::ops::cast(y, td::DType::kFloat32).to_vector<float>() ==
+        td::ops::cast(td::ops::cast(want, td::DType::kBFloat16), td::DType::kFloat32)
+            .to_vector<float>());
+}
+
+TEST_CASE("BatchNormalization gradients match finite differences", "[cpu][nn][batch_norm]") {
+  nn::BatchNormalization bn;
+  bn.set_dtype(td::DType::kFloat64);
+  bn.build({3});
+  bn.weights()[0].assign(random_tensor({3}, 21, td::DType::kFloat64));
+  bn.weights()[1].assign(random_tensor({3}, 22, td::DType::kFloat64));
+  const td::Tensor x = random_tensor({6, 3}, 23, td::DType::kFloat64);
+  const td::Tensor upstream = random_tensor({6, 3}, 24, td::DType::kFloat64);
+  for (bool training : {true, false}) {
+    CAPTURE(training);
+    auto loss = [&] { return td::ops::sum(td::ops::mul(bn(x, training), upstream)); };
+    td::GradientTape tape;
+    tape.watch(x);
+    const td::Tensor l = loss();
+    const td::Variable gamma = bn.weights()[0], beta = bn.weights()[1];
+    const auto grads = tape.gradient(l, {x, gamma.value_untracked(), beta.value_untracked()});
+    auto value = [&] {
+      const td::autograd::NoRecordGuard no_record;
+      return loss().item<double>();
+    };
+    CHECK(max_diff(grads[0].to_vector<double>(), numeric_gradient(x, value)) < 1e-6);
+    CHECK(max_diff(grads[1].to_vector<double>(), numeric_gradient(gamma.value_untracked(), value)) <
+          1e-6);
+    CHECK(max_diff(grads[2].to_vector<double>(), numeric_gradient(beta.value_untracked(), value)) <
+          1e-6);
+  }
+}
