@@ -1,0 +1,128 @@
+// BatchNormalization against Keras 3 (tests/interop/keras_batch_norm.py, when TensorFlow and
+// Keras 3 are installed; skipped otherwise): from Keras's initial weights (load_weights), 20 SGD
+// steps on the same batches give Keras's weights and moving statistics, plain on one replica and
+// synchronized on two (MirroredStrategy over two CPU devices in Keras), and the same outputs in
+// training and inference mode.
+#include <cmath>
+#include <cstring>
+#include <memory>
+
+#include "checkpoint_test_util.h"
+#include "interop_test_util.h"
+#include "support/compare.h"
+
+namespace td = tandem;
+namespace nn = tandem::nn;
+using namespace tandem::checkpoint_testing;
+using td::testing::relative_difference;
+
+namespace {
+
+constexpr int kSteps = 20;
+constexpr int64_t kBatch = 32;
+
+template <typename T>
+std::vector<T> read_values(const std::string& path) {
+  const std::string bytes = read_text(path);
+  REQUIRE(bytes.size() % sizeof(T) == 0);
+  std::vector<T> values(bytes.size() / sizeof(T));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
+}
+
+nn::Sequential model_with(bool synchronized) {
+  return nn::Sequential({nn::Dense(8, nn::Activation::kNone, /*use_bias=*/false),
+                         nn::BatchNormalization({.synchronized = synchronized}), nn::Dense(4)});
+}
+
+/// Every weight of `model` against those Keras saved to `path` (the same architecture).
+void check_weights(const nn::Sequential& model, const std::string& path, double tolerance) {
+  nn::Sequential keras = model_with(false);
+  keras.build({6});
+  td::load_weights(keras, path);
+  const std::vector<td::Variable> mine = model.weights(), theirs = keras.weights();
+  REQUIRE(mine.size() == theirs.size());
+  for (size_t v = 0; v < mine.size(); ++v) {
+    const double difference = relative_difference(theirs[v].value().to_vector<float>(),
+                                                  mine[v].value().to_vector<float>());
+    INFO(mine[v].name() << ": relative difference " << difference);
+    CHECK(difference <= tolerance);
+  }
+}
+
+}  // namespace
+
+TEST_CASE(
+    "BatchNormalization trains as Keras 3's: plain on one replica, synchronized on two; moving "
+    "statistics and inference outputs",
+    "[cpu][checkpoint][interop][batch_norm]") {
+  const std::string python = tensorflow_python_or_skip();
+  if (python.empty()) return;
+  TempDir dir;
+  const std::string log = dir.file("keras_batch_norm.log");
+  const int status = shell(python + " " + kInteropDir + "/keras_batch_norm.py " + dir.str() + " >" +
+                           log + " 2>&1");
+  INFO("keras_batch_norm.py output:\n" << read_text(log));
+  if (status == 77) {
+    WARN("keras_batch_norm.py could not import TensorFlow and Keras 3; skipped");
+    return;
+  }
+  REQUIRE(status == 0);
+  const std::vector<float> x = read_values<float>(dir.file("x.f32"));
+  const std::vector<int64_t> y = read_values<int64_t>(dir.file("y.i64"));
+  REQUIRE(x.size() == static_cast<size_t>(kSteps * kBatch * 6));
+  const td::Tensor features = td::Tensor::from_vector(x, td::Shape{kSteps * kBatch, 6});
+  const td::Tensor labels = td::Tensor::from_vector(y);
+  const td::losses::SparseCategoricalCrossentropy loss_fn({.from_logits = true});
+
+  SECTION("plain, one replica") {
+    nn::Sequential model = model_with(false);
+    model.build({6});
+    td::load_weights(model, dir.file("initial.weights.h5"));
+    td::optim::SGD sgd({.learning_rate = 0.1});
+    for (int s = 0; s < kSteps; ++s) {
+      const td::Tensor xb = features.slice(s * kBatch, (s + 1) * kBatch);
+      td::GradientTape tape;
+      const td::Tensor logits = model(xb, /*training=*/true);
+      if (s == 0)
+        CHECK(relative_difference(read_values<float>(dir.file("plain_first.f32")),
+                                  logits.to_vector<float>()) <= 1e-5);
+      const td::Tensor loss = loss_fn(labels.slice(s * kBatch, (s + 1) * kBatch), logits);
+      sgd.apply_gradients(tape.gradient(loss, model.trainable_variables()),
+                          model.trainable_variables());
+    }
+    check_weights(model, dir.file("plain.weights.h5"), 1e-4);
+    CHECK(relative_difference(read_values<float>(dir.file("plain_inference.f32")),
+                              model(features.slice(0, kBatch), false).to_vector<float>()) <= 1e-4);
+  }
+
+  SECTION("synchronized, two replicas") {
+    auto strategy = td::MirroredStrategy::cpu(2);
+    nn::Sequential model = model_with(true);
+    std::unique_ptr<td::optim::SGD> sgd;
+    {
+      auto scope = strategy.scope();
+      model.build({6});
+      sgd = std::make_unique<td::optim::SGD>(td::optim::SGD::Options{.learning_rate = 0.1});
+    }
+    td::load_weights(model, dir.file("initial.weights.h5"));
+    const std::vector<td::Variable> variables = model.trainable_variables();
+    for (int s = 0; s < kSteps; ++s) {
+      std::vector<td::Tensor> xs, ys;
+      for (int r = 0; r < 2; ++r) {
+        const int64_t begin = s * kBatch + r * (kBatch / 2);
+        xs.push_back(features.slice(begin, begin + kBatch / 2));
+        ys.push_back(labels.slice(begin, begin + kBatch / 2));
+      }
+      strategy.run(
+          [&](td::ReplicaContext& ctx, const td::Tensor& xr, const td::Tensor& yr) {
+            td::GradientTape tape;
+            const td::Tensor loss = td::compute_average_loss(
+                td::losses::sparse_categorical_crossentropy(yr, model(xr, true), true), kBatch);
+            sgd->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+          },
+          td::PerReplica<td::Tensor>(xs), td::PerReplica<td::Tensor>(ys));
+    }
+    check_weights(model, dir.file("synchronized.weights.h5"), 1e-4);
+  }
+}

@@ -1,0 +1,114 @@
+"""BatchNormalization in Keras 3, for the parity test of Tandem's: plain on one replica, and
+synchronized under MirroredStrategy over two logical CPU devices.
+
+usage: keras_batch_norm.py OUT_DIR [--steps N]
+  Makes Sequential([Input((6,)), Dense(8, use_bias=False), BatchNormalization(), Dense(4)]),
+  writes its initial weights to OUT_DIR/initial.weights.h5 and the data to OUT_DIR/x.f32
+  (N x 32 rows of 6 float32) and OUT_DIR/y.i64 (labels 0..3), then trains it N steps (default
+  20) on 32-row batches in order with SGD(0.1) and the mean SparseCategoricalCrossentropy
+  (from_logits=True): OUT_DIR/plain.weights.h5. Then the same from the same initial weights
+  with BatchNormalization(synchronized=True) under MirroredStrategy on two CPU devices, each
+  replica taking 16 rows, the loss divided by the global batch (compute_average_loss):
+  OUT_DIR/synchronized.weights.h5. Also writes the first step's training-mode outputs
+  (OUT_DIR/plain_first.f32) and the outputs in inference mode after training
+  (OUT_DIR/plain_inference.f32).
+Exit status: 0 written, 1 failed, 77 TensorFlow or Keras 3 is missing.
+"""
+import argparse
+import os
+import sys
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+try:
+    import numpy as np
+    import tensorflow as tf
+    import keras
+except ImportError as e:  # CI without TensorFlow: the C++ test reports a skip
+    print(f"skip: {e}")
+    sys.exit(77)
+if not keras.__version__.startswith("3."):
+    print(f"skip: Keras {keras.__version__} is not Keras 3")
+    sys.exit(77)
+
+BATCH = 32
+
+
+def make_model(synchronized):
+    return keras.Sequential([
+        keras.Input(shape=(6,)),
+        keras.layers.Dense(8, use_bias=False),
+        keras.layers.BatchNormalization(synchronized=synchronized),
+        keras.layers.Dense(4),
+    ])
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("out_dir")
+    parser.add_argument("--steps", type=int, default=20)
+    args = parser.parse_args()
+    os.makedirs(args.out_dir, exist_ok=True)
+    # Two logical CPU devices for MirroredStrategy (before TensorFlow initialises them).
+    cpu = tf.config.list_physical_devices("CPU")[0]
+    tf.config.set_logical_device_configuration(
+        cpu, [tf.config.LogicalDeviceConfiguration(), tf.config.LogicalDeviceConfiguration()])
+    rng = np.random.default_rng(5)
+    n = args.steps * BATCH
+    x = rng.standard_normal((n, 6)).astype(np.float32)
+    y = ((np.arange(n) * 5 + 1) % 4).astype(np.int64)
+    x.tofile(os.path.join(args.out_dir, "x.f32"))
+    y.tofile(os.path.join(args.out_dir, "y.i64"))
+
+    keras.utils.set_random_seed(11)
+    model = make_model(False)
+    initial = os.path.join(args.out_dir, "initial.weights.h5")
+    model.save_weights(initial)
+    loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True)
+    optimizer = keras.optimizers.SGD(0.1)
+    for s in range(args.steps):
+        xb, yb = x[s * BATCH:(s + 1) * BATCH], y[s * BATCH:(s + 1) * BATCH]
+        with tf.GradientTape() as tape:
+            logits = model(xb, training=True)
+            loss = loss_fn(yb, logits)
+        if s == 0:
+            logits.numpy().astype(np.float32).tofile(os.path.join(args.out_dir, "plain_first.f32"))
+        grads = tape.gradient(loss, model.trainable_variables)
+        optimizer.apply_gradients(zip(grads, model.trainable_variables))
+    model.save_weights(os.path.join(args.out_dir, "plain.weights.h5"))
+    model(x[:BATCH], training=False).numpy().astype(np.float32).tofile(
+        os.path.join(args.out_dir, "plain_inference.f32"))
+
+    strategy = tf.distribute.MirroredStrategy(["/cpu:0", "/cpu:1"])
+    with strategy.scope():
+        synced = make_model(True)
+        synced.load_weights(initial)
+        sgd = keras.optimizers.SGD(0.1)
+    per_replica_loss = keras.losses.SparseCategoricalCrossentropy(
+        from_logits=True, reduction="none")
+
+    @tf.function
+    def step(xb, yb):
+        def replica_step(xr, yr):
+            with tf.GradientTape() as tape:
+                logits = synced(xr, training=True)
+                loss = tf.nn.compute_average_loss(per_replica_loss(yr, logits),
+                                                  global_batch_size=BATCH)
+            grads = tape.gradient(loss, synced.trainable_variables)
+            sgd.apply_gradients(zip(grads, synced.trainable_variables))
+            return loss
+        return strategy.run(replica_step, args=(xb, yb))
+
+    for s in range(args.steps):
+        xb, yb = x[s * BATCH:(s + 1) * BATCH], y[s * BATCH:(s + 1) * BATCH]
+        # Replica 0 takes the first 16 rows, replica 1 the next 16.
+        def rows(values):
+            return strategy.experimental_distribute_values_from_function(
+                lambda ctx: values[ctx.replica_id_in_sync_group * 16:
+                                   (ctx.replica_id_in_sync_group + 1) * 16])
+        step(rows(xb), rows(yb))
+    synced.save_weights(os.path.join(args.out_dir, "synchronized.weights.h5"))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
