@@ -2,7 +2,10 @@
 // Keras 3 are installed; skipped otherwise): from Keras's initial weights (load_weights), 20 SGD
 // steps on the same batches give Keras's weights and moving statistics, plain on one replica and
 // synchronized on two (MirroredStrategy over two CPU devices in Keras), and the same outputs in
-// training and inference mode.
+// training and inference mode. And where Tandem differs: unsynchronized, Keras 3 keeps the
+// moving statistics as mirrored variables whose copies each replica updates alone and reads
+// replica 0's outside the replicas (and saves it); Tandem reads and saves their mean (as
+// tf.keras 2 did, with ON_READ / MEAN variables).
 #include <cmath>
 #include <cstring>
 #include <memory>
@@ -124,5 +127,34 @@ TEST_CASE(
           td::PerReplica<td::Tensor>(xs), td::PerReplica<td::Tensor>(ys));
     }
     check_weights(model, dir.file("synchronized.weights.h5"), 1e-4);
+  }
+
+  SECTION("unsynchronized on two replicas: Keras reads replica 0's copy, Tandem the mean") {
+    const std::vector<float> keras = read_values<float>(dir.file("unsynchronized.f32"));
+    REQUIRE(keras.size() == 6);
+    // Keras: copies [5.25, 10.25] and [10.25, 20.25]; read and saved: replica 0's.
+    CHECK(std::vector<float>(keras.begin() + 4, keras.end()) ==
+          std::vector<float>(keras.begin(), keras.begin() + 2));
+    auto strategy = td::MirroredStrategy::cpu(2);
+    nn::BatchNormalization bn({.momentum = 0.5});
+    {
+      auto scope = strategy.scope();
+      bn.build({2});
+    }
+    strategy.run([&](td::ReplicaContext& ctx) {
+      const float scale = static_cast<float>((ctx.replica_id_in_sync_group() + 1) * 10);
+      const td::Tensor x = td::Tensor::from_vector(
+          std::vector<float>{scale, 2 * scale, scale + 1, 2 * scale + 1}, td::Shape{2, 2});
+      (void)bn(x, /*training=*/true);
+    });
+    const td::Variable moving_mean = bn.weights()[2];
+    // The same copies as Keras's...
+    CHECK(moving_mean.copy(0).to_vector<float>() ==
+          std::vector<float>(keras.begin(), keras.begin() + 2));
+    CHECK(moving_mean.copy(1).to_vector<float>() ==
+          std::vector<float>(keras.begin() + 2, keras.begin() + 4));
+    // ...read as their mean.
+    CHECK(moving_mean.value().to_vector<float>() ==
+          std::vector<float>{(keras[0] + keras[2]) / 2, (keras[1] + keras[3]) / 2});
   }
 }

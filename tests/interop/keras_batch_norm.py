@@ -11,7 +11,11 @@ usage: keras_batch_norm.py OUT_DIR [--steps N]
   replica taking 16 rows, the loss divided by the global batch (compute_average_loss):
   OUT_DIR/synchronized.weights.h5. Also writes the first step's training-mode outputs
   (OUT_DIR/plain_first.f32) and the outputs in inference mode after training
-  (OUT_DIR/plain_inference.f32).
+  (OUT_DIR/plain_inference.f32). Last, what Keras 3 makes of an unsynchronized
+  BatchNormalization(momentum=0.5) under that strategy after one step in which replica r sees
+  rows (r + 1) x 10 x [1, 2] and (r + 1) x 10 x [1, 2] + 1: OUT_DIR/unsynchronized.f32 holds
+  replica 0's and replica 1's copies of moving_mean, then what a cross-replica read (and so
+  save_weights) gives.
 Exit status: 0 written, 1 failed, 77 TensorFlow or Keras 3 is missing.
 """
 import argparse
@@ -107,6 +111,21 @@ def main():
                                    (ctx.replica_id_in_sync_group + 1) * 16])
         step(rows(xb), rows(yb))
     synced.save_weights(os.path.join(args.out_dir, "synchronized.weights.h5"))
+
+    with strategy.scope():
+        bn = keras.layers.BatchNormalization(momentum=0.5)
+        bn.build((None, 2))
+
+    @tf.function
+    def bn_step(xr):
+        return strategy.run(lambda v: bn(v, training=True), args=(xr,))
+
+    bn_step(strategy.experimental_distribute_values_from_function(
+        lambda ctx: tf.constant([[1.0, 2.0]]) * float((ctx.replica_id_in_sync_group + 1) * 10) +
+        tf.constant([[0.0], [1.0]])))
+    copies = [c.numpy() for c in strategy.experimental_local_results(bn.moving_mean.value)]
+    np.concatenate(copies + [bn.moving_mean.numpy()]).astype(np.float32).tofile(
+        os.path.join(args.out_dir, "unsynchronized.f32"))
     return 0
 
 
