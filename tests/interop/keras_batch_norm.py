@@ -15,7 +15,11 @@ usage: keras_batch_norm.py OUT_DIR [--steps N]
   BatchNormalization(momentum=0.5) under that strategy after one step in which replica r sees
   rows (r + 1) x 10 x [1, 2] and (r + 1) x 10 x [1, 2] + 1: OUT_DIR/unsynchronized.f32 holds
   replica 0's and replica 1's copies of moving_mean, then what a cross-replica read (and so
-  save_weights) gives.
+  save_weights) gives. And a small convolutional model, Sequential([Input((8, 8, 2)),
+  Conv2D(4, 3, padding="same", use_bias=False), BatchNormalization(), Activation("relu"),
+  GlobalAveragePooling2D(), LayerNormalization(), Dense(3)]): OUT_DIR/cnn_initial.weights.h5,
+  the images OUT_DIR/cnn_x.f32 (10 x 16 of 8x8x2), labels OUT_DIR/cnn_y.i64, and after 10 SGD(0.1)
+  steps of 16 images OUT_DIR/cnn_final.weights.h5.
 Exit status: 0 written, 1 failed, 77 TensorFlow or Keras 3 is missing.
 """
 import argparse
@@ -126,6 +130,29 @@ def main():
     copies = [c.numpy() for c in strategy.experimental_local_results(bn.moving_mean.value)]
     np.concatenate(copies + [bn.moving_mean.numpy()]).astype(np.float32).tofile(
         os.path.join(args.out_dir, "unsynchronized.f32"))
+
+    keras.utils.set_random_seed(13)
+    cnn = keras.Sequential([
+        keras.Input(shape=(8, 8, 2)),
+        keras.layers.Conv2D(4, 3, padding="same", use_bias=False),
+        keras.layers.BatchNormalization(),
+        keras.layers.Activation("relu"),
+        keras.layers.GlobalAveragePooling2D(),
+        keras.layers.LayerNormalization(),
+        keras.layers.Dense(3),
+    ])
+    cnn.save_weights(os.path.join(args.out_dir, "cnn_initial.weights.h5"))
+    images = rng.standard_normal((160, 8, 8, 2)).astype(np.float32)
+    classes = (np.arange(160) % 3).astype(np.int64)
+    images.tofile(os.path.join(args.out_dir, "cnn_x.f32"))
+    classes.tofile(os.path.join(args.out_dir, "cnn_y.i64"))
+    cnn_sgd = keras.optimizers.SGD(0.1)
+    for s in range(10):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(classes[s * 16:(s + 1) * 16], cnn(images[s * 16:(s + 1) * 16], training=True))
+        grads = tape.gradient(loss, cnn.trainable_variables)
+        cnn_sgd.apply_gradients(zip(grads, cnn.trainable_variables))
+    cnn.save_weights(os.path.join(args.out_dir, "cnn_final.weights.h5"))
     return 0
 
 

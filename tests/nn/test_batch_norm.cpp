@@ -135,3 +135,65 @@ TEST_CASE("BatchNormalization gradients match finite differences", "[cpu][nn][ba
           1e-6);
   }
 }
+
+TEST_CASE("LayerNormalization: Keras's formula per example; gradients match finite differences",
+          "[cpu][nn][layer_norm]") {
+  nn::LayerNormalization ln;
+  ln.build({2, 4});
+  REQUIRE(ln.weights().size() == 2);
+  CHECK(ln.weights()[0].name() == "layer_normalization/gamma");
+  CHECK(ln.weights()[1].name() == "layer_normalization/beta");
+  ln.weights()[0].assign(td::Tensor::from_vector(std::vector<float>{1.0f, 2.0f, -1.0f, 0.5f}));
+  ln.weights()[1].assign(td::Tensor::from_vector(std::vector<float>{0.0f, 0.1f, 0.2f, 0.3f}));
+  const td::Tensor x = random_tensor({3, 2, 4}, 9);
+  const std::vector<float> xv = x.to_vector<float>(), y = ln(x, true).to_vector<float>();
+  const std::vector<double> gamma{1.0, 2.0, -1.0, 0.5}, beta{0.0, 0.1, 0.2, 0.3};
+  for (size_t row = 0; row < 6; ++row) {
+    double mean = 0, var = 0;
+    for (size_t f = 0; f < 4; ++f) mean += xv[row * 4 + f] / 4.0;
+    for (size_t f = 0; f < 4; ++f) var += std::pow(xv[row * 4 + f] - mean, 2) / 4.0;
+    for (size_t f = 0; f < 4; ++f) {
+      const double want = gamma[f] * (xv[row * 4 + f] - mean) / std::sqrt(var + 1e-3) + beta[f];
+      CHECK(y[row * 4 + f] == Approx(want).epsilon(1e-5).margin(1e-6));
+    }
+  }
+  CHECK(ln(x, false).to_vector<float>() == y);  // no state: the same in inference
+
+  nn::LayerNormalization ln64;
+  ln64.set_dtype(td::DType::kFloat64);
+  ln64.build({5});
+  ln64.weights()[0].assign(random_tensor({5}, 31, td::DType::kFloat64));
+  const td::Tensor x64 = random_tensor({3, 5}, 32, td::DType::kFloat64);
+  const td::Tensor upstream = random_tensor({3, 5}, 33, td::DType::kFloat64);
+  auto loss = [&] { return td::ops::sum(td::ops::mul(ln64(x64, true), upstream)); };
+  td::GradientTape tape;
+  tape.watch(x64);
+  const auto grads = tape.gradient(loss(), {x64, ln64.weights()[0].value_untracked()});
+  auto value = [&] {
+    const td::autograd::NoRecordGuard no_record;
+    return loss().item<double>();
+  };
+  CHECK(max_diff(grads[0].to_vector<double>(), numeric_gradient(x64, value)) < 1e-6);
+  CHECK(max_diff(grads[1].to_vector<double>(),
+                 numeric_gradient(ln64.weights()[0].value_untracked(), value)) < 1e-6);
+}
+
+TEST_CASE("GlobalAveragePooling2D and the Activation layer", "[cpu][nn][layer_norm]") {
+  nn::GlobalAveragePooling2D gap;
+  gap.build({2, 3, 2});
+  CHECK(gap.output_shape() == td::Shape{2});
+  const td::Tensor x = random_tensor({2, 2, 3, 2}, 41);
+  const std::vector<float> xv = x.to_vector<float>(), y = gap(x).to_vector<float>();
+  REQUIRE(y.size() == 4);
+  for (size_t n = 0; n < 2; ++n)
+    for (size_t c = 0; c < 2; ++c) {
+      double want = 0;
+      for (size_t p = 0; p < 6; ++p) want += xv[n * 12 + p * 2 + c] / 6.0;
+      CHECK(y[n * 2 + c] == Approx(want).epsilon(1e-6));
+    }
+  CHECK_THROWS_WITH(nn::GlobalAveragePooling2D().build({4, 4}),
+                    Catch::Contains("needs inputs [batch, height, width, channels]"));
+  nn::ActivationLayer relu(nn::Activation::kRelu);
+  CHECK(relu.type_name() == "Activation");
+  CHECK(relu(x).to_vector<float>() == td::ops::relu(x).to_vector<float>());
+}

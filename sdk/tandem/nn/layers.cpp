@@ -1,5 +1,8 @@
-// Dense, Conv2D, MaxPool2D, Flatten and Dropout: shapes, variables and forward passes on ops.
+// Dense, Conv2D, MaxPool2D, Flatten, Dropout, GlobalAveragePooling2D and Activation: shapes,
+// variables and forward passes on ops.
 #include "tandem/nn/layers.h"
+
+#include <utility>
 
 #include "tandem/nn/initializers.h"
 
@@ -209,5 +212,33 @@ Tensor DropoutImpl::call(const Tensor& x, bool training) {
 
 Dropout::Dropout(double rate) : Module(std::make_shared<DropoutImpl>(rate)) {}
 Dropout::Dropout(std::shared_ptr<DropoutImpl> impl) : Module(std::move(impl)) {}
+
+// ---- GlobalAveragePooling2D -----------------------------------------------------------------
+
+Shape GlobalAveragePooling2DImpl::compute_output_shape(const Shape& input_shape) const {
+  TANDEM_CHECK(input_shape.rank() == 3, describe(),
+               " needs inputs [batch, height, width, channels], got an input shape ", input_shape,
+               " without the batch axis");
+  return Shape{input_shape[2]};
+}
+
+Tensor GlobalAveragePooling2DImpl::call(const Tensor& x, bool) {
+  const int64_t batch = x.dim(0), pixels = x.dim(1) * x.dim(2), channels = x.dim(3);
+  return ops::mean(ops::reshape(x, Shape{batch, pixels, channels}), 1);
+}
+
+GlobalAveragePooling2D::GlobalAveragePooling2D()
+    : Module(std::make_shared<GlobalAveragePooling2DImpl>()) {}
+GlobalAveragePooling2D::GlobalAveragePooling2D(std::shared_ptr<GlobalAveragePooling2DImpl> impl)
+    : Module(std::move(impl)) {}
+
+// ---- Activation ------------------------------------------------------------------------------
+
+Tensor ActivationLayerImpl::call(const Tensor& x, bool) { return apply_activation(x, activation_); }
+
+ActivationLayer::ActivationLayer(Activation activation)
+    : Module(std::make_shared<ActivationLayerImpl>(activation)) {}
+ActivationLayer::ActivationLayer(std::shared_ptr<ActivationLayerImpl> impl)
+    : Module(std::move(impl)) {}
 
 }  // namespace tandem::nn

@@ -1,5 +1,6 @@
-// The built-in layers: Dense, Conv2D, MaxPool2D, Flatten, Dropout. Each is a Module handle
-// (pass it by value; copies alias one layer) over its *Impl class; names, weight names and
+// The built-in layers: Dense, Conv2D, MaxPool2D, Flatten, Dropout, GlobalAveragePooling2D and
+// ActivationLayer (Keras's Activation; normalization layers: normalization.h). Each is a Module
+// handle (pass it by value; copies alias one layer) over its *Impl class; names, weight names and
 // initialisers follow Keras (kernel [in, out] / [kh, kw, in, out], Glorot uniform; zero bias).
 #pragma once
 
@@ -185,6 +186,49 @@ class Dropout : public Module {
   using Impl = DropoutImpl;
   explicit Dropout(double rate);
   explicit Dropout(std::shared_ptr<DropoutImpl> impl);
+};
+
+// ---- GlobalAveragePooling2D -----------------------------------------------------------------
+
+class GlobalAveragePooling2DImpl : public ModuleImpl {
+ public:
+  GlobalAveragePooling2DImpl() : ModuleImpl("global_average_pooling2d") {}
+  std::string type_name() const override { return "GlobalAveragePooling2D"; }
+  /// [H, W, C] -> [C]; raises for another rank.
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor call(const Tensor& x, bool training) override;
+};
+
+/// The mean over the two spatial axes of NHWC inputs: [N, H, W, C] -> [N, C].
+class GlobalAveragePooling2D : public Module {
+ public:
+  using Impl = GlobalAveragePooling2DImpl;
+  GlobalAveragePooling2D();
+  explicit GlobalAveragePooling2D(std::shared_ptr<GlobalAveragePooling2DImpl> impl);
+};
+
+// ---- Activation ------------------------------------------------------------------------------
+
+class ActivationLayerImpl : public ModuleImpl {
+ public:
+  explicit ActivationLayerImpl(Activation activation)
+      : ModuleImpl("activation"), activation_(activation) {}
+  std::string type_name() const override { return "Activation"; }
+  Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  Tensor call(const Tensor& x, bool training) override;
+  Activation activation() const { return activation_; }
+
+ private:
+  Activation activation_;
+};
+
+/// Keras's Activation layer (the C++ name leaves `Activation` to the enum): applies
+/// `activation` element-wise, e.g. after a BatchNormalization.
+class ActivationLayer : public Module {
+ public:
+  using Impl = ActivationLayerImpl;
+  explicit ActivationLayer(Activation activation);
+  explicit ActivationLayer(std::shared_ptr<ActivationLayerImpl> impl);
 };
 
 }  // namespace tandem::nn

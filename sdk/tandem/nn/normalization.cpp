@@ -78,6 +78,47 @@ Tensor BatchNormalizationImpl::call(const Tensor& x, bool training) {
   return y.dtype() == x.dtype() ? y : ops::cast(y, x.dtype());
 }
 
+// ---- LayerNormalization ------------------------------------------------------------------------
+
+LayerNormalizationImpl::LayerNormalizationImpl(const LayerNormalizationOptions& options)
+    : ModuleImpl("layer_normalization"), options_(options) {
+  TANDEM_CHECK(options.epsilon > 0.0, "LayerNormalization: epsilon must be > 0, got ",
+               options.epsilon);
+}
+
+void LayerNormalizationImpl::build_variables(const Shape& input_shape, Generator&) {
+  TANDEM_CHECK(input_shape.rank() >= 1, describe(),
+               " needs inputs with a feature axis, got an input shape ", input_shape);
+  const int64_t features = input_shape[-1];
+  if (options_.scale) gamma_ = add_weight("gamma", Tensor::ones({features}, dtype()));
+  if (options_.center) beta_ = add_weight("beta", Tensor::zeros({features}, dtype()));
+}
+
+Tensor LayerNormalizationImpl::call(const Tensor& x, bool) {
+  const DType type = dtype();
+  const Tensor input = x.dtype() == type ? x : ops::cast(x, type);
+  const int64_t features = input.dim(-1);
+  const int64_t rows = features > 0 ? input.numel() / features : 0;
+  const Tensor flat = ops::reshape(input, Shape{rows, features});
+  const Tensor mean = ops::mean(flat, 1, /*keepdims=*/true);
+  const Tensor centered = ops::sub(flat, mean);
+  const Tensor variance = ops::mean(ops::square(centered), 1, /*keepdims=*/true);
+  const Tensor one = Tensor::scalar(1.0, type).to(input.device());
+  const Tensor inverse = ops::div(
+      one,
+      ops::sqrt(ops::add(variance, Tensor::scalar(options_.epsilon, type).to(input.device()))));
+  Tensor y = ops::mul(centered, inverse);
+  if (options_.scale) y = ops::mul(y, gamma_.value());
+  if (options_.center) y = ops::add(y, beta_.value());
+  y = ops::reshape(y, input.shape());
+  return y.dtype() == x.dtype() ? y : ops::cast(y, x.dtype());
+}
+
+LayerNormalization::LayerNormalization(const LayerNormalizationOptions& options)
+    : Module(std::make_shared<LayerNormalizationImpl>(options)) {}
+LayerNormalization::LayerNormalization(std::shared_ptr<LayerNormalizationImpl> impl)
+    : Module(std::move(impl)) {}
+
 BatchNormalization::BatchNormalization(const BatchNormalizationOptions& options)
     : Module(std::make_shared<BatchNormalizationImpl>(options)) {}
 BatchNormalization::BatchNormalization(std::shared_ptr<BatchNormalizationImpl> impl)

@@ -1,4 +1,5 @@
-// BatchNormalization with Keras's numerics, names and defaults, and its meaning under data
+// BatchNormalization and LayerNormalization with Keras's numerics, names and defaults.
+// BatchNormalization's meaning under data
 // parallelism: the moving statistics are variables synchronized on read (each replica keeps its
 // own copy; outside strategy.run and in checkpoints they read as the replicas' mean), and
 // `synchronized` computes the batch statistics over every replica of every worker (one
@@ -59,6 +60,44 @@ class BatchNormalization : public Module {
   explicit BatchNormalization(const BatchNormalizationOptions& options = {});
   explicit BatchNormalization(std::shared_ptr<BatchNormalizationImpl> impl);
   BatchNormalizationImpl& layer() const { return static_cast<BatchNormalizationImpl&>(impl()); }
+};
+
+// ---- LayerNormalization ------------------------------------------------------------------------
+
+struct LayerNormalizationOptions {
+  /// Added to the variance before its square root (Keras's default 1e-3).
+  double epsilon = 1e-3;
+  /// Learn beta (added) and gamma (multiplied).
+  bool center = true;
+  bool scale = true;
+};
+
+class LayerNormalizationImpl : public ModuleImpl {
+ public:
+  explicit LayerNormalizationImpl(const LayerNormalizationOptions& options);
+  std::string type_name() const override { return "LayerNormalization"; }
+  Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
+  /// Each row (every axis but the last) normalized by its own mean and biased variance over the
+  /// features; the same in training and inference, no state, and nothing shared between
+  /// replicas. 16-bit inputs in float32, as Keras.
+  Tensor call(const Tensor& x, bool training) override;
+  const LayerNormalizationOptions& options() const { return options_; }
+
+ protected:
+  void build_variables(const Shape& input_shape, Generator& generator) override;
+
+ private:
+  LayerNormalizationOptions options_;
+  Variable gamma_, beta_;
+};
+
+/// y = gamma * (x - mean) / sqrt(variance + epsilon) + beta, statistics over the last axis of
+/// each example (Keras's axis=-1); weights "<name>/gamma", "<name>/beta".
+class LayerNormalization : public Module {
+ public:
+  using Impl = LayerNormalizationImpl;
+  explicit LayerNormalization(const LayerNormalizationOptions& options = {});
+  explicit LayerNormalization(std::shared_ptr<LayerNormalizationImpl> impl);
 };
 
 }  // namespace tandem::nn
