@@ -15,7 +15,60 @@ namespace tandem::nn {
 ModuleImpl::ModuleImpl(std::string default_name)
     : default_name_(default_name), name_(std::move(default_name)), policy_(global_policy()) {}
 
-std::vector<Module> ModuleImpl::children() const { return {}; }
+std::vector<Module> ModuleImpl::children() const { return children_; }
+
+std::vector<Variable> ModuleImpl::weights() const {
+  std::vector<Variable> out = weights_;
+  for (const Module& child : children_) {
+    const std::vector<Variable> w = child.weights();
+    out.insert(out.end(), w.begin(), w.end());
+  }
+  return out;
+}
+
+void ModuleImpl::set_random_source(std::shared_ptr<ReplicaGenerators> source) {
+  for (const Module& child : children_) child.impl().set_random_source(source);
+}
+
+void ModuleImpl::set_scope(std::string scope) {
+  TANDEM_CHECK(!built(), describe(), ": its variables are named already (built)");
+  scope_ = std::move(scope);
+  scoped_ = true;
+}
+
+std::string ModuleImpl::child_scope() const {
+  return scope_.empty() ? name_ : scope_ + "/" + name_;
+}
+
+void ModuleImpl::register_child(const Module& child) {
+  TANDEM_CHECK(child.defined(), describe(), ": cannot add an undefined module");
+  TANDEM_CHECK(!built(), describe(), ": add modules before it is built");
+  ModuleImpl& impl = child.impl();
+  TANDEM_CHECK(&impl != this, describe(), ": a module cannot contain itself");
+  auto taken = [&](const std::string& name) {
+    for (const Module& m : children_)
+      if (m.name() == name) return true;
+    return false;
+  };
+  for (const Module& m : children_)
+    TANDEM_CHECK(m.ptr().get() != &impl, describe(), ": module \"", m.name(),
+                 "\" was added twice; create a new one for each place");
+  if (!impl.has_explicit_name() && !impl.built()) {
+    std::string name = impl.default_name();
+    for (int i = 1; taken(name); ++i) name = impl.default_name() + "_" + std::to_string(i);
+    impl.set_auto_name(name);
+  }
+  TANDEM_CHECK(!taken(impl.name()), describe(), ": two modules are named \"", impl.name(),
+               "\"; names must be unique within a block (call set_name before build)");
+  children_.push_back(child);
+}
+
+Shape ModuleImpl::build_child(const Module& child, const Shape& input_shape, Generator& generator) {
+  ModuleImpl& impl = child.impl();
+  if (!impl.built()) impl.set_scope(child_scope());
+  impl.build(input_shape, generator);
+  return impl.output_shape();
+}
 
 namespace {
 /// "[batch, 28, 28]" for a shape without its batch axis.
@@ -38,6 +91,11 @@ void ModuleImpl::set_dtype(DType dtype) {
   TANDEM_CHECK(!built(), describe(), ": set_dtype after build (the variables exist already)");
   TANDEM_CHECK(is_floating(dtype), describe(), ": variables must be floating point, not ", dtype);
   policy_ = Policy::of(dtype);
+  for (const Module& child : children_) child.impl().set_dtype(dtype);
+}
+
+std::string ModuleImpl::scoped_name(const std::string& short_name) const {
+  return (scope_.empty() ? name_ : scope_ + "/" + name_) + "/" + short_name;
 }
 
 void ModuleImpl::set_dtype_policy(const Policy& policy) {
@@ -110,14 +168,14 @@ Tensor ModuleImpl::forward(const Tensor& x, bool training) {
 
 Variable ModuleImpl::add_weight(const std::string& short_name, const Tensor& initial,
                                 bool trainable) {
-  Variable v = make_variable(name_ + "/" + short_name, initial, trainable);
+  Variable v = make_variable(scoped_name(short_name), initial, trainable);
   weights_.push_back(v);
   return v;
 }
 
 Variable ModuleImpl::add_weight(const std::string& short_name, const Tensor& initial,
                                 const VariableOptions& options) {
-  Variable v = make_variable(name_ + "/" + short_name, initial, options);
+  Variable v = make_variable(scoped_name(short_name), initial, options);
   weights_.push_back(v);
   return v;
 }

@@ -46,10 +46,11 @@ class ModuleImpl {
   virtual Shape compute_output_shape(const Shape& input_shape) const = 0;
   /// The forward pass of a built module; x has a leading batch axis.
   virtual Tensor call(const Tensor& x, bool training) = 0;
-  /// Sub-modules (a Sequential's layers); empty for plain layers.
+  /// Sub-modules (a Sequential's layers, a block's add_child() modules); empty for plain layers.
   virtual std::vector<Module> children() const;
-  /// Every variable, in Keras order (kernel, then bias; a model lists its layers in order).
-  virtual std::vector<Variable> weights() const { return weights_; }
+  /// Every variable, in Keras order (kernel, then bias; a model lists its layers in order): the
+  /// module's own, then its add_child() modules' in the order they were added.
+  virtual std::vector<Variable> weights() const;
   /// Raises unless x (with batch) fits the built input shape. Default: the same rank and the
   /// same dimensions after the batch axis.
   virtual void check_input(const Tensor& x) const;
@@ -66,8 +67,8 @@ class ModuleImpl {
   /// Seed of the generator Module::build(shape) creates (stream kInitializerStream).
   virtual void set_seed(uint64_t seed) { seed_ = seed; }
   /// The per-replica random streams that stochastic layers draw from (Sequential shares its
-  /// own with every layer it holds). Default: ignored.
-  virtual void set_random_source(std::shared_ptr<ReplicaGenerators> source) { (void)source; }
+  /// own with every layer it holds). Default: handed to the add_child() modules.
+  virtual void set_random_source(std::shared_ptr<ReplicaGenerators> source);
 
   const std::string& name() const { return name_; }
   /// The Keras auto-name prefix ("dense", "conv2d", "max_pooling2d", ...).
@@ -105,6 +106,8 @@ class ModuleImpl {
   /// {.trainable = false, .synchronization = kOnRead, .aggregation = kMean}).
   Variable add_weight(const std::string& short_name, const Tensor& initial,
                       const VariableOptions& options);
+  /// "<scope>/<name>/<short_name>" ("<name>/<short_name>" at a model's top level).
+  std::string scoped_name(const std::string& short_name) const;
   /// "layer \"dense_1\" (Dense)", for error messages.
   std::string describe() const;
   /// t cast to compute_dtype() when it is floating and of another dtype (recorded: a variable's
@@ -114,7 +117,34 @@ class ModuleImpl {
   /// Whether forward() casts the input (false for containers, whose layers do it).
   virtual bool autocasts_inputs() const { return true; }
 
+ public:
+  /// The path a containing module gives this one's variable names ("" at the top of a model):
+  /// its variables are "<scope>/<name>/<short name>". Set by the container before it builds
+  /// this module (build_child, Sequential).
+  void set_scope(std::string scope);
+  const std::string& scope() const { return scope_; }
+  /// True once a containing module set the scope (the module is not a model's top).
+  bool is_scoped() const { return scoped_; }
+  /// The scope this module gives the modules it contains: "" for a top-level Sequential (its
+  /// layers keep Keras's flat names, "dense/kernel"), else "<scope>/<name>".
+  virtual std::string child_scope() const;
+
+ protected:
+  /// A block of your own holds its sub-modules by adding them here (in its constructor):
+  /// each gets a Keras auto-name unique among the block's children unless named explicitly,
+  /// the block's random streams, and a place in children() and weights(). Returns `child`.
+  template <typename M>
+  M add_child(M child) {
+    register_child(child);
+    return child;
+  }
+  /// Builds an add_child() module for `input_shape` under this block's scope (call it from
+  /// build_variables, in the order the block uses them); returns its output shape.
+  Shape build_child(const Module& child, const Shape& input_shape, Generator& generator);
+
  private:
+  void register_child(const Module& child);
+
   std::string default_name_;
   std::string name_;
   bool explicit_name_ = false;
@@ -124,6 +154,9 @@ class ModuleImpl {
   Shape input_shape_;
   Shape output_shape_;
   std::vector<Variable> weights_;
+  std::vector<Module> children_;
+  std::string scope_;
+  bool scoped_ = false;  // a container set the scope (this module is not a model's top)
   std::mutex build_mutex_;
 };
 

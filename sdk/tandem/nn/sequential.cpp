@@ -41,9 +41,15 @@ Shape SequentialImpl::compute_output_shape(const Shape& input_shape) const {
   return shape;
 }
 
+std::string SequentialImpl::child_scope() const {
+  return is_scoped() ? ModuleImpl::child_scope() : std::string();
+}
+
 void SequentialImpl::build_variables(const Shape& input_shape, Generator& generator) {
   Shape shape = input_shape;
+  const std::string scope = child_scope();
   for (const Module& layer : layers_) {
+    if (!layer.impl().built()) layer.impl().set_scope(scope);
     layer.impl().build(shape, generator);
     shape = layer.output_shape();
   }

@@ -20,6 +20,8 @@ class SequentialImpl : public ModuleImpl {
   /// Each layer checks its own input.
   void check_input(const Tensor& x) const override { (void)x; }
   std::vector<Module> children() const override { return layers_; }
+  /// "" at a model's top (its layers keep Keras's flat names); nested, "<scope>/<name>".
+  std::string child_scope() const override;
   std::vector<Variable> weights() const override;
   void set_dtype(DType dtype) override;
   /// The layers cast their own inputs (each to its policy's compute dtype).

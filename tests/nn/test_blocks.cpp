@@ -1,0 +1,174 @@
+// Blocks of one's own: a residual block written as a user module (add_child / build_child),
+// used twice in a Sequential: variable names unique across the model ("<block>/<layer>/<weight>"),
+// weights in order, gradients through the skip connection, a nested Sequential's layers scoped
+// by its name, checkpoints that restore the whole model, and synchronized batch norm inside the
+// blocks on 2 replicas training like one replica with the global batch.
+#include <unistd.h>
+
+#include <catch2/catch.hpp>
+#include <filesystem>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "support/compare.h"
+#include "tandem/tandem.h"
+
+namespace td = tandem;
+namespace nn = tandem::nn;
+using td::testing::relative_difference;
+
+namespace {
+
+/// conv 3x3 -> batch norm -> relu -> conv 3x3 -> batch norm, plus the input (through a 1x1
+/// convolution and batch norm when the shape changes), then relu: a ResNet basic block.
+class ResidualBlockImpl : public nn::ModuleImpl {
+ public:
+  ResidualBlockImpl(int64_t filters, int64_t stride, bool sync_bn)
+      : ModuleImpl("residual_block"), filters_(filters), stride_(stride) {
+    const nn::BatchNormalizationOptions bn{.synchronized = sync_bn};
+    conv1_ = add_child(nn::Conv2D(filters, 3, stride, nn::Padding::kSame, nn::Activation::kNone,
+                                  /*use_bias=*/false));
+    bn1_ = add_child(nn::BatchNormalization(bn));
+    conv2_ = add_child(
+        nn::Conv2D(filters, 3, 1, nn::Padding::kSame, nn::Activation::kNone, /*use_bias=*/false));
+    bn2_ = add_child(nn::BatchNormalization(bn));
+    if (stride != 1) {
+      shortcut_ = add_child(nn::Sequential(
+          {nn::Conv2D(filters, 1, stride, nn::Padding::kSame, nn::Activation::kNone, false),
+           nn::BatchNormalization(bn)}));
+    }
+  }
+  std::string type_name() const override { return "ResidualBlock"; }
+  td::Shape compute_output_shape(const td::Shape& s) const override {
+    // Same padding: ceil(size / stride) rows and columns.
+    return td::Shape{(s[0] + stride_ - 1) / stride_, (s[1] + stride_ - 1) / stride_, filters_};
+  }
+  td::Tensor call(const td::Tensor& x, bool training) override {
+    td::Tensor y = td::ops::relu(bn1_(conv1_(x), training));
+    y = bn2_(conv2_(y), training);
+    const td::Tensor skip = shortcut_.defined() ? shortcut_(x, training) : x;
+    return td::ops::relu(td::ops::add(y, skip));
+  }
+
+ protected:
+  void build_variables(const td::Shape& s, td::Generator& g) override {
+    td::Shape h = build_child(conv1_, s, g);
+    h = build_child(bn1_, h, g);
+    h = build_child(conv2_, h, g);
+    build_child(bn2_, h, g);
+    if (shortcut_.defined()) build_child(shortcut_, s, g);
+  }
+
+ private:
+  int64_t filters_, stride_;
+  nn::Module conv1_, bn1_, conv2_, bn2_, shortcut_;  // shortcut_: only when shapes change
+};
+
+nn::Module residual_block(int64_t filters, int64_t stride, bool sync_bn = false) {
+  return nn::Module(std::make_shared<ResidualBlockImpl>(filters, stride, sync_bn));
+}
+
+nn::Sequential small_resnet(bool sync_bn = false) {
+  return nn::Sequential({nn::Conv2D(4, 3, 1, nn::Padding::kSame, nn::Activation::kNone, false),
+                         residual_block(4, 1, sync_bn), residual_block(8, 2, sync_bn),
+                         nn::GlobalAveragePooling2D(), nn::Dense(3)});
+}
+
+}  // namespace
+
+TEST_CASE("a residual block of one's own: names, weights, gradients", "[cpu][nn][blocks]") {
+  nn::Sequential model = small_resnet();
+  model.set_seed(3);
+  model.build({8, 8, 2});
+  CHECK(model.output_shape() == td::Shape{3});
+  std::vector<std::string> names;
+  for (const td::Variable& v : model.weights()) names.push_back(v.name());
+  CHECK(std::set<std::string>(names.begin(), names.end()).size() == names.size());
+  CHECK(names.front() == "conv2d/kernel");
+  CHECK(names[1] == "residual_block/conv2d/kernel");
+  CHECK(names[2] == "residual_block/batch_normalization/gamma");
+  CHECK(names[6] == "residual_block/conv2d_1/kernel");
+  // The second block's shortcut: a Sequential nested in the block, its layers under its name.
+  CHECK(std::find(names.begin(), names.end(), "residual_block_1/sequential/conv2d/kernel") !=
+        names.end());
+  CHECK(std::find(names.begin(), names.end(),
+                  "residual_block_1/sequential/batch_normalization/moving_variance") !=
+        names.end());
+  CHECK(names.back() == "dense/bias");
+  // Gradients reach every trainable variable, through the skip connections too.
+  td::Generator g(4);
+  const td::Tensor x = td::Tensor::normal({5, 8, 8, 2}, g);
+  td::GradientTape tape;
+  const td::Tensor loss = td::ops::mean(td::ops::square(model(x, true)));
+  const std::vector<td::Tensor> grads = tape.gradient(loss, model.trainable_variables());
+  for (size_t i = 0; i < grads.size(); ++i) {
+    INFO(model.trainable_variables()[i].name());
+    REQUIRE(grads[i].defined());
+    double norm = 0;
+    for (float v : grads[i].to_vector<float>()) norm += static_cast<double>(v) * v;
+    CHECK(norm > 0);
+  }
+}
+
+TEST_CASE(
+    "a model of residual blocks: checkpoints restore it; synchronized batch norm inside "
+    "blocks on 2 replicas trains like one replica",
+    "[cpu][nn][blocks]") {
+  td::Generator g(8);
+  const td::Tensor images = td::Tensor::normal({64, 8, 8, 2}, g);
+  std::vector<int64_t> labels(64);
+  for (size_t i = 0; i < labels.size(); ++i) labels[i] = static_cast<int64_t>(i % 3);
+  const td::Tensor classes = td::Tensor::from_vector(labels);
+  auto train = [&](int replicas) {
+    auto strategy = td::MirroredStrategy::cpu(replicas);
+    nn::Sequential model = small_resnet(/*sync_bn=*/true);
+    std::unique_ptr<td::optim::SGD> sgd;
+    {
+      auto scope = strategy.scope();
+      model.set_seed(9);
+      model.build({8, 8, 2});
+      sgd = std::make_unique<td::optim::SGD>(td::optim::SGD::Options{.learning_rate = 0.05});
+    }
+    const std::vector<td::Variable> variables = model.trainable_variables();
+    for (int s = 0; s < 4; ++s) {
+      std::vector<td::Tensor> xs, ys;
+      const int64_t per = 16 / replicas;
+      for (int r = 0; r < replicas; ++r) {
+        xs.push_back(images.slice(s * 16 + r * per, s * 16 + (r + 1) * per));
+        ys.push_back(classes.slice(s * 16 + r * per, s * 16 + (r + 1) * per));
+      }
+      strategy.run(
+          [&](td::ReplicaContext& ctx, const td::Tensor& x, const td::Tensor& y) {
+            td::GradientTape tape;
+            const td::Tensor loss = td::compute_average_loss(
+                td::losses::sparse_categorical_crossentropy(y, model(x, true), true), 16);
+            sgd->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+          },
+          td::PerReplica<td::Tensor>(xs), td::PerReplica<td::Tensor>(ys));
+    }
+    return model;
+  };
+  const nn::Sequential one = train(1), two = train(2);
+  const std::vector<td::Variable> a = one.weights(), b = two.weights();
+  REQUIRE(a.size() == b.size());
+  for (size_t v = 0; v < a.size(); ++v) {
+    const double difference =
+        relative_difference(a[v].value().to_vector<float>(), b[v].value().to_vector<float>());
+    INFO(a[v].name() << ": relative difference " << difference);
+    CHECK(difference <= 1e-5);
+  }
+  // A checkpoint of the trained model restores every block's variables into a fresh model.
+  const std::string path = (std::filesystem::temp_directory_path() /
+                            ("tandem_blocks_" + std::to_string(::getpid()) + ".h5"))
+                               .string();
+  td::Checkpoint({{"model", const_cast<nn::Sequential*>(&one)}}).write(path);
+  nn::Sequential fresh = small_resnet(true);
+  fresh.build({8, 8, 2});
+  td::Checkpoint({{"model", &fresh}}).restore(path);
+  std::filesystem::remove(path);
+  const std::vector<td::Variable> c = fresh.weights();
+  for (size_t v = 0; v < a.size(); ++v)
+    CHECK(a[v].value().to_vector<float>() == c[v].value().to_vector<float>());
+}
