@@ -75,6 +75,13 @@ Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
       flags.fresh = true;
       continue;
     }
+    if (flag == "--sync-bn" && info.batch_norm) {
+      if (inline_value) {
+        throw UsageError("--sync-bn takes no value (got \"" + std::string(*inline_value) + "\")");
+      }
+      flags.sync_bn = true;
+      continue;
+    }
     auto value = [&]() -> std::string_view {
       if (inline_value) return *inline_value;
       if (i + 1 >= argc) throw UsageError(std::string(flag) + " needs a value");
@@ -197,6 +204,10 @@ std::string usage(const SampleInfo& info) {
       << "  --precision P             float32 (default), mixed_bfloat16 or mixed_float16 (Keras's\n"
       << "                            dtype policies: float32 weights, 16-bit computation;\n"
       << "                            bfloat16 is the fast one on CPUs with AVX512-BF16 or AMX)\n"
+      << (info.batch_norm
+              ? "  --sync-bn                 batch normalization over the global batch (every\n"
+                "                            replica and worker: one all-reduce per layer)\n"
+              : "")
       << "  --max-steps N             at most N training steps per epoch (smoke tests); the\n"
       << "                            whole test split is still evaluated\n"
       << "  --help                    this text\n\n"

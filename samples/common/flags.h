@@ -22,6 +22,8 @@ struct SampleInfo {
   std::string name;                    ///< program name: "fashion_mnist_mlp"
   std::string description;             ///< one line for --help
   std::string default_checkpoint_dir;  ///< "checkpoints/fashion_mnist_mlp"
+  /// The model has batch normalization: --sync-bn is accepted.
+  bool batch_norm = false;
 };
 
 struct Flags {
@@ -52,6 +54,8 @@ struct Flags {
   std::string gradient_compression = "none";
   /// The dtype policy the model is made under: "float32", "mixed_bfloat16" or "mixed_float16".
   std::string precision = "float32";
+  /// Batch normalization over the global batch (BatchNormalization(synchronized=true)).
+  bool sync_bn = false;
   /// Cap on training steps per epoch (smoke tests); unset: whole epochs.
   std::optional<int64_t> max_steps;
 

@@ -1,19 +1,15 @@
 // fashion_mnist_cnn: TensorFlow's tutorial convolutional network (Conv2D(32, 5, same)-MaxPool-
 // Conv2D(64, 5, same)-MaxPool-Dense(1024)-Dropout(0.4)-Dense(10), ReLU; the "2 Conv + pooling"
 // row of the Fashion-MNIST benchmark table, 0.916) trained with Adam on Fashion-MNIST images
-// reshaped to [28, 28, 1], data-parallel with MirroredStrategy. The training loop is
-// fashion_mnist_mlp's (docs/design.md §1); only the model and the input shape differ. Run from the
-// repository root; --help lists the flags.
-#include <cstdint>
+// reshaped to [28, 28, 1], data-parallel with MirroredStrategy. The training loop
+// (common/image_classifier) is fashion_mnist_mlp's (docs/design.md §1); only the model and the
+// input shape differ. Run from the repository root; --help lists the flags.
 #include <cstdlib>
 #include <exception>
-#include <iomanip>
 #include <iostream>
-#include <optional>
-#include <string>
 
 #include "common/flags.h"
-#include "common/reporting.h"
+#include "common/image_classifier.h"
 #include "common/training.h"
 #include "tandem/tandem.h"
 
@@ -28,160 +24,17 @@ const samples::SampleInfo kInfo{
         "Adam) on Fashion-MNIST with MirroredStrategy",
     .default_checkpoint_dir = "checkpoints/fashion_mnist_cnn"};
 
-/// Images [B, 28, 28] -> [B, 28, 28, 1] (NHWC with one channel), a view of the same rows.
-td::data::Element add_channel_axis(td::data::Element batch) {
-  const td::Tensor& images = batch[0];
-  batch[0] = images.reshape({images.dim(0), images.dim(1), images.dim(2), 1});
-  return batch;
-}
-
-int train_and_evaluate(const samples::Flags& flags) {
-  // --devices, --replicas, or the best for how it was started (mpirun: every process a worker).
-  const std::unique_ptr<td::Strategy> strategy_owner = samples::make_strategy(flags);
-  td::Strategy& strategy = *strategy_owner;
-  // --profile: where each step's time went, printed at each epoch's end (ends before the strategy).
-  const std::unique_ptr<td::profile::Profiler> profiler = samples::make_profiler(flags, strategy);
-  const int num_replicas = strategy.num_replicas_in_sync();
-  const int64_t global_batch = flags.per_replica_batch * num_replicas;
-  const double learning_rate = flags.scaled_learning_rate(num_replicas);
-  samples::print_setup(kInfo, strategy, global_batch, learning_rate, flags.accumulation_steps);
-
-  auto train = td::data::fashion_mnist(td::data::Split::kTrain)
-                   .shuffle(/*buffer_size=*/60000, flags.seed)
-                   .batch(global_batch)
-                   .map(add_channel_axis)
-                   .prefetch(2);
-  auto dist_train = strategy.distribute_dataset(train);  // splits each global batch
-  auto dist_test = strategy.distribute_dataset(td::data::fashion_mnist(td::data::Split::kTest)
-                                                   .batch(samples::kEvalBatch)
-                                                   .map(add_channel_axis));
-
-  samples::set_precision(flags);  // the dtype policy the layers below are made under
-  auto scope = strategy.scope();  // variables created while it lives are mirrored
+/// TensorFlow's tutorial convnet: 28x28x1 -> 28x28x32 -> 14x14x32 -> 14x14x64 -> 7x7x64 -> 1024
+/// -> dropout (training only) -> 10 logits.
+td::nn::Sequential make_model() {
   const td::nn::Activation relu = td::nn::Activation::kRelu;
-  // TensorFlow's tutorial convnet: 28x28x1 -> 28x28x32 -> 14x14x32 -> 14x14x64 -> 7x7x64 ->
-  // 1024 -> dropout (training only) -> 10 logits.
   td::nn::Sequential model(
       {td::nn::Conv2D(32, /*kernel_size=*/5, /*strides=*/1, td::nn::Padding::kSame, relu),
        td::nn::MaxPool2D(/*pool_size=*/2),
        td::nn::Conv2D(64, /*kernel_size=*/5, /*strides=*/1, td::nn::Padding::kSame, relu),
        td::nn::MaxPool2D(/*pool_size=*/2), td::nn::Flatten(), td::nn::Dense(1024, relu),
        td::nn::Dropout(0.4), td::nn::Dense(10)});
-  model.set_seed(flags.seed);
-  model.build({28, 28, 1});
-  // With --accumulation-steps N, each step adds into accumulators and every N-th step updates
-  // with the mean of the N steps' gradients (one all-reduce per update).
-  td::optim::Adam optimizer(
-      {.learning_rate = learning_rate, .gradient_accumulation_steps = flags.accumulation_steps});
-  optimizer.build(model.trainable_variables());  // Adam's slots, mirrored like the weights
-  // Under mixed_float16 the loss is scaled, so that small float16 gradients do not flush to
-  // zero, and an update whose gradients overflow is skipped on every replica (Keras's
-  // LossScaleOptimizer). bfloat16 has float32's range and needs none.
-  std::optional<td::optim::LossScaleOptimizer> loss_scale;
-  if (td::nn::global_policy().compute_dtype() == td::DType::kFloat16) loss_scale.emplace(optimizer);
-  int64_t skipped_before = 0;  // updates the loss scale skipped before this epoch
-  td::metrics::Mean train_loss("train_loss");
-  td::metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy");
-  td::metrics::SparseCategoricalAccuracy test_accuracy("test_accuracy");
-  td::losses::SparseCategoricalCrossentropy loss_fn(
-      {.from_logits = true, .reduction = td::losses::Reduction::kNone});
-
-  auto train_step = [&](td::ReplicaContext& ctx, const td::data::Batch& batch) {
-    td::GradientTape tape;
-    td::Tensor logits = model(batch.features(), /*training=*/true);
-    td::Tensor per_example_loss = loss_fn(batch.labels(), logits);
-    // Divided by the global batch of this step; the optimizer averages accumulated steps.
-    td::Tensor loss = td::compute_average_loss(per_example_loss, global_batch);
-    if (!loss_scale) {
-      auto grads = tape.gradient(loss, model.trainable_variables());
-      optimizer.apply_gradients(ctx, grads, model.trainable_variables());  // SUM across replicas
-    } else {
-      auto grads = tape.gradient(loss_scale->scale_loss(loss), model.trainable_variables());
-      loss_scale->apply_gradients(ctx, grads, model.trainable_variables());  // unscaled there
-    }
-    train_loss.update_state(per_example_loss);
-    train_accuracy.update_state(batch.labels(), logits);
-    return loss;
-  };
-
-  // The metrics and the step counter are saved too, so that an epoch resumed after Ctrl-C
-  // reports all its steps.
-  int64_t step_in_epoch = 0;
-  td::Checkpoint checkpoint(
-      {{"model", &model},
-       {"optimizer", loss_scale ? td::Trackable(&*loss_scale) : td::Trackable(&optimizer)},
-       {"train_data", &dist_train},
-       {"train_loss", &train_loss},
-       {"train_accuracy", &train_accuracy},
-       {"step_in_epoch", &step_in_epoch}});
-  // Every worker calls save(); only the chief writes.
-  td::CheckpointManager manager(checkpoint, flags.checkpoint_dir,
-                                {.max_to_keep = 3, .strategy = &strategy});
-  // A build without HDF5 cannot write checkpoints; it trains without them.
-  const bool checkpointing = td::build_info().hdf5;
-  std::optional<std::string> restored;
-  if (checkpointing && !flags.fresh) restored = manager.restore_or_initialize();
-  samples::print_start(restored, checkpointing, flags, dist_train.epoch(), optimizer.iterations());
-
-  // The chief alone writes the metrics file.
-  samples::MetricsLog metrics_log(strategy.is_chief() ? flags.metrics_json : std::string(),
-                                  /*append=*/restored.has_value());
-  const int64_t steps_per_epoch = samples::steps_per_epoch(dist_train, flags);
-  std::optional<double> final_test_accuracy;
-  for (auto epoch = static_cast<int64_t>(dist_train.epoch()); epoch < flags.epochs; ++epoch) {
-    samples::Progress progress(epoch + 1, flags.epochs, steps_per_epoch);
-    for (const auto& batch : dist_train) {  // td::PerReplica<td::data::Batch>
-      td::PerReplica<td::Tensor> losses = strategy.run(train_step, batch);
-      const float loss = strategy.reduce(td::ReduceOp::kSum, losses).item<float>();
-      // This worker's examples times the workers (their shards are the same size).
-      progress.step(++step_in_epoch, samples::examples_in(batch) * strategy.num_workers(), loss,
-                    train_accuracy.result());
-      if (flags.step_limit_reached(step_in_epoch) || samples::interrupted()) break;
-    }
-    progress.finish();
-    if (samples::interrupted()) {
-      // Mid-epoch: the data position and the metrics are saved with the weights.
-      if (checkpointing) std::cout << "interrupted: saved " << manager.save().value() << "\n";
-      return samples::kInterruptedExitCode;
-    }
-    if (dist_train.epoch() == static_cast<uint64_t>(epoch)) {
-      dist_train.set_epoch(epoch + 1);  // --max-steps ended the epoch early
-    }
-
-    samples::EpochResult result{.epoch = epoch + 1,
-                                .loss = train_loss.result(),
-                                .train_accuracy = train_accuracy.result(),
-                                .samples_per_sec = progress.samples_per_sec(),
-                                .train_seconds = progress.seconds(),
-                                .replicas = num_replicas};
-    if (loss_scale) {
-      result.loss_scale = loss_scale->loss_scale();
-      result.skipped_updates = loss_scale->skipped_updates() - skipped_before;
-      skipped_before = loss_scale->skipped_updates();
-    }
-    const samples::Stopwatch eval_time;
-    result.test_accuracy = samples::evaluate(strategy, model, dist_test, test_accuracy);
-    result.eval_seconds = eval_time.seconds();
-    samples::print_epoch_summary(result, flags.epochs);
-    metrics_log.write(result);
-    final_test_accuracy = result.test_accuracy;
-    train_loss.reset_state();
-    train_accuracy.reset_state();
-    step_in_epoch = 0;
-    std::optional<std::string> saved;
-    if (checkpointing) saved = manager.save();
-    if (samples::interrupted()) {  // Ctrl-C during the evaluation
-      if (saved) std::cout << "interrupted: saved " << *saved << "\n";
-      return samples::kInterruptedExitCode;
-    }
-  }
-
-  if (!final_test_accuracy) {  // resumed a run that had already trained every epoch
-    final_test_accuracy = samples::evaluate(strategy, model, dist_test, test_accuracy);
-  }
-  std::cout << "final test accuracy: " << std::fixed << std::setprecision(4) << *final_test_accuracy
-            << std::endl;
-  return EXIT_SUCCESS;
+  return model;
 }
 
 }  // namespace
@@ -190,7 +43,7 @@ int main(int argc, char** argv) {
   const samples::Flags flags = samples::parse_flags_or_exit(argc, argv, kInfo);
   samples::install_interrupt_handler();
   try {
-    return train_and_evaluate(flags);
+    return samples::train_image_classifier(kInfo, flags, make_model);
   } catch (const std::exception& error) {
     std::cerr << kInfo.name << ": " << error.what() << std::endl;
     return EXIT_FAILURE;

@@ -1,4 +1,4 @@
-// Blocks of one's own: a residual block written as a user module (add_child / build_child),
+// Blocks of one's own: the ResNet sample's residual block, a user module (add_child / build_child),
 // used twice in a Sequential: variable names unique across the model ("<block>/<layer>/<weight>"),
 // weights in order, gradients through the skip connection, a nested Sequential's layers scoped
 // by its name, checkpoints that restore the whole model, and synchronized batch norm inside the
@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "fashion_mnist_resnet/residual_block.h"
 #include "support/compare.h"
 #include "tandem/tandem.h"
 
@@ -21,53 +22,8 @@ using td::testing::relative_difference;
 
 namespace {
 
-/// conv 3x3 -> batch norm -> relu -> conv 3x3 -> batch norm, plus the input (through a 1x1
-/// convolution and batch norm when the shape changes), then relu: a ResNet basic block.
-class ResidualBlockImpl : public nn::ModuleImpl {
- public:
-  ResidualBlockImpl(int64_t filters, int64_t stride, bool sync_bn)
-      : ModuleImpl("residual_block"), filters_(filters), stride_(stride) {
-    const nn::BatchNormalizationOptions bn{.synchronized = sync_bn};
-    conv1_ = add_child(nn::Conv2D(filters, 3, stride, nn::Padding::kSame, nn::Activation::kNone,
-                                  /*use_bias=*/false));
-    bn1_ = add_child(nn::BatchNormalization(bn));
-    conv2_ = add_child(
-        nn::Conv2D(filters, 3, 1, nn::Padding::kSame, nn::Activation::kNone, /*use_bias=*/false));
-    bn2_ = add_child(nn::BatchNormalization(bn));
-    if (stride != 1) {
-      shortcut_ = add_child(nn::Sequential(
-          {nn::Conv2D(filters, 1, stride, nn::Padding::kSame, nn::Activation::kNone, false),
-           nn::BatchNormalization(bn)}));
-    }
-  }
-  std::string type_name() const override { return "ResidualBlock"; }
-  td::Shape compute_output_shape(const td::Shape& s) const override {
-    // Same padding: ceil(size / stride) rows and columns.
-    return td::Shape{(s[0] + stride_ - 1) / stride_, (s[1] + stride_ - 1) / stride_, filters_};
-  }
-  td::Tensor call(const td::Tensor& x, bool training) override {
-    td::Tensor y = td::ops::relu(bn1_(conv1_(x), training));
-    y = bn2_(conv2_(y), training);
-    const td::Tensor skip = shortcut_.defined() ? shortcut_(x, training) : x;
-    return td::ops::relu(td::ops::add(y, skip));
-  }
-
- protected:
-  void build_variables(const td::Shape& s, td::Generator& g) override {
-    td::Shape h = build_child(conv1_, s, g);
-    h = build_child(bn1_, h, g);
-    h = build_child(conv2_, h, g);
-    build_child(bn2_, h, g);
-    if (shortcut_.defined()) build_child(shortcut_, s, g);
-  }
-
- private:
-  int64_t filters_, stride_;
-  nn::Module conv1_, bn1_, conv2_, bn2_, shortcut_;  // shortcut_: only when shapes change
-};
-
 nn::Module residual_block(int64_t filters, int64_t stride, bool sync_bn = false) {
-  return nn::Module(std::make_shared<ResidualBlockImpl>(filters, stride, sync_bn));
+  return samples::ResidualBlock(filters, stride, sync_bn);
 }
 
 nn::Sequential small_resnet(bool sync_bn = false) {

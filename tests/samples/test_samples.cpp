@@ -23,6 +23,10 @@ namespace {
 
 const std::string kMlp =
     std::string(TANDEM_BINARY_DIR) + "/samples/fashion_mnist_mlp/fashion_mnist_mlp";
+const std::string kCnn =
+    std::string(TANDEM_BINARY_DIR) + "/samples/fashion_mnist_cnn/fashion_mnist_cnn";
+const std::string kResnet =
+    std::string(TANDEM_BINARY_DIR) + "/samples/fashion_mnist_resnet/fashion_mnist_resnet";
 
 struct Result {
   int exit_code = -1;
@@ -345,4 +349,44 @@ TEST_CASE("fashion_mnist_mlp with TANDEM_CHECK_NUMERICS=1 stops at the first NaN
   CHECK(checked.exit_code != 0);
   CHECK(checked.output.find("TANDEM_CHECK_NUMERICS: non-finite loss in compute_average_loss on "
                             "replica 0 in strategy.run #2") != std::string::npos);
+}
+
+TEST_CASE(
+    "fashion_mnist_resnet --sync-bn trains on 2 replicas, checkpoints its batch norm statistics "
+    "and resumes; fashion_mnist_cnn trains through the same loop",
+    "[cpu][samples]") {
+  if (!sample_built()) return;
+  TempDir dir;
+  const std::string common_flags =
+      " --max-steps 15 --replicas 2 --sync-bn --checkpoint-dir '" + dir.path.string() + "'";
+  const Result first = run(kResnet + " --epochs 1 --fresh" + common_flags);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.output.find("final test accuracy: ") != std::string::npos);
+  CHECK(fs::exists(dir.path / "ckpt-15.h5"));
+  const Result second = run(kResnet + " --epochs 2" + common_flags);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK(second.output.find("resumed from ") != std::string::npos);
+  CHECK(fs::exists(dir.path / "ckpt-30.h5"));
+  TempDir cnn_dir;
+  const Result cnn = run(kCnn + " --epochs 1 --max-steps 5 --fresh --checkpoint-dir '" +
+                         cnn_dir.path.string() + "'");
+  INFO(cnn.output);
+  REQUIRE(cnn.exit_code == 0);
+  CHECK(fs::exists(cnn_dir.path / "ckpt-5.h5"));
+}
+
+TEST_CASE("--sync-bn: listed by the ResNet sample, refused by a model without batch norm",
+          "[cpu][samples]") {
+  if (!sample_built()) return;
+  const Result help = run(kResnet + " --help");
+  REQUIRE(help.exit_code == 0);
+  CHECK(help.output.find("--sync-bn") != std::string::npos);
+  const Result mlp_help = run(kMlp + " --help");
+  CHECK(mlp_help.output.find("--sync-bn") == std::string::npos);
+  const Result refused = run(kMlp + " --sync-bn");
+  INFO(refused.output);
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.output.find("--sync-bn") != std::string::npos);
 }
