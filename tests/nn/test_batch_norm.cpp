@@ -7,10 +7,13 @@
 #include <functional>
 #include <vector>
 
+#include "support/finite_differences.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
 namespace nn = tandem::nn;
+using tandem::testing::max_diff;
+using tandem::testing::numeric_gradient;
 
 namespace {
 
@@ -18,29 +21,6 @@ td::Tensor random_tensor(const td::Shape& shape, uint64_t seed,
                          td::DType dtype = td::DType::kFloat32) {
   td::Generator g(seed);
   return td::ops::cast(td::Tensor::normal(shape, g), dtype);
-}
-
-std::vector<double> numeric_gradient(td::Tensor x, const std::function<double()>& f,
-                                     double eps = 1e-6) {
-  double* p = x.data<double>();
-  std::vector<double> g(static_cast<size_t>(x.numel()));
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const double saved = p[i];
-    p[i] = saved + eps;
-    const double up = f();
-    p[i] = saved - eps;
-    const double down = f();
-    p[i] = saved;
-    g[static_cast<size_t>(i)] = (up - down) / (2 * eps);
-  }
-  return g;
-}
-
-double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-  return worst;
 }
 
 }  // namespace

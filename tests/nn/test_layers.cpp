@@ -11,6 +11,7 @@
 #include <utility>
 #include <vector>
 
+#include "support/finite_differences.h"
 #include "support/keras_fixtures.h"
 #include "support/node_recorder.h"
 #include "tandem/autograd/tape.h"
@@ -22,6 +23,9 @@
 namespace td = tandem;
 namespace nn = tandem::nn;
 using tandem::testing::max_abs_error;
+
+using tandem::testing::max_diff;
+using tandem::testing::numeric_gradient;
 
 namespace {
 
@@ -98,30 +102,6 @@ std::vector<double> naive_conv(const td::Tensor& x, const td::Tensor& w, const t
   return y;
 }
 
-double max_diff(const std::vector<double>& a, const std::vector<double>& b) {
-  REQUIRE(a.size() == b.size());
-  double worst = 0.0;
-  for (size_t i = 0; i < a.size(); ++i) worst = std::max(worst, std::abs(a[i] - b[i]));
-  return worst;
-}
-
-/// Central finite differences of f over every element of `x` (float64, perturbed in place).
-std::vector<double> numeric_gradient(td::Tensor x, const std::function<double()>& f,
-                                     double eps = 1e-6) {
-  double* p = x.data<double>();
-  std::vector<double> g(x.numel());
-  for (int64_t i = 0; i < x.numel(); ++i) {
-    const double saved = p[i];
-    p[i] = saved + eps;
-    const double up = f();
-    p[i] = saved - eps;
-    const double down = f();
-    p[i] = saved;
-    g[i] = (up - down) / (2 * eps);
-  }
-  return g;
-}
-
 }  // namespace
 
 // ---- Dense -------------------------------------------------------------------------------------
@@ -171,8 +151,7 @@ TEST_CASE("Dense handles an empty batch", "[cpu][nn]") {
   CHECK(y.shape() == td::Shape{0, 2});
 }
 
-TEST_CASE("Dense runs as one dense node: ReLU is fused, other activations follow it",
-          "[cpu][nn]") {
+TEST_CASE("Dense runs as one dense node: ReLU is fused, other activations follow it", "[cpu][nn]") {
   const td::Tensor x = random_tensor({4, 6}, 7);
   for (auto [activation, want] :
        {std::pair{nn::Activation::kRelu, std::vector<std::string>{"dense"}},

@@ -84,8 +84,7 @@ Tensor one_hot(const Tensor& labels, int64_t depth, DType dtype = DType::kFloat3
 /// op(a) @ op(b) for matrices, op = transpose when the flag is set. float32 goes through
 /// oneDNN (CPU) or cuBLAS (CUDA); bfloat16 and float16 sum the products in float32 and round
 /// the result once (oneDNN or float32 emulation on the CPU, cuBLASLt on CUDA).
-Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false,
-              bool transpose_b = false);
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
 // ---- fused layers -------------------------------------------------------------------------
 /// The activations ops::dense and ops::conv2d apply in their own pass (others follow them as
@@ -128,8 +127,8 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
               std::array<int64_t, 2> strides, Padding padding,
               FusedActivation activation = FusedActivation::kLinear);
 /// Max pooling over windows of `pool_size` (SAME pads with -inf, as TensorFlow).
-Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size,
-                  std::array<int64_t, 2> strides, Padding padding = Padding::kValid);
+Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<int64_t, 2> strides,
+                  Padding padding = Padding::kValid);
 /// Output spatial size for one dimension.
 int64_t conv_output_size(int64_t input, int64_t window, int64_t stride, Padding padding);
 
