@@ -737,6 +737,44 @@ TEST_CASE("multi-worker: every worker follows the chief's save decisions and its
   std::filesystem::remove_all(own_dir);
 }
 
+TEST_CASE(
+    "multi-worker: a checkpoint stores unsynchronized batch norm's moving statistics as their "
+    "mean over every replica of every worker",
+    "[mpi]") {
+  td::Strategy& s = strategy();
+  const std::string dir = shared_temp_dir(s);
+  td::nn::BatchNormalization bn({.momentum = 0.5});
+  {
+    auto scope = s.scope();
+    bn.build({2});
+  }
+  // Replica g normalizes rows {g + 1, 2g + 2} and {g + 2, 2g + 4}: its copy of the moving mean
+  // becomes 0.5 x [g + 1.5, 2g + 3].
+  s.run([&](td::ReplicaContext& ctx) {
+    const auto g = static_cast<float>(ctx.replica_id_in_sync_group());
+    (void)bn(td::Tensor::from_vector(std::vector<float>{g + 1, 2 * g + 2, g + 2, 2 * g + 4},
+                                     td::Shape{2, 2}),
+             /*training=*/true);
+  });
+  const int total = s.num_replicas_in_sync();
+  std::vector<float> expected{0, 0};
+  for (int g = 0; g < total; ++g) {
+    expected[0] += 0.5f * (static_cast<float>(g) + 1.5f) / static_cast<float>(total);
+    expected[1] += 0.5f * (2.0f * static_cast<float>(g) + 3.0f) / static_cast<float>(total);
+  }
+  td::Checkpoint checkpoint({{"model", &bn}});
+  td::CheckpointManager manager(checkpoint, dir, {.strategy = &s});
+  REQUIRE(manager.save(1).has_value());
+  if (s.is_chief()) {
+    td::nn::BatchNormalization restored({.momentum = 0.5});
+    restored.build({2});
+    td::Checkpoint({{"model", &restored}}).restore(dir + "/ckpt-1.h5");
+    const std::vector<float> got = restored.weights()[2].value().to_vector<float>();
+    CHECK(relative_difference(expected, got) <= 1e-6);
+    std::filesystem::remove_all(dir);
+  }
+}
+
 TEST_CASE("multi-worker: kFile and kAuto deal the files round-robin to the workers", "[mpi]") {
   td::Strategy& s = strategy();
   const int workers = s.num_workers();

@@ -41,6 +41,19 @@ detail::GatheredState local_state(const std::vector<Checkpoint::Entry>& entries,
   }
   for (const auto& [name, metric] : tracked<metrics::Metric>(entries))
     out.metrics[name] = metric->local_state();
+  // Variables synchronized on read (batch norm's moving statistics): their sum over this
+  // process's replicas; the aggregate is made once every worker's sum is in.
+  if (const nn::Module* model = tracked_one<nn::Module>(entries)) {
+    for (const Variable& v : model->weights()) {
+      if (v.synchronization() != VariableSynchronization::kOnRead ||
+          (v.aggregation() != VariableAggregation::kSum &&
+           v.aggregation() != VariableAggregation::kMean))
+        continue;
+      Tensor sum = v.copy(0).to(Device::cpu()).clone();
+      for (int r = 1; r < v.num_copies(); ++r) ops::add_(sum, v.copy(r).to(Device::cpu()));
+      out.on_read[v.name()] = sum;
+    }
+  }
   const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
   if (optimizer && optimizer->micro_step() > 0) {
     for (const auto& [name, accumulator] : optimizer->accumulator_variables()) {
@@ -65,9 +78,10 @@ void put(std::vector<char>& out, const void* data, size_t bytes) {
 std::vector<char> to_bytes(const detail::GatheredState& state,
                            const std::vector<Checkpoint::Entry>& entries) {
   std::vector<char> out;
-  const int64_t header[4] = {state.num_replicas, static_cast<int64_t>(state.metrics.size()),
+  const int64_t header[5] = {state.num_replicas, static_cast<int64_t>(state.metrics.size()),
                              static_cast<int64_t>(state.rng_rows.size()),
-                             static_cast<int64_t>(state.accumulators.size())};
+                             static_cast<int64_t>(state.accumulators.size()),
+                             static_cast<int64_t>(state.on_read.size())};
   put(out, header, sizeof(header));
   for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
     const metrics::MetricState m = state.metrics.at(name);
@@ -78,6 +92,11 @@ std::vector<char> to_bytes(const detail::GatheredState& state,
   for (const auto& [name, sum] : state.accumulators) {
     TANDEM_CHECK(sum.dtype() == DType::kFloat32, "checkpoint: the accumulator of \"", name,
                  "\" is ", sum.dtype(), "; float32 expected");
+    const int64_t numel = sum.numel();
+    put(out, &numel, sizeof(numel));
+    put(out, sum.raw_data(), sum.nbytes());
+  }
+  for (const auto& [name, sum] : state.on_read) {  // in name order, on every worker
     const int64_t numel = sum.numel();
     put(out, &numel, sizeof(numel));
     put(out, sum.raw_data(), sum.nbytes());
@@ -95,10 +114,11 @@ void add_bytes(detail::GatheredState& total, const std::vector<char>& bytes, int
     if (n > 0) std::memcpy(dst, bytes.data() + at, n);
     at += n;
   };
-  int64_t header[4] = {};
+  int64_t header[5] = {};
   take(header, sizeof(header));
   TANDEM_CHECK(header[1] == static_cast<int64_t>(total.metrics.size()) &&
-                   header[3] == static_cast<int64_t>(total.accumulators.size()),
+                   header[3] == static_cast<int64_t>(total.accumulators.size()) &&
+                   header[4] == static_cast<int64_t>(total.on_read.size()),
                "checkpoint: worker ", worker, " tracks ", header[1], " metrics and ", header[3],
                " accumulators, the chief ", total.metrics.size(), " and ",
                total.accumulators.size(), "; every worker must save the same objects");
@@ -126,6 +146,15 @@ void add_bytes(detail::GatheredState& total, const std::vector<char>& bytes, int
     take(theirs.raw_data(), theirs.nbytes());
     sum = ops::add(sum, theirs);
   }
+  for (auto& [name, sum] : total.on_read) {
+    int64_t numel = 0;
+    take(&numel, sizeof(numel));
+    TANDEM_CHECK(numel == sum.numel(), "checkpoint: worker ", worker, "'s variable \"", name,
+                 "\" has ", numel, " values, the chief's ", sum.numel());
+    Tensor theirs = Tensor::empty(sum.shape(), sum.dtype());
+    take(theirs.raw_data(), theirs.nbytes());
+    sum = ops::add(sum, theirs);
+  }
   TANDEM_CHECK(at == bytes.size(), "checkpoint: worker ", worker, " sent ", bytes.size() - at,
                " bytes more than the chief's objects account for; every worker must save the "
                "same objects");
@@ -136,9 +165,29 @@ void add_bytes(detail::GatheredState& total, const std::vector<char>& bytes, int
 
 namespace detail {
 
+namespace {
+
+/// The sums of the variables synchronized on read become their aggregates: a kMean one's
+/// divided by the replicas of every worker.
+void aggregate_on_read(GatheredState& state, const Checkpoint& checkpoint) {
+  if (state.on_read.empty()) return;
+  const nn::Module* model = tracked_one<nn::Module>(checkpoint.entries());
+  for (const Variable& v : model->weights()) {
+    auto it = state.on_read.find(v.name());
+    if (it == state.on_read.end() || v.aggregation() != VariableAggregation::kMean) continue;
+    it->second = ops::div(
+        it->second, Tensor::scalar(static_cast<double>(state.num_replicas), it->second.dtype()));
+  }
+}
+
+}  // namespace
+
 GatheredState gather_state(const Checkpoint& checkpoint, WorkerGroup* workers) {
   GatheredState mine = local_state(checkpoint.entries(), checkpoint.num_replicas());
-  if (workers == nullptr || workers->num_workers() == 1) return mine;
+  if (workers == nullptr || workers->num_workers() == 1) {
+    aggregate_on_read(mine, checkpoint);
+    return mine;
+  }
   const std::vector<std::vector<char>> all = workers->all_gather(
       to_bytes(mine, checkpoint.entries()), "checkpoint save (every worker saves together)");
   // Every worker's part, in worker (so global replica) order.
@@ -148,8 +197,10 @@ GatheredState gather_state(const Checkpoint& checkpoint, WorkerGroup* workers) {
   for (const auto& [name, state] : mine.metrics) total.metrics[name] = {};
   for (const auto& [name, sum] : mine.accumulators)
     total.accumulators.emplace_back(name, Tensor::zeros_like(sum));
+  for (const auto& [name, sum] : mine.on_read) total.on_read[name] = Tensor::zeros_like(sum);
   for (int w = 0; w < workers->num_workers(); ++w)
     add_bytes(total, all[static_cast<size_t>(w)], w, checkpoint.entries());
+  aggregate_on_read(total, checkpoint);
   return total;
 }
 

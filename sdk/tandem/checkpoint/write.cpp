@@ -54,7 +54,8 @@ std::string utc_now() {
   return text;
 }
 
-void write_model(const h5::Group& root, const nn::Module* model) {
+void write_model(const h5::Group& root, const nn::Module* model,
+                 const std::map<std::string, Tensor>& on_read) {
   const h5::Group group = root.create_group(kModelWeights);
   std::vector<std::string> layer_names;
   const std::vector<LayerWeights> layers = model ? layers_of(*model) : std::vector<LayerWeights>{};
@@ -71,8 +72,10 @@ void write_model(const h5::Group& root, const nn::Module* model) {
       weight_names.push_back(keras_name(v.name()));
       // Replica 0's copy: after every synchronised update all copies hold the same bits; a
       // variable synchronized on read (batch norm's moving statistics) is saved as the
-      // aggregate of this process's copies.
-      layer_group.write_tensor(keras_name(v.name()), v.aggregated());
+      // aggregate of every replica's copy, of every worker's (gather_state).
+      const auto it = on_read.find(v.name());
+      layer_group.write_tensor(keras_name(v.name()),
+                               it != on_read.end() ? it->second : v.aggregated());
     }
     layer_group.write_attr_fixed("weight_names", weight_names);
   }
@@ -206,7 +209,7 @@ void write_gathered(const Checkpoint& checkpoint, const std::string& path,
     // (hdf5_file.h); readers note files without this attribute (written before checksums).
     root.write_attr("tandem_checksums", std::string(kChecksums));
 
-    write_model(root, model);
+    write_model(root, model, gathered.on_read);
     detail::checkpoint_save_point("model_weights");
     if (optimizer) write_optimizer(root, *optimizer);
     detail::checkpoint_save_point("optimizer_weights");

@@ -26,6 +26,9 @@ struct GatheredState {
   std::vector<std::pair<std::string, Tensor>> accumulators;
   /// One dropout-stream row {seed, stream, offset, 0} per replica, in global replica order.
   std::vector<std::array<uint64_t, 4>> rng_rows;
+  /// Model variable name -> the aggregate over every replica of every worker of a variable
+  /// synchronized on read with aggregation kSum or kMean (what the checkpoint stores).
+  std::map<std::string, Tensor> on_read;
 };
 
 /// This process's state, or with `workers` (several workers) every worker's, combined: a
