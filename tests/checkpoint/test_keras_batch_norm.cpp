@@ -58,7 +58,7 @@ void check_weights(const nn::Sequential& model, const std::string& path, double 
 }  // namespace
 
 TEST_CASE(
-    "BatchNormalization trains as Keras 3's: plain on one replica, synchronized on two; moving "
+    "BatchNormalization trains as Keras 3's: plain on one replica, synchronized on two, moving "
     "statistics and inference outputs",
     "[cpu][checkpoint][interop][batch_norm]") {
   const std::string python = tensorflow_python_or_skip();

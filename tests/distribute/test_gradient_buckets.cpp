@@ -179,7 +179,7 @@ TEST_CASE("gradient buckets: the weights of the unbucketed all-reduce, bit for b
   }
 }
 
-TEST_CASE("gradient buckets: one, two and one per variable; a variable larger than a bucket",
+TEST_CASE("gradient buckets: one, two and one per variable, a variable larger than a bucket",
           "[cpu][distribute][buckets]") {
   const Data data = make_data(kSteps);
   const Trained plain = train(2, kOff, Kind::kAdam, 1, data);
@@ -477,7 +477,7 @@ TEST_CASE(
 }
 
 TEST_CASE(
-    "gradient compression: training with buckets gives the bits of training without; close to "
+    "gradient compression: training with buckets gives the bits of training without, close to "
     "float32",
     "[cpu][distribute][compression]") {
   constexpr int kAccumulatedSteps = 10;

@@ -51,7 +51,7 @@ class StatImpl : public td::nn::ModuleImpl {
 
 }  // namespace
 
-TEST_CASE("sync-on-read variables: each replica keeps its copy; a read outside run aggregates",
+TEST_CASE("sync-on-read variables: each replica keeps its copy, a read outside run aggregates",
           "[cpu][distribute][sync_on_read]") {
   for (int replicas : {2, 4}) {
     auto strategy = td::MirroredStrategy::cpu(replicas);

@@ -874,7 +874,7 @@ TEST_CASE(
   if (s.is_chief()) std::filesystem::remove_all(dir);
 }
 
-TEST_CASE("multi-worker: metrics combine every worker's replicas; local_result() does not",
+TEST_CASE("multi-worker: metrics combine every worker's replicas, local_result() does not",
           "[mpi]") {
   td::Strategy& s = strategy();
   const int total = s.num_replicas_in_sync();

@@ -116,7 +116,7 @@ TEST_CASE("BatchNormalization gradients match finite differences", "[cpu][nn][ba
   }
 }
 
-TEST_CASE("LayerNormalization: Keras's formula per example; gradients match finite differences",
+TEST_CASE("LayerNormalization: Keras's formula per example, gradients match finite differences",
           "[cpu][nn][layer_norm]") {
   nn::LayerNormalization ln;
   ln.build({2, 4});

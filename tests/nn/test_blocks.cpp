@@ -69,7 +69,7 @@ TEST_CASE("a residual block of one's own: names, weights, gradients", "[cpu][nn]
 }
 
 TEST_CASE(
-    "a model of residual blocks: checkpoints restore it; synchronized batch norm inside "
+    "a model of residual blocks: checkpoints restore it, synchronized batch norm inside "
     "blocks on 2 replicas trains like one replica",
     "[cpu][nn][blocks]") {
   td::Generator g(8);

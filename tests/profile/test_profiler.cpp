@@ -284,7 +284,8 @@ TEST_CASE("the optimizer's update is a phase of its own", "[cpu][profile]") {
 }
 
 TEST_CASE(
-    "the loss scale and skipped updates are in the summary and the trace; advice when the scale "
+    "the loss scale and skipped updates are in the summary and the trace, with advice when the "
+    "scale "
     "sits at its floor",
     "[cpu][profile]") {
   const std::string file = (std::filesystem::temp_directory_path() /

@@ -353,7 +353,7 @@ TEST_CASE("fashion_mnist_mlp with TANDEM_CHECK_NUMERICS=1 stops at the first NaN
 
 TEST_CASE(
     "fashion_mnist_resnet --sync-bn trains on 2 replicas, checkpoints its batch norm statistics "
-    "and resumes; fashion_mnist_cnn trains through the same loop",
+    "and resumes, and fashion_mnist_cnn trains through the same loop",
     "[cpu][samples]") {
   if (!sample_built()) return;
   TempDir dir;
@@ -377,7 +377,7 @@ TEST_CASE(
   CHECK(fs::exists(cnn_dir.path / "ckpt-5.h5"));
 }
 
-TEST_CASE("--sync-bn: listed by the ResNet sample, refused by a model without batch norm",
+TEST_CASE("the --sync-bn flag: listed by the ResNet sample, refused by a model without batch norm",
           "[cpu][samples]") {
   if (!sample_built()) return;
   const Result help = run(kResnet + " --help");
