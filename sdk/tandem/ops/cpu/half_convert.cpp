@@ -2,6 +2,8 @@
 // x86-64-v4 and the baseline (GCC's and Clang's target_clones; the dynamic loader picks one).
 #include "tandem/ops/cpu/half_convert.h"
 
+#include "tandem/ops/cpu/cpu_clones.h"
+
 namespace tandem::ops::cpu {
 
 namespace {
@@ -13,24 +15,12 @@ inline void convert_loop(const From* __restrict x, To* __restrict y, int64_t n) 
 
 }  // namespace
 
-[[gnu::target_clones("arch=x86-64-v4", "default")]] void convert(const float* x, bfloat16* y,
-                                                                 int64_t n) {
-  convert_loop(x, y, n);
-}
+TANDEM_CPU_CLONES void convert(const float* x, bfloat16* y, int64_t n) { convert_loop(x, y, n); }
 
-[[gnu::target_clones("arch=x86-64-v4", "default")]] void convert(const float* x, float16* y,
-                                                                 int64_t n) {
-  convert_loop(x, y, n);
-}
+TANDEM_CPU_CLONES void convert(const float* x, float16* y, int64_t n) { convert_loop(x, y, n); }
 
-[[gnu::target_clones("arch=x86-64-v4", "default")]] void convert(const bfloat16* x, float* y,
-                                                                 int64_t n) {
-  convert_loop(x, y, n);
-}
+TANDEM_CPU_CLONES void convert(const bfloat16* x, float* y, int64_t n) { convert_loop(x, y, n); }
 
-[[gnu::target_clones("arch=x86-64-v4", "default")]] void convert(const float16* x, float* y,
-                                                                 int64_t n) {
-  convert_loop(x, y, n);
-}
+TANDEM_CPU_CLONES void convert(const float16* x, float* y, int64_t n) { convert_loop(x, y, n); }
 
 }  // namespace tandem::ops::cpu

@@ -5,6 +5,7 @@
 
 #include <type_traits>
 
+#include "tandem/ops/cpu/cpu_clones.h"
 #include "tandem/ops/cpu/parallel.h"
 
 namespace tandem::ops::cpu {
@@ -20,20 +21,18 @@ inline void update_range(const F& f, int64_t begin, int64_t end, T* w, const T* 
 // The float32 loops, cloned for x86-64-v4 (AVX-512) and the baseline, the dynamic loader
 // picking one per process: each lane rounds every product, quotient and square root as the
 // scalar code does (no contraction in this file), so both give the same bits.
-[[gnu::target_clones("arch=x86-64-v4", "default")]] void sgd_range(
-    const kernels::SgdUpdate<float>& f, int64_t begin, int64_t end, float* w, const float* g) {
+TANDEM_CPU_CLONES void sgd_range(const kernels::SgdUpdate<float>& f, int64_t begin, int64_t end,
+                                 float* w, const float* g) {
   update_range(f, begin, end, w, g);
 }
 
-[[gnu::target_clones("arch=x86-64-v4", "default")]] void sgd_momentum_range(
-    const kernels::SgdMomentumUpdate<float>& f, int64_t begin, int64_t end, float* w,
-    const float* g, float* velocity) {
+TANDEM_CPU_CLONES void sgd_momentum_range(const kernels::SgdMomentumUpdate<float>& f, int64_t begin,
+                                          int64_t end, float* w, const float* g, float* velocity) {
   update_range(f, begin, end, w, g, velocity);
 }
 
-[[gnu::target_clones("arch=x86-64-v4", "default")]] void adam_range(
-    const kernels::AdamUpdate<float>& f, int64_t begin, int64_t end, float* w, const float* g,
-    float* m, float* v) {
+TANDEM_CPU_CLONES void adam_range(const kernels::AdamUpdate<float>& f, int64_t begin, int64_t end,
+                                  float* w, const float* g, float* m, float* v) {
   update_range(f, begin, end, w, g, m, v);
 }
 
