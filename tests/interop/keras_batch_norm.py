@@ -26,17 +26,9 @@ import argparse
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-try:
-    import numpy as np
-    import tensorflow as tf
-    import keras
-except ImportError as e:  # CI without TensorFlow: the C++ test reports a skip
-    print(f"skip: {e}")
-    sys.exit(77)
-if not keras.__version__.startswith("3."):
-    print(f"skip: Keras {keras.__version__} is not Keras 3")
-    sys.exit(77)
+from interop_common import require_keras3
+
+np, tf, keras = require_keras3()
 
 BATCH = 32
 

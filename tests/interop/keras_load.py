@@ -9,7 +9,6 @@ usage: keras_load.py CHECKPOINT TANDEM_ACCURACY [--data-dir DIR] [--tolerance T]
 Exit status: 0 equal within the tolerance (default 0.001), 1 not, 77 TensorFlow is missing.
 """
 import argparse
-import gzip
 import os
 import sys
 
@@ -21,14 +20,7 @@ try:
 except ImportError as e:  # CI without TensorFlow: the C++ test reports a skip
     print(f"skip: {e}")
     sys.exit(77)
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+from interop_common import read_idx  # noqa: E402
 
 
 def main():

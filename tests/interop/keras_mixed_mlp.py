@@ -11,29 +11,12 @@ usage: keras_mixed_mlp.py OUT_DIR [--data-dir DIR] [--steps N] [--batch B]
 Exit status: 0 written, 1 failed, 77 TensorFlow or Keras 3 is missing.
 """
 import argparse
-import gzip
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-try:
-    import numpy as np
-    import tensorflow as tf
-    import keras
-except ImportError as e:  # CI without TensorFlow: the C++ test reports a skip
-    print(f"skip: {e}")
-    sys.exit(77)
-if not keras.__version__.startswith("3."):
-    print(f"skip: Keras {keras.__version__} is not Keras 3")
-    sys.exit(77)
+from interop_common import require_keras3, read_idx
 
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
+np, tf, keras = require_keras3()
 
 
 def main():

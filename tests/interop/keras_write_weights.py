@@ -17,31 +17,18 @@ usage: keras_write_weights.py OUT_DIR [--data-dir DIR] [--steps N]
 Exit status: 0 written, 1 failed, 77 TensorFlow or Keras 3 is missing.
 """
 import argparse
-import gzip
 import os
 import sys
 
-os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+from interop_common import require_keras3, read_idx
+
+np, tf, keras = require_keras3()
 try:
     import h5py
-    import numpy as np
-    import tensorflow as tf
-    import keras
     from keras.src.legacy.saving import legacy_h5_format
-except ImportError as e:  # CI without TensorFlow: the C++ test reports a skip
+except ImportError as e:
     print(f"skip: {e}")
     sys.exit(77)
-if not keras.__version__.startswith("3."):
-    print(f"skip: Keras {keras.__version__} is not Keras 3")
-    sys.exit(77)
-
-
-def read_idx(path):
-    with gzip.open(path, "rb") as f:
-        data = f.read()
-    dims = data[3]
-    shape = [int.from_bytes(data[4 + 4 * i: 8 + 4 * i], "big") for i in range(dims)]
-    return np.frombuffer(data, dtype=np.uint8, offset=4 + 4 * dims).reshape(shape)
 
 
 def sample_mlp(k):
