@@ -49,7 +49,7 @@ class ResidualBlockImpl : public tandem::nn::ModuleImpl {
     tandem::Tensor y = ops::relu(bn1_(conv1_(x), training));
     y = bn2_(conv2_(y), training);
     const tandem::Tensor skip = shortcut_.defined() ? shortcut_(x, training) : x;
-    return ops::relu(ops::add(y, skip));
+    return ops::relu(add_({y, skip}));
   }
 
  protected:
@@ -65,6 +65,7 @@ class ResidualBlockImpl : public tandem::nn::ModuleImpl {
   int64_t filters_, stride_;
   tandem::nn::Module conv1_, bn1_, conv2_, bn2_;
   tandem::nn::Module shortcut_;  // only when the block changes the shape
+  tandem::nn::Add add_;
 };
 
 /// The block as a layer: Sequential({..., ResidualBlock(32, 2), ...}).

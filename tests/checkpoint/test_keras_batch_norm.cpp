@@ -160,11 +160,12 @@ TEST_CASE(
           std::vector<float>{(keras[0] + keras[2]) / 2, (keras[1] + keras[3]) / 2});
   }
 
-  SECTION("a convolution, batch norm, activation, global pooling and layer norm") {
+  SECTION("a convolution, batch norm, activation, average pooling, global pooling, layer norm") {
     auto cnn = [] {
       return nn::Sequential({nn::Conv2D(4, 3, 1, nn::Padding::kSame, nn::Activation::kNone, false),
                              nn::BatchNormalization(), nn::ActivationLayer(nn::Activation::kRelu),
-                             nn::GlobalAveragePooling2D(), nn::LayerNormalization(), nn::Dense(3)});
+                             nn::AvgPool2D(3, 2, nn::Padding::kSame), nn::GlobalAveragePooling2D(),
+                             nn::LayerNormalization(), nn::Dense(3)});
     };
     nn::Sequential model = cnn();
     model.build({8, 8, 2});

@@ -551,6 +551,28 @@ TEST_CASE("max_pool2d forward and backward, overlapping and padded windows", "[c
   }
 }
 
+TEST_CASE("avg_pool2d forward and backward, overlapping and padded windows", "[cuda]") {
+  TANDEM_REQUIRE_GPU();
+  struct Case {
+    std::array<int64_t, 2> pool, strides;
+    ops::Padding padding;
+  };
+  const std::vector<Case> cases = {{{2, 2}, {2, 2}, ops::Padding::kValid},
+                                   {{3, 3}, {2, 2}, ops::Padding::kSame},
+                                   {{3, 3}, {1, 1}, ops::Padding::kSame},
+                                   {{2, 3}, {3, 2}, ops::Padding::kValid}};
+  for (DType dtype : kFloating) {
+    const Tensor x = random({2, 9, 8, 3}, 141, dtype);
+    for (size_t i = 0; i < cases.size(); ++i) {
+      const Case c = cases[i];
+      INFO("case " << i << ", " << dtype);
+      check_op("avg_pool2d",
+               [c](const auto& v) { return ops::avg_pool2d(v[0], c.pool, c.strides, c.padding); },
+               {x});
+    }
+  }
+}
+
 TEST_CASE("the dropout mask is bit-identical to the CPU's", "[cuda]") {
   TANDEM_REQUIRE_GPU();
   for (DType dtype : kFloating) {

@@ -17,7 +17,8 @@ usage: keras_batch_norm.py OUT_DIR [--steps N]
   replica 0's and replica 1's copies of moving_mean, then what a cross-replica read (and so
   save_weights) gives. And a small convolutional model, Sequential([Input((8, 8, 2)),
   Conv2D(4, 3, padding="same", use_bias=False), BatchNormalization(), Activation("relu"),
-  GlobalAveragePooling2D(), LayerNormalization(), Dense(3)]): OUT_DIR/cnn_initial.weights.h5,
+  AveragePooling2D(3, strides=2, padding="same"), GlobalAveragePooling2D(),
+  LayerNormalization(), Dense(3)]): OUT_DIR/cnn_initial.weights.h5,
   the images OUT_DIR/cnn_x.f32 (10 x 16 of 8x8x2), labels OUT_DIR/cnn_y.i64, and after 10 SGD(0.1)
   steps of 16 images OUT_DIR/cnn_final.weights.h5.
 Exit status: 0 written, 1 failed, 77 TensorFlow or Keras 3 is missing.
@@ -129,6 +130,7 @@ def main():
         keras.layers.Conv2D(4, 3, padding="same", use_bias=False),
         keras.layers.BatchNormalization(),
         keras.layers.Activation("relu"),
+        keras.layers.AveragePooling2D(3, strides=2, padding="same"),
         keras.layers.GlobalAveragePooling2D(),
         keras.layers.LayerNormalization(),
         keras.layers.Dense(3),

@@ -128,3 +128,22 @@ TEST_CASE(
   for (size_t v = 0; v < a.size(); ++v)
     CHECK(a[v].value().to_vector<float>() == c[v].value().to_vector<float>());
 }
+
+TEST_CASE("Add sums its inputs left to right, and names what it refuses", "[cpu][nn][blocks]") {
+  const nn::Add add;
+  REQUIRE(add.name() == "add");
+  REQUIRE(add.type_name() == "Add");
+  const td::Tensor a = td::Tensor::from_vector(std::vector<float>{1e8f, 1.0f});
+  const td::Tensor b = td::Tensor::from_vector(std::vector<float>{-1e8f, 2.0f});
+  const td::Tensor c = td::Tensor::from_vector(std::vector<float>{1.0f, 3.0f});
+  // (1e8 + -1e8) + 1 = 1, where 1e8 + (-1e8 + 1) would round to 0: the order is Keras's.
+  CHECK(add({a, b, c}).to_vector<float>() == std::vector<float>{1.0f, 6.0f});
+  // Gradients reach every input.
+  const td::Variable v("v", a);
+  td::GradientTape tape;
+  const td::Tensor loss = td::ops::sum(add({v.value(), b, v.value()}));
+  CHECK(tape.gradient(loss, {v})[0].to_vector<float>() == std::vector<float>{2.0f, 2.0f});
+  REQUIRE_THROWS_WITH(add({a}), Catch::Contains("Add 'add'") && Catch::Contains("at least 2"));
+  REQUIRE_THROWS_WITH(nn::Add("merge")({a, td::ops::cast(b, td::DType::kFloat64)}),
+                      Catch::Contains("Add 'merge'") && Catch::Contains("float64"));
+}

@@ -189,6 +189,22 @@ TEST_CASE("gradients of max_pool2d", "[cpu][ops][grad]") {
       {x});
 }
 
+TEST_CASE("gradients of avg_pool2d", "[cpu][ops][grad]") {
+  const Tensor x = input({2, 5, 6, 2}, 23);
+  check_gradients([](const In& v) { return ops::avg_pool2d(v[0], {2, 2}, {2, 2}); }, {x});
+  // SAME windows at the border average fewer inputs; overlapping windows share inputs.
+  check_gradients(
+      [](const In& v) {
+        return ops::avg_pool2d(v[0], {3, 3}, {1, 2}, ops::Padding::kSame);
+      },
+      {x});
+  check_gradients(
+      [](const In& v) {
+        return ops::avg_pool2d(v[0], {2, 3}, {2, 1}, ops::Padding::kSame);
+      },
+      {x});
+}
+
 TEST_CASE("gradient of dropout with a fixed generator state", "[cpu][ops][grad]") {
   const Tensor x = input({6, 7}, 23);
   check_gradients(

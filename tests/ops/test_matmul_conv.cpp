@@ -1,4 +1,4 @@
-// matmul, conv2d, max_pool2d and dropout: forward passes against naive host loops (every
+// matmul, conv2d, max_pool2d, avg_pool2d and dropout: forward passes against naive host loops (every
 // transpose flag, VALID/SAME padding, strides 1 and 2), Keras parity on the fixture file,
 // dropout's use of the generator, and the argument errors.
 #include <catch2/catch.hpp>
@@ -82,6 +82,32 @@ std::vector<double> reference_max_pool(const Tensor& x, int64_t k, int64_t s,
                 best = std::max(best, xv[((n * H + ih) * W + iw) * C + c]);
             }
           y.push_back(best);
+        }
+  return y;
+}
+
+/// Means over the window's inputs inside the image (TensorFlow's SAME divides by their count).
+std::vector<double> reference_avg_pool(const Tensor& x, int64_t k, int64_t s,
+                                       ops::Padding padding) {
+  const std::vector<double> xv = values(x);
+  const int64_t N = x.dim(0), H = x.dim(1), W = x.dim(2), C = x.dim(3);
+  const Window wh = window(H, k, s, padding), ww = window(W, k, s, padding);
+  std::vector<double> y;
+  for (int64_t n = 0; n < N; ++n)
+    for (int64_t oh = 0; oh < wh.out; ++oh)
+      for (int64_t ow = 0; ow < ww.out; ++ow)
+        for (int64_t c = 0; c < C; ++c) {
+          double sum = 0;
+          int count = 0;
+          for (int64_t kh = 0; kh < k; ++kh)
+            for (int64_t kw = 0; kw < k; ++kw) {
+              const int64_t ih = oh * s - wh.pad + kh, iw = ow * s - ww.pad + kw;
+              if (ih >= 0 && ih < H && iw >= 0 && iw < W) {
+                sum += xv[((n * H + ih) * W + iw) * C + c];
+                ++count;
+              }
+            }
+          y.push_back(sum / count);
         }
   return y;
 }
@@ -172,6 +198,35 @@ TEST_CASE("max_pool2d matches a direct window maximum", "[cpu][ops]") {
                       Catch::Contains("max_pool2d") && Catch::Contains("VALID"));
   REQUIRE_THROWS_WITH(ops::max_pool2d(Tensor::ones({2, 3}), {2, 2}, {2, 2}),
                       Catch::Contains("max_pool2d") && Catch::Contains("[2, 3]"));
+}
+
+TEST_CASE("avg_pool2d matches a direct window mean, counting only inputs inside the image",
+          "[cpu][ops]") {
+  const Tensor x = random_tensor({2, 7, 6, 3}, 46);
+  for (const int64_t k : {2, 3}) {
+    for (const int64_t s : {1, 2}) {
+      for (const ops::Padding padding : {ops::Padding::kValid, ops::Padding::kSame}) {
+        INFO("pool " << k << " stride " << s << " " << padding_name(padding));
+        const Tensor y = ops::avg_pool2d(x, {k, k}, {s, s}, padding);
+        const Window wh = window(7, k, s, padding), ww = window(6, k, s, padding);
+        REQUIRE(y.shape() == Shape{2, wh.out, ww.out, 3});
+        require_close(y, reference_avg_pool(x, k, s, padding), 1e-12, 1e-12);
+      }
+    }
+  }
+  // A SAME corner window of a 3x3 pool with stride 1 averages 4 inputs, not 9.
+  const Tensor ones = Tensor::ones({1, 4, 4, 1}, DType::kFloat64);
+  require_close(ops::avg_pool2d(ones, {3, 3}, {1, 1}, ops::Padding::kSame),
+                std::vector<double>(16, 1.0), 0, 0);
+  // bfloat16 sums in float32 and rounds once: the mean of 4 equal values is that value.
+  const Tensor half = Tensor::full({1, 2, 2, 1}, 0.3, DType::kBFloat16);
+  const Tensor half_mean = ops::avg_pool2d(half, {2, 2}, {2, 2});
+  REQUIRE(half_mean.dtype() == DType::kBFloat16);
+  REQUIRE(values(half_mean) == std::vector<double>{values(half)[0]});
+  REQUIRE_THROWS_WITH(ops::avg_pool2d(x, {8, 2}, {1, 1}),
+                      Catch::Contains("avg_pool2d") && Catch::Contains("VALID"));
+  REQUIRE_THROWS_WITH(ops::avg_pool2d(Tensor::ones({2, 3}), {2, 2}, {2, 2}),
+                      Catch::Contains("avg_pool2d") && Catch::Contains("[2, 3]"));
 }
 
 TEST_CASE("dropout masks from the generator and scales what it keeps", "[cpu][ops]") {

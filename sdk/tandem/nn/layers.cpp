@@ -1,5 +1,5 @@
-// Dense, Conv2D, MaxPool2D, Flatten, Dropout, GlobalAveragePooling2D and Activation: shapes,
-// variables and forward passes on ops.
+// Dense, Conv2D, MaxPool2D, AvgPool2D, Add, Flatten, Dropout, GlobalAveragePooling2D and
+// Activation: shapes, variables and forward passes on ops.
 #include "tandem/nn/layers.h"
 
 #include <utility>
@@ -171,6 +171,49 @@ Tensor MaxPool2DImpl::call(const Tensor& x, bool training) {
 MaxPool2D::MaxPool2D(Size2 pool_size, Size2 strides, Padding padding)
     : Module(std::make_shared<MaxPool2DImpl>(pool_size, strides, padding)) {}
 MaxPool2D::MaxPool2D(std::shared_ptr<MaxPool2DImpl> impl) : Module(std::move(impl)) {}
+
+// ---- AvgPool2D -------------------------------------------------------------------------------
+
+AvgPool2DImpl::AvgPool2DImpl(Size2 pool_size, Size2 strides, Padding padding)
+    : ModuleImpl("average_pooling2d"),
+      pool_size_(pool_size),
+      strides_(strides == Size2(0) ? pool_size : strides),
+      padding_(padding) {
+  TANDEM_CHECK(pool_size.h > 0 && pool_size.w > 0, "AvgPool2D: pool_size must be positive, got ",
+               pool_size.h, "x", pool_size.w);
+  TANDEM_CHECK(strides_.h > 0 && strides_.w > 0, "AvgPool2D: strides must be positive, got ",
+               strides_.h, "x", strides_.w);
+}
+
+Shape AvgPool2DImpl::compute_output_shape(const Shape& input_shape) const {
+  TANDEM_CHECK(input_shape.rank() == 3, describe(),
+               ": needs NHWC inputs, [height, width, channels] without batch; got ", input_shape);
+  const auto [oh, ow] = window_output(describe(), input_shape, pool_size_, strides_, padding_);
+  return Shape{oh, ow, input_shape[2]};
+}
+
+Tensor AvgPool2DImpl::call(const Tensor& x, bool training) {
+  (void)training;
+  return ops::avg_pool2d(x, pool_size_.array(), strides_.array(), padding_);
+}
+
+AvgPool2D::AvgPool2D(Size2 pool_size, Size2 strides, Padding padding)
+    : Module(std::make_shared<AvgPool2DImpl>(pool_size, strides, padding)) {}
+AvgPool2D::AvgPool2D(std::shared_ptr<AvgPool2DImpl> impl) : Module(std::move(impl)) {}
+
+// ---- Add -------------------------------------------------------------------------------------
+
+Tensor Add::operator()(const std::vector<Tensor>& inputs) const {
+  TANDEM_CHECK(inputs.size() >= 2, "Add '", name_, "': needs at least 2 inputs, got ",
+               inputs.size());
+  Tensor sum = inputs[0];
+  for (size_t i = 1; i < inputs.size(); ++i) {
+    TANDEM_CHECK(inputs[i].dtype() == sum.dtype(), "Add '", name_, "': input ", i, " is ",
+                 inputs[i].dtype(), ", input 0 is ", inputs[0].dtype());
+    sum = ops::add(sum, inputs[i]);
+  }
+  return sum;
+}
 
 // ---- Flatten ---------------------------------------------------------------------------------
 

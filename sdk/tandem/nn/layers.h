@@ -7,6 +7,8 @@
 #include <array>
 #include <cstdint>
 #include <memory>
+#include <string>
+#include <vector>
 
 #include "tandem/nn/activations.h"
 #include "tandem/nn/module.h"
@@ -140,6 +142,53 @@ class MaxPool2D : public Module {
   /// `strides` 0 (the default) means pool_size, as Keras' strides=None.
   explicit MaxPool2D(Size2 pool_size = 2, Size2 strides = 0, Padding padding = Padding::kValid);
   explicit MaxPool2D(std::shared_ptr<MaxPool2DImpl> impl);
+};
+
+// ---- AvgPool2D -------------------------------------------------------------------------------
+
+class AvgPool2DImpl : public ModuleImpl {
+ public:
+  AvgPool2DImpl(Size2 pool_size, Size2 strides, Padding padding);
+  std::string type_name() const override { return "AveragePooling2D"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor call(const Tensor& x, bool training) override;
+  Size2 pool_size() const { return pool_size_; }
+  Size2 strides() const { return strides_; }
+  Padding padding() const { return padding_; }
+
+ private:
+  Size2 pool_size_;
+  Size2 strides_;
+  Padding padding_;
+};
+
+/// Average pooling over NHWC inputs (Keras AveragePooling2D; its default name is
+/// average_pooling2d). With Padding::kSame a window at the border averages only the inputs inside
+/// the image, as TensorFlow does.
+class AvgPool2D : public Module {
+ public:
+  using Impl = AvgPool2DImpl;
+  /// `strides` 0 (the default) means pool_size, as Keras' strides=None.
+  explicit AvgPool2D(Size2 pool_size = 2, Size2 strides = 0, Padding padding = Padding::kValid);
+  explicit AvgPool2D(std::shared_ptr<AvgPool2DImpl> impl);
+};
+/// Keras's other name for the layer.
+using AveragePooling2D = AvgPool2D;
+
+// ---- Add -------------------------------------------------------------------------------------
+
+/// Keras's Add merging layer: the sum of its inputs, added left to right (broadcasting as
+/// ops::add). It has no weights, so it is a function object rather than a Module: in a user
+/// module's call, `add_({y, shortcut})` reads as Keras's `Add()([y, shortcut])`.
+class Add {
+ public:
+  explicit Add(std::string name = "add") : name_(std::move(name)) {}
+  const std::string& name() const { return name_; }
+  std::string type_name() const { return "Add"; }
+  Tensor operator()(const std::vector<Tensor>& inputs) const;
+
+ private:
+  std::string name_;
 };
 
 // ---- Flatten ---------------------------------------------------------------------------------

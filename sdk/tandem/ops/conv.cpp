@@ -1,6 +1,6 @@
 // Convolution and pooling ops over NHWC inputs: conv2d, fused with its bias and ReLU, with a
-// backward that skips the input gradient of an untracked input; max_pool2d; and the window
-// geometry (TensorFlow's VALID and SAME) they share.
+// backward that skips the input gradient of an untracked input; max_pool2d and avg_pool2d; and
+// the window geometry (TensorFlow's VALID and SAME) they share.
 #include "tandem/ops/cpu/conv.h"
 
 #include <algorithm>
@@ -25,6 +25,7 @@ namespace {
 
 constexpr std::string_view kConv = "conv2d";
 constexpr std::string_view kPool = "max_pool2d";
+constexpr std::string_view kAvgPool = "avg_pool2d";
 
 int64_t same_padding_before(int64_t input, int64_t window, int64_t stride, int64_t out) {
   // TensorFlow's SAME: the total padding is split with the extra row/column after.
@@ -294,6 +295,41 @@ Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<
               if (dx.numel() > 0)
                 cuda::max_pool2d_backward(geo, ptr<T>(g), ptr<int64_t>(index), ptr<T>(dx), stream);
             }));
+      });
+      return std::vector<Tensor>{dx};
+    });
+  return y;
+}
+
+Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<int64_t, 2> strides,
+                  Padding padding) {
+  common_device(kAvgPool, {&x});
+  TANDEM_CHECK(x.rank() == 4, kAvgPool, ": needs x [N, H, W, C], got shape ", x.shape());
+  // 16 bits: summed in float32 and rounded once, forward and backward.
+  if (is_half(x.dtype()))
+    return cast(avg_pool2d(cast(x, DType::kFloat32), pool_size, strides, padding), x.dtype());
+  const cpu::ConvGeometry geo =
+      window_geometry(kAvgPool, x.shape(), pool_size[0], pool_size[1], strides, padding);
+  const Shape out_shape{geo.batch, geo.out_h, geo.out_w, geo.channels};
+  Tensor y = Tensor::empty(out_shape, x.dtype(), x.device());
+  dispatch_floating(x.dtype(), kAvgPool, [&]<typename T>() {
+    dispatch(
+        kAvgPool, x.device(),
+        [&] {
+          if (y.numel() > 0) cpu::avg_pool2d_forward(geo, x.data<T>(), y.data<T>());
+        },
+        TANDEM_ON_CUDA(cuda::avg_pool2d_forward(geo, ptr<T>(x), ptr<T>(y), stream)));
+  });
+  if (tracked(y, {&x}))
+    record_op(kAvgPool, {x}, y, [shape = x.shape(), geo](const Tensor& g) {
+      Tensor dx = Tensor::empty(shape, g.dtype(), g.device());
+      dispatch_floating(g.dtype(), kAvgPool, [&]<typename T>() {
+        dispatch(
+            kAvgPool, g.device(),
+            [&] {
+              if (dx.numel() > 0) cpu::avg_pool2d_backward(geo, g.data<T>(), dx.data<T>());
+            },
+            TANDEM_ON_CUDA(cuda::avg_pool2d_backward(geo, ptr<T>(g), ptr<T>(dx), stream)));
       });
       return std::vector<Tensor>{dx};
     });

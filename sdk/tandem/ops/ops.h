@@ -129,6 +129,10 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
 /// Max pooling over windows of `pool_size` (SAME pads with -inf, as TensorFlow).
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<int64_t, 2> strides,
                   Padding padding = Padding::kValid);
+/// Average pooling over windows of `pool_size`: each window's mean over the inputs inside the
+/// input (TensorFlow's SAME counts only those). 16-bit inputs are summed in float32.
+Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<int64_t, 2> strides,
+                  Padding padding = Padding::kValid);
 /// Output spatial size for one dimension.
 int64_t conv_output_size(int64_t input, int64_t window, int64_t stride, Padding padding);
 

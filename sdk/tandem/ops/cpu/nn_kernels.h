@@ -1,4 +1,4 @@
-// CPU kernels behind matmul, conv2d, max_pool2d and dropout (called from nn_ops.cpp only).
+// CPU kernels behind matmul, conv2d, max_pool2d, avg_pool2d and dropout (called from nn_ops.cpp only).
 // Row-major throughout; leading dimensions are in elements.
 #pragma once
 
@@ -45,6 +45,15 @@ void max_pool2d_forward(const ConvGeometry& g, const T* x, T* y);
 /// it is NaN); several windows' gradients add up in output order.
 template <typename T>
 void max_pool2d_backward(const ConvGeometry& g, const T* x, const T* y, const T* dy, T* dx);
+
+/// y [N, OH, OW, C] = window means over the inputs inside the input (TensorFlow's SAME counts
+/// only those; a window of padding only gives 0). float32 and float64.
+template <typename T>
+void avg_pool2d_forward(const ConvGeometry& g, const T* x, T* y);
+/// dx (overwritten, [N, H, W, C]): each input gathers dy / count of the windows that contain it,
+/// in output order.
+template <typename T>
+void avg_pool2d_backward(const ConvGeometry& g, const T* dy, T* dx);
 
 /// mask[i] = 1 / (1 - rate) when kept, else 0; element i uses lane i % 4 of Philox block
 /// (first_block + i / 4) of (seed, stream), kept when its uniform float >= rate.

@@ -1,4 +1,4 @@
-// 2-D max pooling over NHWC inputs, in two passes that run across channels in vector lanes: the
+// 2-D max and average pooling over NHWC inputs. Max pooling runs in two passes that run across channels in vector lanes: the
 // forward keeps only the window maxima; the backward finds each window's first maximum again by
 // comparing the input with the output, and routes the gradient there. No index is stored, and
 // no lane waits on a branch (a maximum decided by a branch per element mispredicts on real data).
@@ -215,5 +215,75 @@ template void max_pool2d_backward<bfloat16>(const ConvGeometry&, const bfloat16*
                                             const bfloat16*, bfloat16*);
 template void max_pool2d_backward<float16>(const ConvGeometry&, const float16*, const float16*,
                                            const float16*, float16*);
+
+// ---- average pooling ------------------------------------------------------------------------
+
+template <typename T>
+void avg_pool2d_forward(const ConvGeometry& g, const T* x, T* y) {
+  const int64_t channels = g.channels;
+  const int64_t output_rows = g.batch * g.out_h;
+  const int64_t work = output_rows * g.out_w * g.window_h * g.window_w * channels;
+#pragma omp parallel for schedule(static) if (work >= kParallelMinElements)
+  for (int64_t nh = 0; nh < output_rows; ++nh) {
+    const int64_t n = nh / g.out_h;
+    const WindowRange rows = window_range(nh % g.out_h, g.stride_h, g.pad_top, g.window_h, g.in_h);
+    for (int64_t ow = 0; ow < g.out_w; ++ow) {
+      const WindowRange cols = window_range(ow, g.stride_w, g.pad_left, g.window_w, g.in_w);
+      T* out = y + (nh * g.out_w + ow) * channels;
+      std::fill_n(out, channels, T(0));
+      // Rows, then columns, as the CUDA kernel adds them.
+      for (int64_t ih = rows.begin; ih < rows.end; ++ih)
+        for (int64_t iw = cols.begin; iw < cols.end; ++iw) {
+          const T* v = x + ((n * g.in_h + ih) * g.in_w + iw) * channels;
+#pragma omp simd
+          for (int64_t c = 0; c < channels; ++c) out[c] += v[c];
+        }
+      const int64_t count = std::max<int64_t>(rows.end - rows.begin, 0) *
+                            std::max<int64_t>(cols.end - cols.begin, 0);
+      // A window of padding only (never with TF's SAME) averages nothing: 0.
+      const T divisor = static_cast<T>(std::max<int64_t>(count, 1));
+#pragma omp simd
+      for (int64_t c = 0; c < channels; ++c) out[c] /= divisor;
+    }
+  }
+}
+
+template <typename T>
+void avg_pool2d_backward(const ConvGeometry& g, const T* dy, T* dx) {
+  const int64_t channels = g.channels;
+  const int64_t image_in = g.in_h * g.in_w * channels;
+  const int64_t work = g.batch * g.out_h * g.out_w * g.window_h * g.window_w * channels;
+  std::vector<T> share;
+  // Windows overlap within an image, never across images: images run in parallel, and each
+  // input gathers its windows' shares in output order (the order the CUDA kernel adds them).
+#pragma omp parallel for schedule(static) if (work >= kParallelMinElements) private(share)
+  for (int64_t n = 0; n < g.batch; ++n) {
+    share.resize(static_cast<size_t>(channels));
+    T* image = dx + n * image_in;
+    std::fill_n(image, image_in, T(0));
+    for (int64_t oh = 0; oh < g.out_h; ++oh) {
+      const WindowRange rows = window_range(oh, g.stride_h, g.pad_top, g.window_h, g.in_h);
+      for (int64_t ow = 0; ow < g.out_w; ++ow) {
+        const WindowRange cols = window_range(ow, g.stride_w, g.pad_left, g.window_w, g.in_w);
+        if (rows.empty() || cols.empty()) continue;
+        const T divisor = static_cast<T>((rows.end - rows.begin) * (cols.end - cols.begin));
+        const T* d = dy + ((n * g.out_h + oh) * g.out_w + ow) * channels;
+#pragma omp simd
+        for (int64_t c = 0; c < channels; ++c) share[c] = d[c] / divisor;
+        for (int64_t ih = rows.begin; ih < rows.end; ++ih)
+          for (int64_t iw = cols.begin; iw < cols.end; ++iw) {
+            T* out = image + (ih * g.in_w + iw) * channels;
+#pragma omp simd
+            for (int64_t c = 0; c < channels; ++c) out[c] += share[c];
+          }
+      }
+    }
+  }
+}
+
+template void avg_pool2d_forward<float>(const ConvGeometry&, const float*, float*);
+template void avg_pool2d_forward<double>(const ConvGeometry&, const double*, double*);
+template void avg_pool2d_backward<float>(const ConvGeometry&, const float*, float*);
+template void avg_pool2d_backward<double>(const ConvGeometry&, const double*, double*);
 
 }  // namespace tandem::ops::cpu

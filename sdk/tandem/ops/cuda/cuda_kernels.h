@@ -190,6 +190,13 @@ template <typename T>
 void max_pool2d_backward(const ConvGeometry& g, const T* dy, const int64_t* argmax, T* dx,
                          cudaStream_t stream);
 
+/// y [N, OH, OW, C] = window means over the inputs inside the input, as the CPU kernel.
+template <typename T>
+void avg_pool2d_forward(const ConvGeometry& g, const T* x, T* y, cudaStream_t stream);
+/// dx (overwritten): dy / count of each window containing the input, gathered in output order.
+template <typename T>
+void avg_pool2d_backward(const ConvGeometry& g, const T* dy, T* dx, cudaStream_t stream);
+
 /// mask[i] = 1 / (1 - rate) when kept, else 0: lane i % 4 of Philox block first_block + i / 4
 /// of (seed, stream_id), kept when its uniform float >= rate. Bit-identical to the CPU mask.
 template <typename T>

@@ -1,6 +1,6 @@
-// CUDA kernels behind conv2d, max_pool2d and dropout: im2col / col2im and max pooling over NHWC
-// inputs, and the Philox dropout mask. Backward passes gather per input element in the CPU
-// kernels' order, so they need no atomics and give the CPU's sums bit for bit.
+// CUDA kernels behind conv2d, max_pool2d, avg_pool2d and dropout: im2col / col2im, max and
+// average pooling over NHWC inputs, and the Philox dropout mask. Backward passes gather per input
+// element in the CPU kernels' order, so they need no atomics and give the CPU's sums bit for bit.
 #include <algorithm>
 #include <limits>
 
@@ -131,6 +131,62 @@ __global__ void max_pool_backward_kernel(Geometry<I> g, const T* dy, const int64
   }
 }
 
+/// One thread per output element: the mean of the window's inputs inside the input, summed in
+/// ops::cpu::avg_pool2d_forward's order (rows, then columns).
+template <typename I, typename T>
+__global__ void avg_pool_forward_kernel(Geometry<I> g, const T* x, T* y) {
+  const I total = g.batch * g.out_h * g.out_w * g.channels;
+  for (I j = grid_start<I>(); j < total; j += grid_step<I>()) {
+    const I c = j % g.channels, o = j / g.channels;
+    const I ow = o % g.out_w, oh = (o / g.out_w) % g.out_h, n = o / (g.out_w * g.out_h);
+    T sum = T(0);
+    I count = 0;
+    for (I kh = 0; kh < g.window_h; ++kh) {
+      const I ih = oh * g.stride_h - g.pad_top + kh;
+      if (ih < 0 || ih >= g.in_h) continue;
+      for (I kw = 0; kw < g.window_w; ++kw) {
+        const I iw = ow * g.stride_w - g.pad_left + kw;
+        if (iw < 0 || iw >= g.in_w) continue;
+        sum += x[((n * g.in_h + ih) * g.in_w + iw) * g.channels + c];
+        ++count;
+      }
+    }
+    y[j] = sum / static_cast<T>(count > 0 ? count : 1);
+  }
+}
+
+/// The number of inputs inside the input in window (oh, ow).
+template <typename I>
+__device__ I window_count(const Geometry<I>& g, I oh, I ow) {
+  const I h0 = oh * g.stride_h - g.pad_top, w0 = ow * g.stride_w - g.pad_left;
+  const I h = (h0 + g.window_h < g.in_h ? h0 + g.window_h : g.in_h) - (h0 > 0 ? h0 : I(0));
+  const I w = (w0 + g.window_w < g.in_w ? w0 + g.window_w : g.in_w) - (w0 > 0 ? w0 : I(0));
+  return h * w;
+}
+
+/// One thread per dx element: dy / count of every window that contains it, in output order
+/// (the order ops::cpu::avg_pool2d_backward adds them).
+template <typename I, typename T>
+__global__ void avg_pool_backward_kernel(Geometry<I> g, const T* dy, T* dx) {
+  const I total = g.batch * g.in_h * g.in_w * g.channels;
+  for (I j = grid_start<I>(); j < total; j += grid_step<I>()) {
+    const I c = j % g.channels, iw = (j / g.channels) % g.in_w;
+    const I ih = (j / (g.channels * g.in_w)) % g.in_h, n = j / (g.channels * g.in_w * g.in_h);
+    const I h_low = ih + g.pad_top - g.window_h + 1, w_low = iw + g.pad_left - g.window_w + 1;
+    const I oh_begin = h_low <= 0 ? 0 : (h_low + g.stride_h - 1) / g.stride_h;
+    const I ow_begin = w_low <= 0 ? 0 : (w_low + g.stride_w - 1) / g.stride_w;
+    const I oh_last = (ih + g.pad_top) / g.stride_h, ow_last = (iw + g.pad_left) / g.stride_w;
+    const I oh_end = oh_last + 1 < g.out_h ? oh_last + 1 : g.out_h;
+    const I ow_end = ow_last + 1 < g.out_w ? ow_last + 1 : g.out_w;
+    T sum = T(0);
+    for (I oh = oh_begin; oh < oh_end; ++oh)
+      for (I ow = ow_begin; ow < ow_end; ++ow)
+        sum += dy[((n * g.out_h + oh) * g.out_w + ow) * g.channels + c] /
+               static_cast<T>(window_count(g, oh, ow));
+    dx[j] = sum;
+  }
+}
+
 /// One thread per Philox block: four consecutive mask elements.
 template <typename T>
 __global__ void dropout_mask_kernel(int64_t n, double rate, T kept, uint64_t seed,
@@ -209,6 +265,24 @@ void max_pool2d_backward(const ConvGeometry& g, const T* dy, const int64_t* argm
 }
 
 template <typename T>
+void avg_pool2d_forward(const ConvGeometry& g, const T* x, T* y, cudaStream_t stream) {
+  const int64_t total = g.batch * g.out_h * g.out_w * g.channels;
+  if (total <= 0) return;
+  with_index_type(g, [&](auto geometry) {
+    avg_pool_forward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(geometry, x, y);
+  });
+}
+
+template <typename T>
+void avg_pool2d_backward(const ConvGeometry& g, const T* dy, T* dx, cudaStream_t stream) {
+  const int64_t total = g.batch * g.in_h * g.in_w * g.channels;
+  if (total <= 0) return;
+  with_index_type(g, [&](auto geometry) {
+    avg_pool_backward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(geometry, dy, dx);
+  });
+}
+
+template <typename T>
 void dropout_mask(int64_t n, double rate, uint64_t seed, uint64_t stream_id, uint64_t first_block,
                   T* mask, cudaStream_t stream) {
   TANDEM_CHECK(rate >= 0.0 && rate <= 1.0, "dropout_mask: rate ", rate, " is outside [0, 1]");
@@ -227,6 +301,8 @@ void dropout_mask(int64_t n, double rate, uint64_t seed, uint64_t stream_id, uin
   template void max_pool2d_forward<T>(const ConvGeometry&, const T*, T*, int64_t*, cudaStream_t); \
   template void max_pool2d_backward<T>(const ConvGeometry&, const T*, const int64_t*, T*,         \
                                        cudaStream_t);                                             \
+  template void avg_pool2d_forward<T>(const ConvGeometry&, const T*, T*, cudaStream_t);           \
+  template void avg_pool2d_backward<T>(const ConvGeometry&, const T*, T*, cudaStream_t);          \
   template void dropout_mask<T>(int64_t, double, uint64_t, uint64_t, uint64_t, T*, cudaStream_t);
 TANDEM_CUDA_NN(float)
 TANDEM_CUDA_NN(double)
