@@ -193,4 +193,34 @@ TEST_CASE(
       CHECK(difference <= 1e-4);
     }
   }
+
+  SECTION("an embedding, its gradient rows added where tokens repeat") {
+    auto embedder = [] { return nn::Sequential({nn::Embedding(50, 4), nn::Flatten(), nn::Dense(3)}); };
+    nn::Sequential model = embedder();
+    model.build({5});
+    td::load_weights(model, dir.file("embed_initial.weights.h5"));
+    const td::Tensor tokens =
+        td::Tensor::from_vector(read_values<int32_t>(dir.file("embed_x.i32")), td::Shape{80, 5});
+    const td::Tensor classes = td::Tensor::from_vector(read_values<int64_t>(dir.file("cnn_y.i64")));
+    td::optim::SGD sgd({.learning_rate = 0.1});
+    for (int s = 0; s < 10; ++s) {
+      td::GradientTape tape;
+      const td::Tensor loss = loss_fn(classes.slice(s * 8, (s + 1) * 8),
+                                      model(tokens.slice(s * 8, (s + 1) * 8), true));
+      sgd.apply_gradients(tape.gradient(loss, model.trainable_variables()),
+                          model.trainable_variables());
+    }
+    nn::Sequential keras = embedder();
+    keras.build({5});
+    td::load_weights(keras, dir.file("embed_final.weights.h5"));
+    const std::vector<td::Variable> mine = model.weights(), theirs = keras.weights();
+    REQUIRE(mine.size() == theirs.size());
+    REQUIRE(mine[0].name() == "embedding/embeddings");
+    for (size_t v = 0; v < mine.size(); ++v) {
+      const double difference = relative_difference(theirs[v].value().to_vector<float>(),
+                                                    mine[v].value().to_vector<float>());
+      INFO(mine[v].name() << ": relative difference " << difference);
+      CHECK(difference <= 1e-5);
+    }
+  }
 }

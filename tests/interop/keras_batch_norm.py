@@ -20,7 +20,10 @@ usage: keras_batch_norm.py OUT_DIR [--steps N]
   AveragePooling2D(3, strides=2, padding="same"), GlobalAveragePooling2D(),
   LayerNormalization(), Dense(3)]): OUT_DIR/cnn_initial.weights.h5,
   the images OUT_DIR/cnn_x.f32 (10 x 16 of 8x8x2), labels OUT_DIR/cnn_y.i64, and after 10 SGD(0.1)
-  steps of 16 images OUT_DIR/cnn_final.weights.h5.
+  steps of 16 images OUT_DIR/cnn_final.weights.h5. And Sequential([Input((5,), int32),
+  Embedding(50, 4), Flatten(), Dense(3)]): OUT_DIR/embed_initial.weights.h5, the token ids
+  OUT_DIR/embed_x.i32 (80 x 5; token 9 first in every sequence), and after 10 SGD(0.1) steps of
+  8 sequences (labels: the CNN's) OUT_DIR/embed_final.weights.h5.
 Exit status: 0 written, 1 failed, 77 TensorFlow or Keras 3 is missing.
 """
 import argparse
@@ -147,6 +150,25 @@ def main():
         grads = tape.gradient(loss, cnn.trainable_variables)
         cnn_sgd.apply_gradients(zip(grads, cnn.trainable_variables))
     cnn.save_weights(os.path.join(args.out_dir, "cnn_final.weights.h5"))
+
+    keras.utils.set_random_seed(17)
+    embed = keras.Sequential([
+        keras.Input(shape=(5,), dtype="int32"),
+        keras.layers.Embedding(50, 4),
+        keras.layers.Flatten(),
+        keras.layers.Dense(3),
+    ])
+    embed.save_weights(os.path.join(args.out_dir, "embed_initial.weights.h5"))
+    tokens = ((np.arange(80 * 5) * 7 + 3) % 50).astype(np.int32).reshape(80, 5)
+    tokens[:, 0] = 9  # a row every example shares: its gradient adds 8 rows per step
+    tokens.tofile(os.path.join(args.out_dir, "embed_x.i32"))
+    embed_sgd = keras.optimizers.SGD(0.1)
+    for s in range(10):
+        with tf.GradientTape() as tape:
+            loss = loss_fn(classes[s * 8:(s + 1) * 8], embed(tokens[s * 8:(s + 1) * 8], training=True))
+        grads = tape.gradient(loss, embed.trainable_variables)
+        embed_sgd.apply_gradients(zip(grads, embed.trainable_variables))
+    embed.save_weights(os.path.join(args.out_dir, "embed_final.weights.h5"))
     return 0
 
 

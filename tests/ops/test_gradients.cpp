@@ -205,6 +205,12 @@ TEST_CASE("gradients of avg_pool2d", "[cpu][ops][grad]") {
       {x});
 }
 
+TEST_CASE("gradient of embedding, with repeated indices", "[cpu][ops][grad]") {
+  const Tensor table = input({6, 4}, 24);
+  const Tensor indices = Tensor::from_vector(std::vector<int64_t>{5, 1, 5, 0, 3, 5, 1}, Shape{7});
+  check_gradients([indices](const In& v) { return ops::embedding(v[0], indices); }, {table});
+}
+
 TEST_CASE("gradient of dropout with a fixed generator state", "[cpu][ops][grad]") {
   const Tensor x = input({6, 7}, 23);
   check_gradients(

@@ -229,6 +229,47 @@ TEST_CASE("avg_pool2d matches a direct window mean, counting only inputs inside 
                       Catch::Contains("avg_pool2d") && Catch::Contains("[2, 3]"));
 }
 
+TEST_CASE("embedding gathers rows, adds repeated rows' gradients, and names a bad index",
+          "[cpu][ops]") {
+  const Tensor table = random_tensor({5, 3}, 47);
+  const std::vector<double> tv = values(table);
+  const std::vector<int64_t> picks{4, 0, 4, 2, 4, 1};
+  for (const DType index_type : {DType::kInt32, DType::kInt64}) {
+    INFO(index_type);
+    const Tensor indices =
+        ops::cast(Tensor::from_vector(picks, Shape{2, 3}), index_type);
+    const Variable v("table", table);
+    GradientTape tape;
+    const Tensor y = ops::embedding(v.value(), indices);
+    REQUIRE(y.shape() == Shape{2, 3, 3});
+    std::vector<double> expected;
+    for (const int64_t p : picks)
+      for (int64_t c = 0; c < 3; ++c) expected.push_back(tv[static_cast<size_t>(p * 3 + c)]);
+    require_close(y, expected, 0, 0);
+    // Weights 1..18 on the outputs: row 4 gets three rows of them, row 3 none.
+    const Tensor weight = ops::cast(
+        ops::add(Tensor::arange(18, DType::kInt64).reshape({2, 3, 3}), int64_t{1}), DType::kFloat64);
+    const Tensor grad = tape.gradient(ops::sum(ops::mul(y, weight)), {v})[0];
+    REQUIRE(grad.shape() == Shape{5, 3});
+    const std::vector<double> g = values(grad);
+    const std::vector<double> expected_grad{4, 5, 6,    16, 17, 18, 10, 11, 12,
+                                            0, 0, 0,    1 + 7 + 13, 2 + 8 + 14, 3 + 9 + 15};
+    REQUIRE(g == expected_grad);
+  }
+  REQUIRE_THROWS_WITH(ops::embedding(table, Tensor::from_vector(std::vector<int64_t>{1, 5})),
+                      Catch::Contains("embedding: row index 5 at index 1 is outside [0, 5)"));
+  REQUIRE_THROWS_WITH(ops::embedding(table, Tensor::from_vector(std::vector<int64_t>{-1})),
+                      Catch::Contains("row index -1"));
+  REQUIRE_THROWS_WITH(ops::embedding(table, ops::cast(table, DType::kFloat32)),
+                      Catch::Contains("int32 or int64"));
+  // A bfloat16 table gathers exact copies of its rows.
+  const Tensor half = ops::cast(table, DType::kBFloat16);
+  const Tensor rows = ops::embedding(half, Tensor::from_vector(std::vector<int64_t>{3}));
+  REQUIRE(rows.dtype() == DType::kBFloat16);
+  const std::vector<double> hv = values(half);
+  REQUIRE(values(rows) == std::vector<double>(hv.begin() + 9, hv.begin() + 12));
+}
+
 TEST_CASE("dropout masks from the generator and scales what it keeps", "[cpu][ops]") {
   const Tensor x = Tensor::ones({1001}, DType::kFloat64);
   Generator generator(/*seed=*/7, /*stream=*/3);

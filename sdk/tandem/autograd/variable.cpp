@@ -25,6 +25,7 @@ Variable make_variable(std::string name, const Tensor& initial, const VariableOp
                  "would differ between replicas); make it with .trainable = false");
   Variable v = make_variable(std::move(name), initial, options.trainable);
   v.set_synchronization(options.synchronization, options.aggregation);
+  v.set_row_sparse_gradient(options.row_sparse_gradient);
   return v;
 }
 
@@ -80,6 +81,13 @@ bool Variable::trainable() const { return state_ != nullptr && state_->trainable
 
 VariableSynchronization Variable::synchronization() const {
   return state_ ? state_->synchronization : VariableSynchronization::kOnWrite;
+}
+
+bool Variable::row_sparse_gradient() const { return state_ && state_->row_sparse_gradient; }
+
+void Variable::set_row_sparse_gradient(bool row_sparse) const {
+  TANDEM_CHECK(state_ != nullptr, "set_row_sparse_gradient on an undefined variable");
+  state_->row_sparse_gradient = row_sparse;
 }
 
 VariableAggregation Variable::aggregation() const {

@@ -31,6 +31,9 @@ struct VariableOptions {
   bool trainable = true;
   VariableSynchronization synchronization = VariableSynchronization::kOnWrite;
   VariableAggregation aggregation = VariableAggregation::kNone;
+  /// Its gradient touches few rows (an embedding table's: TensorFlow's IndexedSlices): the sum
+  /// across replicas may gather the touched rows instead of all-reducing the whole table.
+  bool row_sparse_gradient = false;
 };
 
 class Variable {
@@ -47,6 +50,9 @@ class Variable {
 
   VariableSynchronization synchronization() const;
   VariableAggregation aggregation() const;
+  /// VariableOptions::row_sparse_gradient.
+  bool row_sparse_gradient() const;
+  void set_row_sparse_gradient(bool row_sparse) const;
   /// Sets how the copies agree and combine (make_variable does it when the variable is made).
   /// kOnRead needs trainable == false, as in TensorFlow: raises otherwise.
   void set_synchronization(VariableSynchronization synchronization,
@@ -86,6 +92,7 @@ class Variable {
     bool trainable = true;
     VariableSynchronization synchronization = VariableSynchronization::kOnWrite;
     VariableAggregation aggregation = VariableAggregation::kNone;
+    bool row_sparse_gradient = false;
     std::vector<Tensor> copies;  // one per replica
     Tensor read;                 // the last cross-replica read of a kOnRead variable
   };

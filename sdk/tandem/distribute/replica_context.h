@@ -98,6 +98,14 @@ class ReplicaContext final : public optim::GradientSync, private autograd::Gradi
   size_t num_gradient_buckets() const;
   uint64_t bucketed_steps() const;
 
+  /// How this replica's row-sparse gradients (embedding tables) were summed so far: by
+  /// gathering the rows the replicas touched, or by the dense all-reduce.
+  struct RowSparseCounts {
+    uint64_t gathered = 0;
+    uint64_t dense = 0;
+  };
+  RowSparseCounts row_sparse_counts() const { return row_sparse_counts_; }
+
  private:
   friend class Strategy;
   friend class detail::ReplicaThreads;
@@ -109,6 +117,15 @@ class ReplicaContext final : public optim::GradientSync, private autograd::Gradi
   std::shared_ptr<void> merge_call_erased(const void* my_arguments, detail::MergeFn fn);
   /// optim::GradientSync: all_reduce(kSum, gradients), or the gradient buckets' results.
   std::vector<Tensor> sum_across_replicas(const std::vector<Tensor>& gradients) override;
+  /// The same, the row-sparse gradients (on the CPU, float32 or float64, sent uncompressed,
+  /// without buckets) summed by gathering their nonzero rows where that moves fewer bytes than
+  /// the dense all-reduce, in the in-process reduction's order (row_sparse.cpp).
+  std::vector<Tensor> sum_across_replicas(const std::vector<Tensor>& gradients,
+                                          const std::vector<bool>& row_sparse) override;
+  /// The dense sums of `gradients` and the row-sparse sums of those flagged, every replica
+  /// making the same collectives (row_sparse.cpp).
+  std::vector<Tensor> sum_with_row_sparse(const std::vector<Tensor>& gradients,
+                                          const std::vector<bool>& gather_candidate);
   void expect_micro_step(bool last, const std::vector<Tensor>& accumulators) override;
   /// Across workers: every replica's description (and the global batch it passed to
   /// compute_average_loss) against the chief's; raises on every replica at the first
@@ -145,6 +162,7 @@ class ReplicaContext final : public optim::GradientSync, private autograd::Gradi
   collectives::InProcessCommunicator* sync_;  // thread rendezvous for merge_call
   detail::MergeState* merge_;
   std::unique_ptr<detail::GradientReducer> reducer_;  // this replica's gradient buckets
+  RowSparseCounts row_sparse_counts_;
 };
 
 /// The replica context of the calling thread inside strategy.run, or nullptr in cross-replica

@@ -1,5 +1,5 @@
-// Dense, Conv2D, MaxPool2D, AvgPool2D, Add, Flatten, Dropout, GlobalAveragePooling2D and
-// Activation: shapes, variables and forward passes on ops.
+// Dense, Conv2D, MaxPool2D, AvgPool2D, Add, Embedding, Flatten, Dropout, GlobalAveragePooling2D
+// and Activation: shapes, variables and forward passes on ops.
 #include "tandem/nn/layers.h"
 
 #include <utility>
@@ -214,6 +214,38 @@ Tensor Add::operator()(const std::vector<Tensor>& inputs) const {
   }
   return sum;
 }
+
+// ---- Embedding -------------------------------------------------------------------------------
+
+EmbeddingImpl::EmbeddingImpl(int64_t input_dim, int64_t output_dim)
+    : ModuleImpl("embedding"), input_dim_(input_dim), output_dim_(output_dim) {
+  TANDEM_CHECK(input_dim > 0, "Embedding: input_dim (the vocabulary size) must be positive, got ",
+               input_dim);
+  TANDEM_CHECK(output_dim > 0, "Embedding: output_dim must be positive, got ", output_dim);
+}
+
+Shape EmbeddingImpl::compute_output_shape(const Shape& input_shape) const {
+  std::vector<int64_t> dims = input_shape.dims();
+  dims.push_back(output_dim_);
+  return Shape(std::move(dims));
+}
+
+void EmbeddingImpl::build_variables(const Shape&, Generator& generator) {
+  const Tensor initial =
+      Tensor::uniform(Shape{input_dim_, output_dim_}, generator, -0.05, 0.05, dtype());
+  embeddings_ = add_weight("embeddings", initial, {.row_sparse_gradient = true});
+}
+
+Tensor EmbeddingImpl::call(const Tensor& indices, bool training) {
+  (void)training;
+  TANDEM_CHECK(indices.dtype() == DType::kInt32 || indices.dtype() == DType::kInt64, describe(),
+               ": needs int32 or int64 indices, got ", indices.dtype());
+  return autocast(ops::embedding(embeddings_.value(), indices));
+}
+
+Embedding::Embedding(int64_t input_dim, int64_t output_dim)
+    : Module(std::make_shared<EmbeddingImpl>(input_dim, output_dim)) {}
+Embedding::Embedding(std::shared_ptr<EmbeddingImpl> impl) : Module(std::move(impl)) {}
 
 // ---- Flatten ---------------------------------------------------------------------------------
 

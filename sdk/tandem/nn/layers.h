@@ -191,6 +191,43 @@ class Add {
   std::string name_;
 };
 
+// ---- Embedding -------------------------------------------------------------------------------
+
+class EmbeddingImpl : public ModuleImpl {
+ public:
+  EmbeddingImpl(int64_t input_dim, int64_t output_dim);
+  std::string type_name() const override { return "Embedding"; }
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor call(const Tensor& indices, bool training) override;
+  int64_t input_dim() const { return input_dim_; }
+  int64_t output_dim() const { return output_dim_; }
+  const Variable& embeddings() const { return embeddings_; }
+
+ protected:
+  void build_variables(const Shape& input_shape, Generator& generator) override;
+
+ private:
+  int64_t input_dim_, output_dim_;
+  Variable embeddings_;
+};
+
+/// Keras's Embedding: integer indices [batch, ...] in [0, input_dim) -> their rows of the
+/// weight "embeddings" [input_dim, output_dim] (initialised uniform in [-0.05, 0.05], Keras's
+/// "uniform"), in the compute dtype. The table's gradient is row-sparse
+/// (VariableOptions::row_sparse_gradient): across replicas the optimizer sums it by gathering
+/// the rows the replicas touched or by one dense all-reduce, whichever moves fewer bytes, with
+/// the same result bit for bit (docs/layers.md).
+class Embedding : public Module {
+ public:
+  using Impl = EmbeddingImpl;
+  Embedding(int64_t input_dim, int64_t output_dim);
+  explicit Embedding(std::shared_ptr<EmbeddingImpl> impl);
+  const Variable& embeddings() const { return layer().embeddings(); }
+
+ private:
+  EmbeddingImpl& layer() const { return static_cast<EmbeddingImpl&>(impl()); }
+};
+
 // ---- Flatten ---------------------------------------------------------------------------------
 
 class FlattenImpl : public ModuleImpl {

@@ -1,5 +1,5 @@
-// Neural-network ops: softmax and log_softmax, matmul, the fused sparse softmax cross-entropy
-// and dropout, each with its backward (conv2d and max_pool2d: conv.cpp; dense: dense.cpp).
+// Neural-network ops: softmax and log_softmax, matmul, the fused sparse softmax cross-entropy,
+// dropout and embedding, each with its backward (conv2d and pooling: conv.cpp; dense: dense.cpp).
 #include "tandem/ops/cpu/nn_kernels.h"
 #include "tandem/ops/cpu/softmax.h"
 #include "tandem/ops/internal/op_helpers.h"
@@ -183,6 +183,56 @@ Tensor dropout(const Tensor& x, double rate, Generator& generator, bool training
   if (tracked(y, {&x}))
     record_op("dropout", {x}, y,
               [mask](const Tensor& g) { return std::vector<Tensor>{mul(g, mask)}; });
+  return y;
+}
+
+// ---- embedding ------------------------------------------------------------------------------
+
+Tensor embedding(const Tensor& table, const Tensor& indices) {
+  constexpr std::string_view op = "embedding";
+  common_device(op, {&table, &indices});
+  TANDEM_CHECK(table.rank() == 2, op, ": needs a table [rows, width], got shape ", table.shape());
+  TANDEM_CHECK(indices.dtype() == DType::kInt32 || indices.dtype() == DType::kInt64, op,
+               ": indices must be int32 or int64, got ", indices.dtype(), " (shape ",
+               indices.shape(), ")");
+  check_floating(op, table);
+  if (is_half(table.dtype()))
+    return cast(embedding(cast(table, DType::kFloat32), indices), table.dtype());
+  const int64_t rows = table.dim(0), width = table.dim(1), n = indices.numel();
+  check_labels(op, indices, rows, "row index");
+  std::vector<int64_t> dims = indices.shape().dims();
+  dims.push_back(width);
+  Tensor y = Tensor::empty(Shape(std::move(dims)), table.dtype(), table.device());
+  dispatch_floating(table.dtype(), op, [&]<typename T>() {
+    dispatch_labels(indices.dtype(), [&]<typename L>() {
+      dispatch(
+          op, table.device(),
+          [&] {
+            if (y.numel() > 0)
+              cpu::embedding_forward(table.data<T>(), width, indices.data<L>(), n, y.data<T>());
+          },
+          TANDEM_ON_CUDA(
+              cuda::embedding_forward(ptr<T>(table), width, ptr<L>(indices), n, ptr<T>(y), stream)));
+    });
+  });
+  if (tracked(y, {&table}))
+    record_op(op, {table}, y, [indices, rows, width, n](const Tensor& g) {
+      Tensor dtable = Tensor::empty(Shape{rows, width}, g.dtype(), g.device());
+      dispatch_floating(g.dtype(), "embedding", [&]<typename T>() {
+        dispatch_labels(indices.dtype(), [&]<typename L>() {
+          dispatch(
+              "embedding", g.device(),
+              [&] {
+                if (dtable.numel() > 0)
+                  cpu::embedding_backward(g.data<T>(), indices.data<L>(), n, rows, width,
+                                          dtable.data<T>());
+              },
+              TANDEM_ON_CUDA(cuda::embedding_backward(ptr<T>(g), ptr<L>(indices), n, rows, width,
+                                                      ptr<T>(dtable), stream)));
+        });
+      });
+      return std::vector<Tensor>{dtable};
+    });
   return y;
 }
 

@@ -143,7 +143,7 @@ Tensor run_sum(std::string_view op, const Tensor& x, int64_t outer, int64_t n, i
   return y;
 }
 
-void check_labels(std::string_view op, const Tensor& labels, int64_t depth) {
+void check_labels(std::string_view op, const Tensor& labels, int64_t depth, std::string_view what) {
   dispatch_labels(labels.dtype(), [&]<typename L>() {
     int64_t bad = -1;
     dispatch(
@@ -154,7 +154,8 @@ void check_labels(std::string_view op, const Tensor& labels, int64_t depth) {
     const int64_t value =
         bad < 0 ? 0
                 : labels.view_as(Shape{1}, static_cast<size_t>(bad) * sizeof(L)).item<int64_t>();
-    TANDEM_CHECK(bad < 0, op, ": label ", value, " at index ", bad, " is outside [0, ", depth, ")");
+    TANDEM_CHECK(bad < 0, op, ": ", what, " ", value, " at index ", bad, " is outside [0, ", depth,
+                 ")");
   });
 }
 

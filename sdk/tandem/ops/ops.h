@@ -136,6 +136,13 @@ Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<
 /// Output spatial size for one dimension.
 int64_t conv_output_size(int64_t input, int64_t window, int64_t stride, Padding padding);
 
+/// Embedding lookup: table [rows, width] gathered by `indices` (int32 or int64, any shape, each
+/// in [0, rows): raises naming the first that is not; on a GPU that check waits for the stream)
+/// -> [indices..., width]. The table's gradient is dense [rows, width], each index's gradient
+/// row added into its table row in the order of the indices (CPU and CUDA give the same sums).
+/// 16-bit tables gather in their dtype; their gradient goes through float32.
+Tensor embedding(const Tensor& table, const Tensor& indices);
+
 // ---- random -------------------------------------------------------------------------------
 /// Inverted dropout: keeps each element with probability 1 - rate and scales it by
 /// 1 / (1 - rate); the mask comes from `generator` (Philox), so replicas with the same

@@ -19,6 +19,14 @@ class GradientSync {
   /// batched collective; undefined entries (variables without a gradient) stay undefined. Every
   /// replica calls it with the same shapes, dtypes and undefined entries.
   virtual std::vector<Tensor> sum_across_replicas(const std::vector<Tensor>& gradients) = 0;
+  /// The same, told which gradients are row-sparse (VariableOptions::row_sparse_gradient: an
+  /// embedding table's, most of whose rows are zero): a sync may sum those by gathering their
+  /// nonzero rows, with the same result bit for bit. The default ignores the hint.
+  virtual std::vector<Tensor> sum_across_replicas(const std::vector<Tensor>& gradients,
+                                                  const std::vector<bool>& row_sparse) {
+    (void)row_sparse;
+    return sum_across_replicas(gradients);
+  }
 
   /// Called once per replica before an optimizer's first update through this sync, with what
   /// every worker of a job must have alike ({field, value}: the optimizer and its

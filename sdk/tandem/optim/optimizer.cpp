@@ -222,7 +222,10 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
     // the global batch, so the sum is the global gradient. Every replica then holds the same
     // gradients, clips them identically (clipping happens inside the update, after this
     // reduction) and applies the same update to its own copies of the variables and slots.
-    apply_update(ctx.sum_across_replicas(gradients), variables);
+    std::vector<bool> row_sparse(variables.size());
+    for (size_t i = 0; i < variables.size(); ++i)
+      row_sparse[i] = variables[i].row_sparse_gradient();
+    apply_update(ctx.sum_across_replicas(gradients, row_sparse), variables);
     return;
   }
   // Micro-steps 1..N-1 only add into this replica's accumulators: no collective. Micro-step N

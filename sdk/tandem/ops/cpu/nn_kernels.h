@@ -55,6 +55,15 @@ void avg_pool2d_forward(const ConvGeometry& g, const T* x, T* y);
 template <typename T>
 void avg_pool2d_backward(const ConvGeometry& g, const T* dy, T* dx);
 
+/// y [n, width] = table rows indices[0..n) (each index in [0, rows), checked by the caller).
+template <typename T, typename L>
+void embedding_forward(const T* table, int64_t width, const L* indices, int64_t n, T* y);
+/// dtable [rows, width] (overwritten) = the sum of dy's rows into the rows their indices name,
+/// added in the order of the indices.
+template <typename T, typename L>
+void embedding_backward(const T* dy, const L* indices, int64_t n, int64_t rows, int64_t width,
+                        T* dtable);
+
 /// mask[i] = 1 / (1 - rate) when kept, else 0; element i uses lane i % 4 of Philox block
 /// (first_block + i / 4) of (seed, stream), kept when its uniform float >= rate.
 template <typename T>

@@ -197,6 +197,16 @@ void avg_pool2d_forward(const ConvGeometry& g, const T* x, T* y, cudaStream_t st
 template <typename T>
 void avg_pool2d_backward(const ConvGeometry& g, const T* dy, T* dx, cudaStream_t stream);
 
+/// y [n, width] = table rows indices[0..n) (checked by the caller).
+template <typename T, typename L>
+void embedding_forward(const T* table, int64_t width, const L* indices, int64_t n, T* y,
+                       cudaStream_t stream);
+/// dtable [rows, width] (overwritten): dy's rows added into the rows their indices name, in the
+/// order of the indices (the CPU's sums, without atomics).
+template <typename T, typename L>
+void embedding_backward(const T* dy, const L* indices, int64_t n, int64_t rows, int64_t width,
+                        T* dtable, cudaStream_t stream);
+
 /// mask[i] = 1 / (1 - rate) when kept, else 0: lane i % 4 of Philox block first_block + i / 4
 /// of (seed, stream_id), kept when its uniform float >= rate. Bit-identical to the CPU mask.
 template <typename T>

@@ -1,5 +1,5 @@
-// CUDA kernels behind conv2d, max_pool2d, avg_pool2d and dropout: im2col / col2im, max and
-// average pooling over NHWC inputs, and the Philox dropout mask. Backward passes gather per input
+// CUDA kernels behind conv2d, max_pool2d, avg_pool2d, embedding and dropout: im2col / col2im, max
+// and average pooling over NHWC inputs, embedding rows, and the Philox dropout mask. Backward passes gather per input
 // element in the CPU kernels' order, so they need no atomics and give the CPU's sums bit for bit.
 #include <algorithm>
 #include <limits>
@@ -187,6 +187,32 @@ __global__ void avg_pool_backward_kernel(Geometry<I> g, const T* dy, T* dx) {
   }
 }
 
+/// One thread per output element.
+template <typename T, typename L>
+__global__ void embedding_forward_kernel(const T* table, int64_t width, const L* indices,
+                                         int64_t n, T* y) {
+  const int64_t total = n * width;
+  for (int64_t j = grid_start<int64_t>(); j < total; j += grid_step<int64_t>())
+    y[j] = table[static_cast<int64_t>(indices[j / width]) * width + j % width];
+}
+
+/// Thread (c, p) owns column c of the table rows r with r % parts == p: it zeroes them, then
+/// walks every index in order and adds the gradients of its rows. Each table element is thus
+/// summed by one thread, in the order of the indices, as the CPU does.
+template <typename T, typename L>
+__global__ void embedding_backward_kernel(const T* dy, const L* indices, int64_t n, int64_t rows,
+                                          int64_t width, int64_t parts, T* dtable) {
+  const int64_t total = width * parts;
+  for (int64_t j = grid_start<int64_t>(); j < total; j += grid_step<int64_t>()) {
+    const int64_t c = j % width, p = j / width;
+    for (int64_t r = p; r < rows; r += parts) dtable[r * width + c] = T(0);
+    for (int64_t i = 0; i < n; ++i) {
+      const int64_t r = static_cast<int64_t>(indices[i]);
+      if (r % parts == p) dtable[r * width + c] += dy[i * width + c];
+    }
+  }
+}
+
 /// One thread per Philox block: four consecutive mask elements.
 template <typename T>
 __global__ void dropout_mask_kernel(int64_t n, double rate, T kept, uint64_t seed,
@@ -282,6 +308,28 @@ void avg_pool2d_backward(const ConvGeometry& g, const T* dy, T* dx, cudaStream_t
   });
 }
 
+template <typename T, typename L>
+void embedding_forward(const T* table, int64_t width, const L* indices, int64_t n, T* y,
+                       cudaStream_t stream) {
+  const int64_t total = n * width;
+  if (total <= 0) return;
+  embedding_forward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(table, width, indices, n,
+                                                                         y);
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
+template <typename T, typename L>
+void embedding_backward(const T* dy, const L* indices, int64_t n, int64_t rows, int64_t width,
+                        T* dtable, cudaStream_t stream) {
+  if (rows * width <= 0) return;
+  // About 16k threads: enough parts of the rows to fill the GPU when the rows are narrow.
+  const int64_t parts = std::clamp<int64_t>((int64_t{1} << 14) / std::max<int64_t>(width, 1), 1,
+                                            std::max<int64_t>(rows, 1));
+  embedding_backward_kernel<<<blocks_for(width * parts), kThreads, 0, stream>>>(
+      dy, indices, n, rows, width, parts, dtable);
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
 template <typename T>
 void dropout_mask(int64_t n, double rate, uint64_t seed, uint64_t stream_id, uint64_t first_block,
                   T* mask, cudaStream_t stream) {
@@ -306,6 +354,16 @@ void dropout_mask(int64_t n, double rate, uint64_t seed, uint64_t stream_id, uin
   template void dropout_mask<T>(int64_t, double, uint64_t, uint64_t, uint64_t, T*, cudaStream_t);
 TANDEM_CUDA_NN(float)
 TANDEM_CUDA_NN(double)
+
+#define TANDEM_CUDA_EMBEDDING(T, L)                                                               \
+  template void embedding_forward<T, L>(const T*, int64_t, const L*, int64_t, T*, cudaStream_t); \
+  template void embedding_backward<T, L>(const T*, const L*, int64_t, int64_t, int64_t, T*,      \
+                                         cudaStream_t);
+TANDEM_CUDA_EMBEDDING(float, int32_t)
+TANDEM_CUDA_EMBEDDING(float, int64_t)
+TANDEM_CUDA_EMBEDDING(double, int32_t)
+TANDEM_CUDA_EMBEDDING(double, int64_t)
+#undef TANDEM_CUDA_EMBEDDING
 
 // The 16-bit convolution: cols in the 16-bit type forward, float32 input-gradient cols.
 #define TANDEM_CUDA_NN_16(H)                                                \

@@ -140,8 +140,10 @@ void dispatch_labels(DType dtype, const Fn& fn) {
     fn.template operator()<int64_t>();
 }
 
-/// Raises naming the first label outside [0, depth) and its index (int32/int64 labels). On a
-/// GPU the host must wait for the answer: one stream synchronisation per call.
-void check_labels(std::string_view op, const Tensor& labels, int64_t depth);
+/// Raises naming the first label outside [0, depth) and its index (int32/int64 labels; `what`
+/// names them in the message). On a GPU the host must wait for the answer: one stream
+/// synchronisation per call.
+void check_labels(std::string_view op, const Tensor& labels, int64_t depth,
+                  std::string_view what = "label");
 
 }  // namespace tandem::ops::internal
