@@ -51,6 +51,7 @@ double parse_positive_double(std::string_view flag, std::string_view value) {
 
 Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
   Flags flags;
+  if (!info.default_lr_schedule.empty()) flags.lr_schedule = info.default_lr_schedule;
   flags.checkpoint_dir = info.default_checkpoint_dir;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -145,6 +146,10 @@ Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
       if (v != "float32" && v != "mixed_bfloat16" && v != "mixed_float16")
         bad_value(flag, v, "float32, mixed_bfloat16 or mixed_float16");
       flags.precision = std::string(v);
+    } else if (flag == "--lr-schedule" && !info.default_lr_schedule.empty()) {
+      const std::string_view v = value();
+      if (v != "constant" && v != "cosine") bad_value(flag, v, "constant or cosine");
+      flags.lr_schedule = std::string(v);
     } else if (flag == "--max-steps") {
       flags.max_steps = parse_int<int64_t>(flag, value(), 1, INT64_MAX, "a whole number >= 1");
     } else {
@@ -178,7 +183,12 @@ std::string usage(const SampleInfo& info) {
       << "                            (default 42)\n"
       << "  --lr-scaling none|linear  linear multiplies the learning rate by the replica count\n"
       << "                            (the usual rule when the global batch grows with the\n"
-      << "                            replicas); default none\n"
+      << "                            replicas); default none\n";
+  if (!info.default_lr_schedule.empty())
+    out << "  --lr-schedule constant|cosine  cosine decays the learning rate to 0 over the\n"
+        << "                            updates of --epochs (Keras's CosineDecay); default "
+        << info.default_lr_schedule << "\n";
+  out
       << "  --checkpoint-dir DIR      where checkpoints are saved after every epoch; a run\n"
       << "                            resumes from the newest one there (default\n"
       << "                            " << info.default_checkpoint_dir << ")\n"

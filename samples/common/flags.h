@@ -24,6 +24,8 @@ struct SampleInfo {
   std::string default_checkpoint_dir;  ///< "checkpoints/fashion_mnist_mlp"
   /// The model has batch normalization: --sync-bn is accepted.
   bool batch_norm = false;
+  /// --lr-schedule's default ("constant" or "cosine"); empty: the sample has no --lr-schedule.
+  std::string default_lr_schedule = {};
 };
 
 struct Flags {
@@ -56,6 +58,9 @@ struct Flags {
   std::string precision = "float32";
   /// Batch normalization over the global batch (BatchNormalization(synchronized=true)).
   bool sync_bn = false;
+  /// "constant", or "cosine": Keras's CosineDecay from the learning rate to 0 over every update
+  /// of --epochs (a function of the optimizer's update count, so a resumed run continues it).
+  std::string lr_schedule = "constant";
   /// Cap on training steps per epoch (smoke tests); unset: whole epochs.
   std::optional<int64_t> max_steps;
 

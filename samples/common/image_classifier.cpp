@@ -3,6 +3,7 @@
 // for a model the sample makes.
 #include "common/image_classifier.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <iomanip>
@@ -56,8 +57,19 @@ int train_image_classifier(const SampleInfo& info, const Flags& flags,
   model.build({28, 28, 1});
   // With --accumulation-steps N, each step adds into accumulators and every N-th step updates
   // with the mean of the N steps' gradients (one all-reduce per update).
+  // --lr-schedule cosine: from the learning rate to 0 over every update of --epochs.
+  const int64_t steps_per_epoch = samples::steps_per_epoch(dist_train, flags);
+  const int64_t updates =
+      std::max<int64_t>(flags.epochs * steps_per_epoch / flags.accumulation_steps, 1);
+  const td::optim::LearningRate rate =
+      flags.lr_schedule == "cosine"
+          ? td::optim::LearningRate(td::optim::schedules::CosineDecay(learning_rate, updates))
+          : td::optim::LearningRate(learning_rate);
+  if (flags.lr_schedule == "cosine")
+    std::cout << "learning rate: cosine decay from " << learning_rate << " to 0 over " << updates
+              << " updates" << std::endl;
   td::optim::Adam optimizer(
-      {.learning_rate = learning_rate, .gradient_accumulation_steps = flags.accumulation_steps});
+      {.learning_rate = rate, .gradient_accumulation_steps = flags.accumulation_steps});
   optimizer.build(model.trainable_variables());  // Adam's slots, mirrored like the weights
   // Under mixed_float16 the loss is scaled, so that small float16 gradients do not flush to
   // zero, and an update whose gradients overflow is skipped on every replica (Keras's
@@ -111,7 +123,6 @@ int train_image_classifier(const SampleInfo& info, const Flags& flags,
   // The chief alone writes the metrics file.
   MetricsLog metrics_log(strategy.is_chief() ? flags.metrics_json : std::string(),
                          /*append=*/restored.has_value());
-  const int64_t steps_per_epoch = samples::steps_per_epoch(dist_train, flags);
   std::optional<double> final_test_accuracy;
   for (auto epoch = static_cast<int64_t>(dist_train.epoch()); epoch < flags.epochs; ++epoch) {
     Progress progress(epoch + 1, flags.epochs, steps_per_epoch);

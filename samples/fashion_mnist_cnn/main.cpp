@@ -22,7 +22,8 @@ const samples::SampleInfo kInfo{
     .description =
         "trains a CNN (Conv2D 32-MaxPool-Conv2D 64-MaxPool-Dense 1024-Dropout 0.4-Dense 10, "
         "Adam) on Fashion-MNIST with MirroredStrategy",
-    .default_checkpoint_dir = "checkpoints/fashion_mnist_cnn"};
+    .default_checkpoint_dir = "checkpoints/fashion_mnist_cnn",
+    .default_lr_schedule = "constant"};
 
 /// TensorFlow's tutorial convnet: 28x28x1 -> 28x28x32 -> 14x14x32 -> 14x14x64 -> 7x7x64 -> 1024
 /// -> dropout (training only) -> 10 logits.

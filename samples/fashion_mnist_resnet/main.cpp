@@ -25,7 +25,8 @@ const samples::SampleInfo kInfo{
         "trains a small ResNet (batch norm, residual blocks of 16-32-64 filters, "
         "global average pooling; Adam) on Fashion-MNIST with MirroredStrategy",
     .default_checkpoint_dir = "checkpoints/fashion_mnist_resnet",
-    .batch_norm = true};
+    .batch_norm = true,
+    .default_lr_schedule = "cosine"};
 
 /// 28x28x1 -> 28x28x16 -> (block) 28x28x16 -> (block) 14x14x32 -> (block) 7x7x64 -> 64 -> 10.
 td::nn::Sequential make_model(bool sync_bn) {
