@@ -52,6 +52,7 @@ double parse_positive_double(std::string_view flag, std::string_view value) {
 Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
   Flags flags;
   if (!info.default_lr_schedule.empty()) flags.lr_schedule = info.default_lr_schedule;
+  flags.learning_rate = info.default_learning_rate;
   flags.checkpoint_dir = info.default_checkpoint_dir;
   for (int i = 1; i < argc; ++i) {
     std::string_view arg = argv[i];
@@ -178,7 +179,8 @@ std::string usage(const SampleInfo& info) {
       << "                            every GPU, else TANDEM_CPU_REPLICAS CPU replicas (1)\n"
       << "  --devices LIST            replica devices, e.g. cuda:0,cuda:1 (NCCL) or cuda:0,cuda:0\n"
       << "                            (two replicas sharing one GPU); overrides --replicas\n"
-      << "  --learning-rate X         Adam's learning rate before --lr-scaling (default 0.001)\n"
+      << "  --learning-rate X         Adam's learning rate before --lr-scaling (default "
+      << info.default_learning_rate << ")\n"
       << "  --seed S                  seed of the weight initialisation and of the shuffle\n"
       << "                            (default 42)\n"
       << "  --lr-scaling none|linear  linear multiplies the learning rate by the replica count\n"

@@ -26,6 +26,8 @@ struct SampleInfo {
   bool batch_norm = false;
   /// --lr-schedule's default ("constant" or "cosine"); empty: the sample has no --lr-schedule.
   std::string default_lr_schedule = {};
+  /// --learning-rate's default.
+  double default_learning_rate = 1e-3;
 };
 
 struct Flags {
