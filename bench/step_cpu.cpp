@@ -1,7 +1,7 @@
-// Training-step throughput on the CPU: the samples' models (the Fashion-MNIST MLP and CNN) and a
-// larger MLP, float32, Adam, written as a user's train step is (nn layers, GradientTape,
-// apply_gradients inside strategy.run), against the GEMMs and convolutions the same step needs,
-// run alone.
+// Training-step throughput on the CPU: the samples' models (the Fashion-MNIST MLP, CNN and
+// ResNet) and a larger MLP, float32, Adam, written as a user's train step is (nn layers,
+// GradientTape, apply_gradients inside strategy.run), against the GEMMs and convolutions the same
+// step needs, run alone (for the ResNet: its batch normalizations alone).
 // bench/peers/run times PyTorch, TensorFlow and JAX on the same configurations.
 #include <algorithm>
 #include <cstdio>
@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "fashion_mnist_resnet/residual_block.h"
 #include "tandem/tandem.h"
 #include "timing.h"
 
@@ -18,7 +19,7 @@ namespace {
 
 namespace td = tandem;
 
-enum class Model { kMlp, kLargeMlp, kCnn };
+enum class Model { kMlp, kLargeMlp, kCnn, kResnet };
 
 struct Config {
   std::string name;   ///< what --configs selects and the peers' scripts print
@@ -33,6 +34,7 @@ std::vector<Config> all_configs() {
           {"mlp-b256", "mlp 784-256-128-10", Model::kMlp, 256, 1},
           {"large-b256", "mlp 784-1024x2-10", Model::kLargeMlp, 256, 1},
           {"cnn-b64", "cnn (fashion_mnist_cnn)", Model::kCnn, 64, 1},
+          {"resnet-b64", "resnet (fashion_mnist_resnet)", Model::kResnet, 64, 1},
           {"mlp-b64-r2", "mlp 784-256-128-10", Model::kMlp, 64, 2},
           {"mlp-b256-r2", "mlp 784-256-128-10", Model::kMlp, 256, 2}};
 }
@@ -55,12 +57,18 @@ td::nn::Sequential make_model(Model kind) {
            td::nn::Conv2D(64, /*kernel_size=*/5, /*strides=*/1, td::nn::Padding::kSame, relu),
            td::nn::MaxPool2D(/*pool_size=*/2), td::nn::Flatten(), td::nn::Dense(1024, relu),
            td::nn::Dropout(0.4), td::nn::Dense(10)});
+    case Model::kResnet:  // samples/fashion_mnist_resnet's make_model
+      return td::nn::Sequential(
+          {td::nn::Conv2D(16, 3, 1, td::nn::Padding::kSame, td::nn::Activation::kNone, false),
+           td::nn::BatchNormalization(), td::nn::ActivationLayer(relu), samples::ResidualBlock(16),
+           samples::ResidualBlock(32, 2), samples::ResidualBlock(64, 2),
+           td::nn::GlobalAveragePooling2D(), td::nn::Dense(10)});
   }
   TANDEM_THROW("bench_step_cpu: unknown model");
 }
 
 td::Shape example_shape(Model kind) {
-  return kind == Model::kCnn ? td::Shape{28, 28, 1} : td::Shape{28, 28};
+  return kind == Model::kCnn || kind == Model::kResnet ? td::Shape{28, 28, 1} : td::Shape{28, 28};
 }
 
 struct Gemm {
@@ -92,6 +100,8 @@ std::vector<Gemm> step_gemms(Model kind, int64_t batch) {
     case Model::kCnn:
       layer(batch, 7 * 7 * 64, 1024), layer(batch, 1024, 10);
       break;
+    case Model::kResnet:  // timed against its batch normalizations instead (step_batch_norms)
+      break;
   }
   return gemms;
 }
@@ -107,6 +117,16 @@ std::vector<Conv> step_convs(Model kind, int64_t batch) {
   if (kind != Model::kCnn) return {};
   return {{{batch, 28, 28, 1}, {5, 5, 1, 32}, true},      // 28x28x1 -> 28x28x32, pool -> 14x14
           {{batch, 14, 14, 32}, {5, 5, 32, 64}, false}};  // 14x14x32 -> 14x14x64, pool -> 7x7
+}
+
+/// The ResNet's batch normalizations: the input shape of each of its 9 layers (the stem and
+/// block 1 at 28x28x16, blocks 2 and 3 with their shortcuts at 14x14x32 and 7x7x64).
+std::vector<td::Shape> step_batch_norms(Model kind, int64_t batch) {
+  if (kind != Model::kResnet) return {};
+  std::vector<td::Shape> shapes;
+  for (const auto& [side, channels] : {std::pair<int64_t, int64_t>{28, 16}, {14, 32}, {7, 64}})
+    for (int i = 0; i < 3; ++i) shapes.push_back({batch, side, side, channels});
+  return shapes;
 }
 
 struct Options {
@@ -227,8 +247,38 @@ Result run_config(const Config& c, const Options& options) {
           y, convs[i].first ? std::vector<td::Tensor>{kernel} : std::vector<td::Tensor>{x, kernel});
     }
   };
+  // The ResNet's batch normalizations, forward in training mode and backward to their input,
+  // gamma and beta, on every replica at once.
+  const std::vector<td::Shape> norms = step_batch_norms(c.kind, per_replica);
+  std::vector<std::vector<td::nn::BatchNormalization>> norm_layers(c.replicas);
+  std::vector<std::vector<td::Tensor>> norm_inputs(c.replicas);
+  for (int r = 0; r < c.replicas && !norms.empty(); ++r) {
+    for (const td::Shape& shape : norms) {
+      td::nn::BatchNormalization bn;
+      bn.build({shape[1], shape[2], shape[3]});
+      norm_layers[r].push_back(bn);
+      norm_inputs[r].push_back(operand(shape));
+    }
+  }
+  auto norm_pass = [&](td::ReplicaContext& ctx) {
+    const int r = ctx.replica_id_in_sync_group();
+    for (size_t i = 0; i < norms.size(); ++i) {
+      td::nn::BatchNormalization& bn = norm_layers[r][i];
+      const td::Tensor& x = norm_inputs[r][i];
+      td::GradientTape tape;
+      tape.watch(x);
+      const td::Tensor y = bn(x, /*training=*/true);
+      std::vector<td::Tensor> sources{x};
+      for (const td::Variable& v : bn.trainable_variables()) sources.push_back(v.value());
+      tape.gradient(y, sources);
+    }
+  };
   const double gemm_seconds =
-      median_seconds([&] { strategy.run(gemm_pass); }, options.warmup_steps, options.timed_steps);
+      norms.empty()
+          ? median_seconds([&] { strategy.run(gemm_pass); }, options.warmup_steps,
+                           options.timed_steps)
+          : median_seconds([&] { strategy.run(norm_pass); }, options.warmup_steps,
+                           options.timed_steps);
   return {step_seconds, gemm_seconds, threads[0]};
 }
 
@@ -318,7 +368,9 @@ int main(int argc, char** argv) {
         "step = strategy.run(forward + cross-entropy + backward + apply_gradients); gemm = the "
         "GEMMs and convolutions the step needs, alone (dense forward as one oneDNN matmul, "
         "backward through ops::matmul; convolutions forward and backward as ops::conv2d runs "
-        "them; no input gradient for the first layer); of_gemm = gemm_ms / step_ms\n\n");
+        "them; no input gradient for the first layer); of_gemm = gemm_ms / step_ms; for the "
+        "resnet, gemm_ms is its 9 batch normalizations alone (forward in training mode and "
+        "backward) and of_gemm their share of the step\n\n");
     std::printf("%-12s %-24s %6s %8s %8s %12s %9s %9s %8s %9s\n", "config", "model", "batch",
                 "replicas", "threads", "samples/s", "step_ms", "gemm_ms", "of_gemm", "vs_1rep");
   }
