@@ -24,9 +24,16 @@ CONFIGS = {
     "mlp-b256": ("mlp", "mlp 784-256-128-10", 256),
     "large-b256": ("large", "mlp 784-1024x2-10", 256),
     "cnn-b64": ("cnn", "cnn (fashion_mnist_cnn)", 64),
+    "resnet-b64": ("resnet", "resnet (fashion_mnist_resnet)", 64),
 }
 # Hidden widths of the MLPs (input 784 = 28 x 28, 10 classes).
 HIDDEN = {"mlp": [256, 128], "large": [1024, 1024]}
+# fashion_mnist_resnet's model: a 3x3 convolution of 16 filters (no bias), batch norm, ReLU, then
+# residual blocks (filters, stride): conv 3x3 (stride) - BN - ReLU - conv 3x3 - BN, plus the
+# input (a 1x1 convolution with the stride and a BN where the shape changes), ReLU; global
+# average pooling; Dense(10). Batch norm as Keras's: momentum 0.99, epsilon 1e-3.
+RESNET_BLOCKS = [(16, 1), (32, 2), (64, 2)]
+BN_MOMENTUM, BN_EPSILON = 0.99, 1e-3
 CSV_HEADER = "config,batch,samples_per_s,ms_per_step,setting"
 PRECISIONS = ["float32", "mixed_bfloat16"]
 

@@ -26,7 +26,8 @@ PEERS = {  # name -> (table heading, script, runs under the venv's python)
     "tf": ("TensorFlow", "tf_step.py", True),
     "jax": ("JAX", "jax_step.py", True),
 }
-TANDEM_CONFIGS = ["mlp-b64", "mlp-b256", "large-b256", "cnn-b64", "mlp-b64-r2", "mlp-b256-r2"]
+TANDEM_CONFIGS = ["mlp-b64", "mlp-b256", "large-b256", "cnn-b64", "resnet-b64", "mlp-b64-r2",
+                  "mlp-b256-r2"]
 MODELS = {"mlp-b64-r2": "mlp 784-256-128-10", "mlp-b256-r2": "mlp 784-256-128-10"}
 
 

@@ -40,6 +40,74 @@ def init_params(kind, key):
     return params
 
 
+def conv_kernel(key, size, cin, cout):
+    fan = size * size
+    return glorot(key, (size, size, cin, cout), fan * cin, fan * cout)
+
+
+def init_resnet(key):
+    """fashion_mnist_resnet's model: (params, batch-norm state). params["convs"] and
+    params["dense"] are what mixed precision casts; params["norms"] holds (gamma, beta) per batch
+    norm, state the moving (mean, variance), in the order forward_resnet uses them."""
+    keys = iter(jax.random.split(key, 32))
+    convs, norms, state = [], [], []
+
+    def add_conv(size, cin, cout):
+        convs.append(conv_kernel(next(keys), size, cin, cout))
+
+    def add_norm(channels):
+        norms.append((jnp.ones((channels,)), jnp.zeros((channels,))))
+        state.append((jnp.zeros((channels,)), jnp.ones((channels,))))
+
+    add_conv(3, 1, 16), add_norm(16)
+    channels = 16
+    for filters, stride in common.RESNET_BLOCKS:
+        add_conv(3, channels, filters), add_norm(filters)
+        add_conv(3, filters, filters), add_norm(filters)
+        if stride != 1:
+            add_conv(1, channels, filters), add_norm(filters)
+        channels = filters
+    dense = (glorot(next(keys), (channels, 10), channels, 10), jnp.zeros((10,), jnp.float32))
+    return {"convs": convs, "norms": norms, "dense": dense}, state
+
+
+def batch_norm(x, norm, moving):
+    """Training mode over N, H, W in float32 (as Keras under a mixed policy); returns the
+    output in x's dtype and the updated moving statistics."""
+    gamma, beta = norm
+    xf = x.astype(jnp.float32)
+    mean = xf.mean(axis=(0, 1, 2))
+    variance = jnp.square(xf - mean).mean(axis=(0, 1, 2))
+    y = (xf - mean) * jax.lax.rsqrt(variance + common.BN_EPSILON) * gamma + beta
+    m = common.BN_MOMENTUM
+    updated = tuple(jax.lax.stop_gradient(old * m + new * (1 - m))
+                    for old, new in zip(moving, (mean, variance)))
+    return y.astype(x.dtype), updated
+
+
+def forward_resnet(params, state, x):
+    convs, norms = iter(params["convs"]), iter(zip(params["norms"], state))
+    new_state = []
+
+    def conv(x, stride):
+        return jax.lax.conv_general_dilated(x, next(convs), (stride, stride), "SAME",
+                                            dimension_numbers=("NHWC", "HWIO", "NHWC"))
+
+    def norm(x):
+        y, updated = batch_norm(x, *next(norms))
+        new_state.append(updated)
+        return y
+
+    x = jax.nn.relu(norm(conv(x, 1)))
+    for _, stride in common.RESNET_BLOCKS:
+        y = jax.nn.relu(norm(conv(x, stride)))
+        y = norm(conv(y, 1))
+        shortcut = norm(conv(x, stride)) if stride != 1 else x
+        x = jax.nn.relu(y + shortcut)
+    kernel, bias = params["dense"]
+    return x.mean(axis=(1, 2)) @ kernel + bias, new_state
+
+
 def max_pool_2x2(x):
     return jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (1, 2, 2, 1), (1, 2, 2, 1), "VALID")
 
@@ -67,8 +135,49 @@ def forward(kind, params, x, key):
     return x
 
 
+def time_resnet(name, args):
+    _, _, batch = common.CONFIGS[name]
+    params, state = init_resnet(jax.random.PRNGKey(42))
+    optimizer = optax.adam(common.LEARNING_RATE, b1=common.BETA_1, b2=common.BETA_2,
+                           eps=common.EPSILON)
+    opt_state = optimizer.init(params)
+    images, labels = common.synthetic_batch(batch)
+    x = jnp.asarray(images.reshape(batch, 28, 28, 1))
+    y = jnp.asarray(labels.astype(np.int32))
+    mixed = args.precision == "mixed_bfloat16"
+
+    def loss_fn(params, state, x, y):
+        if mixed:  # convolutions and the dense layer in bfloat16; batch norm in float32
+            params = dict(params)
+            for key in ("convs", "dense"):
+                params[key] = jax.tree_util.tree_map(lambda p: p.astype(jnp.bfloat16),
+                                                     params[key])
+            x = x.astype(jnp.bfloat16)
+        logits, new_state = forward_resnet(params, state, x)
+        loss = optax.softmax_cross_entropy_with_integer_labels(logits.astype(jnp.float32), y)
+        return loss.mean(), new_state
+
+    def train_step(params, opt_state, state, x, y):
+        (loss, state), grads = jax.value_and_grad(loss_fn, has_aux=True)(params, state, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, state, loss
+
+    step_fn = jax.jit(train_step, donate_argnums=(0, 1, 2))
+    carried = [params, opt_state, state]
+
+    def step():
+        carried[0], carried[1], carried[2], loss = step_fn(carried[0], carried[1], carried[2], x,
+                                                           y)
+        jax.block_until_ready(carried)  # the update and the moving statistics too
+        return float(loss)
+
+    return common.median_step_seconds(step, args.warmup, args.steps)
+
+
 def time_config(name, args):
     kind, _, batch = common.CONFIGS[name]
+    if kind == "resnet":
+        return time_resnet(name, args)
     params = init_params(kind, jax.random.PRNGKey(42))
     optimizer = optax.adam(common.LEARNING_RATE, b1=common.BETA_1, b2=common.BETA_2,
                            eps=common.EPSILON)

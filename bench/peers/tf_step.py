@@ -19,8 +19,29 @@ import tensorflow as tf  # noqa: E402
 import keras  # noqa: E402
 
 
+def build_resnet():
+    def conv(filters, size, stride):
+        return keras.layers.Conv2D(filters, size, strides=stride, padding="same", use_bias=False)
+
+    def norm():
+        return keras.layers.BatchNormalization(momentum=common.BN_MOMENTUM,
+                                               epsilon=common.BN_EPSILON)
+
+    inputs = keras.Input((28, 28, 1))
+    x = keras.layers.Activation("relu")(norm()(conv(16, 3, 1)(inputs)))
+    for filters, stride in common.RESNET_BLOCKS:
+        y = keras.layers.Activation("relu")(norm()(conv(filters, 3, stride)(x)))
+        y = norm()(conv(filters, 3, 1)(y))
+        shortcut = norm()(conv(filters, 1, stride)(x)) if stride != 1 else x
+        x = keras.layers.Activation("relu")(keras.layers.Add()([y, shortcut]))
+    x = keras.layers.GlobalAveragePooling2D()(x)
+    return keras.Model(inputs, keras.layers.Dense(10)(x))
+
+
 def build_model(kind):
     glorot = "glorot_uniform"  # Keras' default, spelled out: the same as Tandem's
+    if kind == "resnet":
+        return build_resnet()
     if kind == "cnn":
         # fashion_mnist_cnn's model (TensorFlow's tutorial convnet): 5x5 'same' convolutions.
         conv = dict(padding="same", activation="relu", kernel_initializer=glorot)
@@ -43,7 +64,7 @@ def time_config(name, args, jit):
     keras.mixed_precision.set_global_policy(args.precision)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
     images, labels = common.synthetic_batch(batch)
-    if kind == "cnn":
+    if kind in ("cnn", "resnet"):
         images = images.reshape(batch, 28, 28, 1)  # NHWC, as the Tandem sample
     with strategy.scope():
         model = build_model(kind)

@@ -5,8 +5,9 @@ eager forward + cross-entropy + backward + torch.optim.Adam, float32 (or, with -
 mixed_bfloat16, the forward and loss under torch.autocast("cpu", torch.bfloat16)), one process.
 
 By default it tries compute threads 1 and 2 under each OPENBLAS_CORETYPE of --coretypes (each
-core type in a process of its own, since OpenBLAS reads it at load time) and reports the best
-setting per configuration; --threads N --coretype X times one setting.
+core type in a process of its own, since OpenBLAS reads it at load time), and for the
+convolutional models both memory formats (NCHW and channels_last), and reports the best setting
+per configuration; --threads N --coretype X times one setting.
 
     /usr/bin/python3 bench/peers/torch_step.py [--configs mlp-b64,...] [--csv]
 """
@@ -28,8 +29,45 @@ def extra_args(parser):
                         help="time under this OPENBLAS_CORETYPE only, in this process")
 
 
+def build_resnet(torch):
+    nn = torch.nn
+
+    def conv(cin, cout, size, stride):
+        return nn.Conv2d(cin, cout, size, stride=stride, padding=size // 2, bias=False)
+
+    def norm(channels):  # Keras's momentum 0.99 is PyTorch's 0.01
+        return nn.BatchNorm2d(channels, eps=common.BN_EPSILON, momentum=1 - common.BN_MOMENTUM)
+
+    class Block(nn.Module):
+        def __init__(self, cin, filters, stride):
+            super().__init__()
+            self.body = nn.Sequential(conv(cin, filters, 3, stride), norm(filters), nn.ReLU(),
+                                      conv(filters, filters, 3, 1), norm(filters))
+            self.shortcut = (nn.Sequential(conv(cin, filters, 1, stride), norm(filters))
+                             if stride != 1 else nn.Identity())
+
+        def forward(self, x):
+            return torch.relu(self.body(x) + self.shortcut(x))
+
+    layers = [conv(1, 16, 3, 1), norm(16), nn.ReLU()]
+    channels = 16
+    for filters, stride in common.RESNET_BLOCKS:
+        layers.append(Block(channels, filters, stride))
+        channels = filters
+    layers += [nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(channels, 10)]
+    return nn.Sequential(*layers)
+
+
 def build_model(torch, kind):
     nn = torch.nn
+    if kind == "resnet":
+        model = build_resnet(torch)
+        for module in model.modules():
+            if isinstance(module, (nn.Linear, nn.Conv2d)):
+                nn.init.xavier_uniform_(module.weight)
+                if module.bias is not None:
+                    nn.init.zeros_(module.bias)
+        return model
     if kind == "cnn":
         # fashion_mnist_cnn's model (TensorFlow's tutorial convnet): 5x5 'same' convolutions.
         layers = [nn.Conv2d(1, 32, 5, padding=2), nn.ReLU(), nn.MaxPool2d(2),
@@ -49,14 +87,17 @@ def build_model(torch, kind):
     return nn.Sequential(*layers)
 
 
-def time_config(torch, name, args):
+def time_config(torch, name, args, channels_last=False):
     kind, _, batch = common.CONFIGS[name]
     torch.manual_seed(42)
     model = build_model(torch, kind)
     images, labels = common.synthetic_batch(batch)
     x = torch.from_numpy(images)
-    if kind == "cnn":
+    if kind in ("cnn", "resnet"):
         x = x.reshape(batch, 1, 28, 28)  # NCHW, PyTorch's layout
+        if channels_last:  # NHWC in memory: oneDNN's preferred layout for convolutions
+            model = model.to(memory_format=torch.channels_last)
+            x = x.contiguous(memory_format=torch.channels_last)
     y = torch.from_numpy(labels)
     optimizer = torch.optim.Adam(model.parameters(), lr=common.LEARNING_RATE,
                                  betas=(common.BETA_1, common.BETA_2), eps=common.EPSILON)
@@ -81,10 +122,13 @@ def run_here(args):
     report = common.Report(f"PyTorch {torch.__version__} eager on the CPU, {args.precision}, "
                            f"Adam; OPENBLAS_CORETYPE {coretype}", args)
     for name in args.configs:
+        convolutional = common.CONFIGS[name][0] in ("cnn", "resnet")
         for threads in [args.threads] if args.threads else [1, 2]:
             torch.set_num_threads(threads)
-            seconds = time_config(torch, name, args)
-            report.row(name, seconds, f"threads={threads} coretype={coretype}")
+            for channels_last in [False, True] if convolutional else [False]:
+                seconds = time_config(torch, name, args, channels_last)
+                layout = " channels_last" if channels_last else ""
+                report.row(name, seconds, f"threads={threads} coretype={coretype}{layout}")
 
 
 def sweep(args):
@@ -101,7 +145,7 @@ def sweep(args):
                    "--precision", args.precision]
         out = subprocess.run(command, env=env, check=True, capture_output=True, text=True).stdout
         for line in out.splitlines()[1:]:
-            name, _, _, ms, setting = line.split(",")
+            name, _, _, ms, setting = line.split(",")  # several rows per configuration
             seconds = float(ms) * 1e-3
             if name not in best or seconds < best[name][0]:
                 best[name] = (seconds, setting)
