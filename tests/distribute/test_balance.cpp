@@ -114,7 +114,9 @@ TEST_CASE("a replica twice as slow per example gets a third of each batch, and n
     CHECK(static_cast<double>(balanced.slow_share[i]) ==
           Approx(kGlobalBatch / 3.0).epsilon(0.1));
   }
-  CHECK(balanced.step_ms <= 0.75 * even.step_ms);
+  // Ideally 2/3 of the even step; 0.8 leaves room for the fixed costs of a step, which do not
+  // shrink with the slow replica's share and weigh more under ThreadSanitizer or a busy machine.
+  CHECK(balanced.step_ms <= 0.8 * even.step_ms);
   // Same global batches, same loss scaling: the same weights, up to the summation order.
   REQUIRE(balanced.weights.size() == even.weights.size());
   float largest = 0;

@@ -205,6 +205,24 @@ TEST_CASE("gradients of avg_pool2d", "[cpu][ops][grad]") {
       {x});
 }
 
+TEST_CASE("gradients of batch_norm (training mode) for x, gamma and beta", "[cpu][ops][grad]") {
+  const Tensor x = input({37, 5}, 25, -2.0, 3.0);
+  const Tensor gamma = input({5}, 26, 0.5, 1.5), beta = input({5}, 27);
+  check_gradients(
+      [](const In& v) {
+        Tensor mean, variance;
+        return ops::batch_norm(v[0], v[1], v[2], 1e-3, mean, variance);
+      },
+      {x, gamma, beta});
+  // Without scale and center.
+  check_gradients(
+      [](const In& v) {
+        Tensor mean, variance;
+        return ops::batch_norm(v[0], Tensor(), Tensor(), 1e-3, mean, variance);
+      },
+      {x});
+}
+
 TEST_CASE("gradient of embedding, with repeated indices", "[cpu][ops][grad]") {
   const Tensor table = input({6, 4}, 24);
   const Tensor indices = Tensor::from_vector(std::vector<int64_t>{5, 1, 5, 0, 3, 5, 1}, Shape{7});

@@ -270,6 +270,37 @@ TEST_CASE("embedding gathers rows, adds repeated rows' gradients, and names a ba
   REQUIRE(values(rows) == std::vector<double>(hv.begin() + 9, hv.begin() + 12));
 }
 
+TEST_CASE("batch_norm: the batch's mean and biased variance, the normalized output",
+          "[cpu][ops]") {
+  for (const DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    INFO(dtype);
+    // 1500 rows: several blocks of the kernel's partial sums.
+    const Tensor x = ops::cast(random_tensor({1500, 3}, 48, DType::kFloat64, -2.0, 5.0), dtype);
+    const Tensor gamma = ops::cast(Tensor::from_vector(std::vector<double>{1.5, -0.5, 2.0}), dtype);
+    const Tensor beta = ops::cast(Tensor::from_vector(std::vector<double>{0.25, 0.0, -1.0}), dtype);
+    Tensor mean, variance;
+    const Tensor y = ops::batch_norm(x, gamma, beta, 1e-3, mean, variance);
+    const std::vector<double> xv = values(x);
+    std::vector<double> m(3, 0.0), v(3, 0.0), expected;
+    for (size_t i = 0; i < xv.size(); ++i) m[i % 3] += xv[i] / 1500;
+    for (size_t i = 0; i < xv.size(); ++i) v[i % 3] += (xv[i] - m[i % 3]) * (xv[i] - m[i % 3]) / 1500;
+    const double g[3] = {1.5, -0.5, 2.0}, b[3] = {0.25, 0.0, -1.0};
+    for (size_t i = 0; i < xv.size(); ++i)
+      expected.push_back((xv[i] - m[i % 3]) / std::sqrt(v[i % 3] + 1e-3) * g[i % 3] + b[i % 3]);
+    const double tolerance = dtype == DType::kFloat32 ? 2e-6 : 1e-12;
+    require_close(mean, m, tolerance, tolerance);
+    require_close(variance, v, tolerance, tolerance);
+    require_close(y, expected, 4 * tolerance, 4 * tolerance);
+  }
+  Tensor mean, variance;
+  REQUIRE_THROWS_WITH(ops::batch_norm(Tensor::ones({2, 3, 4}), Tensor(), Tensor(), 1e-3, mean,
+                                      variance),
+                      Catch::Contains("batch_norm") && Catch::Contains("[2, 3, 4]"));
+  REQUIRE_THROWS_WITH(ops::batch_norm(Tensor::ones({2, 3}), Tensor::ones({4}), Tensor(), 1e-3,
+                                      mean, variance),
+                      Catch::Contains("gamma and beta") && Catch::Contains("[4]"));
+}
+
 TEST_CASE("dropout masks from the generator and scales what it keeps", "[cpu][ops]") {
   const Tensor x = Tensor::ones({1001}, DType::kFloat64);
   Generator generator(/*seed=*/7, /*stream=*/3);

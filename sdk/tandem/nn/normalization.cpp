@@ -45,6 +45,21 @@ Tensor BatchNormalizationImpl::call(const Tensor& x, bool training) {
   const Tensor flat = ops::reshape(input, Shape{rows, features});
   const auto scalar = [&](double v) { return Tensor::scalar(v, type).to(input.device()); };
   Tensor mean, variance;
+  if (training && !options_.synchronized && ops::batch_norm_supported(flat)) {
+    // One op for the statistics, the output and its backward (this replica's rows).
+    Tensor y = ops::batch_norm(flat, options_.scale ? gamma_.value() : Tensor(),
+                               options_.center ? beta_.value() : Tensor(), options_.epsilon, mean,
+                               variance);
+    {
+      const autograd::NoRecordGuard no_record;
+      const Tensor keep = scalar(options_.momentum), take = scalar(1.0 - options_.momentum);
+      moving_mean_.assign(ops::add(ops::mul(moving_mean_.value(), keep), ops::mul(mean, take)));
+      moving_variance_.assign(
+          ops::add(ops::mul(moving_variance_.value(), keep), ops::mul(variance, take)));
+    }
+    y = ops::reshape(y, input.shape());
+    return y.dtype() == x.dtype() ? y : ops::cast(y, x.dtype());
+  }
   if (training) {
     if (options_.synchronized) {
       // One all-reduce of [sum, sum of squares, count] over every replica (an empty replica

@@ -136,6 +136,16 @@ Tensor avg_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<
 /// Output spatial size for one dimension.
 int64_t conv_output_size(int64_t input, int64_t window, int64_t stride, Padding padding);
 
+/// Batch normalization in training mode over the rows of x [rows, channels]: mean and biased
+/// variance per channel (written to `mean` and `variance`, untracked), and
+/// y = (x - mean) / sqrt(variance + epsilon) * gamma + beta (gamma, beta [channels], or undefined
+/// for 1 and 0), with one backward for x, gamma and beta. CPU, float32 or float64 only
+/// (batch_norm_supported); sums in double. nn::BatchNormalization uses it when it can.
+Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon,
+                  Tensor& mean, Tensor& variance);
+/// Whether batch_norm takes x.
+bool batch_norm_supported(const Tensor& x);
+
 /// Embedding lookup: table [rows, width] gathered by `indices` (int32 or int64, any shape, each
 /// in [0, rows): raises naming the first that is not; on a GPU that check waits for the stream)
 /// -> [indices..., width]. The table's gradient is dense [rows, width], each index's gradient
