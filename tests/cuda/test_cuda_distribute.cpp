@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <memory>
 #include <sstream>
 #include <string>
@@ -125,8 +126,11 @@ struct Trained {
   uint64_t bucketed_steps = 0;  // replica 0's steps whose gradients went out in buckets
 };
 
-/// 12 steps of an MLP on global batches of 64 from a distributed dataset, Adam.
-Trained train(Strategy& strategy) {
+nn::Sequential mlp() { return nn::Sequential({nn::Dense(32, nn::Activation::kRelu), nn::Dense(4)}); }
+
+/// 12 steps of a model (an MLP by default) on global batches of 64 from a distributed dataset,
+/// Adam.
+Trained train(Strategy& strategy, const std::function<nn::Sequential()>& make_model = mlp) {
   Generator g(2024);
   const int64_t steps = 12, batch = 64;
   const Tensor features = Tensor::normal({steps * batch, 8}, g);
@@ -138,7 +142,7 @@ Trained train(Strategy& strategy) {
   }
   auto data = strategy.distribute_dataset(
       data::from_tensor_slices({features, Tensor::from_vector(labels)}).batch(batch));
-  nn::Sequential model({nn::Dense(32, nn::Activation::kRelu), nn::Dense(4)});
+  nn::Sequential model = make_model();
   std::unique_ptr<optim::Adam> optimizer;
   {
     auto scope = strategy.scope();
@@ -185,6 +189,35 @@ TEST_CASE("data-parallel invariance on GPU replicas: 1x64 on the CPU == 1x64 == 
       const double difference = relative_difference(reference.weights[v], gpu.weights[v]);
       INFO(replicas << " GPU replica(s), variable " << v << ": " << difference);
       CHECK(difference <= 1e-5);
+      CHECK(relative_difference(reference.initial[v], reference.weights[v]) > 1e-3);
+    }
+  }
+}
+
+TEST_CASE("batch norm (plain, and synchronized over GPU replicas) and layer norm train as on the CPU",
+          "[cuda][distribute][batch_norm]") {
+  TANDEM_REQUIRE_GPU();
+  const auto normalized = [](bool synchronized) {
+    return [synchronized] {
+      return nn::Sequential({nn::Dense(16, nn::Activation::kNone, /*use_bias=*/false),
+                             nn::BatchNormalization({.synchronized = synchronized}),
+                             nn::ActivationLayer(nn::Activation::kRelu), nn::LayerNormalization(),
+                             nn::Dense(4)});
+    };
+  };
+  // The CPU's one-op batch norm against the GPU's composed ops; N synchronized GPU replicas
+  // against one replica with the whole batch.
+  auto cpu = MirroredStrategy::cpu(1);
+  const Trained reference = train(cpu, normalized(false));
+  for (const auto& [replicas, synchronized] : {std::pair{1, false}, {2, true}, {4, true}}) {
+    auto strategy = logical_replicas(replicas);
+    const Trained gpu = train(strategy, normalized(synchronized));
+    CHECK(gpu.replicas_identical);
+    for (size_t v = 0; v < reference.weights.size(); ++v) {
+      const double difference = relative_difference(reference.weights[v], gpu.weights[v]);
+      INFO(replicas << " GPU replica(s), synchronized " << synchronized << ", variable " << v
+                    << ": " << difference);
+      CHECK(difference <= 1e-4);
       CHECK(relative_difference(reference.initial[v], reference.weights[v]) > 1e-3);
     }
   }
