@@ -138,8 +138,9 @@ def main():
         print(f"  {contender}: " + "; ".join(chosen))
     print("\nrep = CPU replicas (MirroredStrategy); Tandem = the better of its default threads "
           "(cores / replicas) and 1 thread per round, default = the default alone; of_gemm = "
-          "the GEMMs the step needs, alone / Tandem's step time; PyTorch = the best "
-          "of threads 1 and 2 x OPENBLAS_CORETYPE per round; TensorFlow (the better of "
+          "the GEMMs the step needs, alone / Tandem's step time (resnet: its batch norms "
+          "alone); PyTorch = the best of threads 1 and 2 x OPENBLAS_CORETYPE (and, for the "
+          "convolutional models, NCHW or channels_last) per round; TensorFlow (the better of "
           "tf.function with jit_compile off and on) and JAX at their default thread pools")
     print(f"load average {load_start:.2f} at the start, {os.getloadavg()[0]:.2f} at the end "
           f"({time.time() - start:.0f} s); cores: {os.cpu_count()}")
