@@ -99,6 +99,45 @@ TEST_CASE("sync-on-read variables: each replica keeps its copy, a read outside r
   }
 }
 
+TEST_CASE("strategy.reduce of a variable reduces its copies, as of a PerReplica",
+          "[cpu][distribute]") {
+  auto strategy = td::MirroredStrategy::cpu(3);
+  td::Variable statistic, weight;
+  {
+    auto scope = strategy.scope();
+    statistic = td::make_variable("statistic", td::Tensor::zeros({2}),
+                                  {.trainable = false,
+                                   .synchronization = td::VariableSynchronization::kOnRead,
+                                   .aggregation = td::VariableAggregation::kMean});
+    weight = td::make_variable("weight", td::Tensor::from_vector(std::vector<float>{1, -2}));
+  }
+  strategy.run([&](td::ReplicaContext& ctx) {
+    const auto r = static_cast<float>(ctx.replica_id_in_sync_group());
+    statistic.assign(td::Tensor::from_vector(std::vector<float>{r, 10 * r}));
+  });
+  CHECK(strategy.reduce(td::ReduceOp::kMean, statistic).to_vector<float>() ==
+        std::vector<float>{1, 10});
+  CHECK(strategy.reduce(td::ReduceOp::kMean, statistic).to_vector<float>() ==
+        statistic.aggregated().to_vector<float>());
+  CHECK(strategy.reduce(td::ReduceOp::kSum, statistic).to_vector<float>() ==
+        std::vector<float>{3, 30});
+  CHECK(strategy.reduce(td::ReduceOp::kMax, statistic, 0).to_vector<float>() ==
+        std::vector<float>{20});
+  // A mirrored variable: every copy is the value, so the sum is 3 times it.
+  CHECK(strategy.reduce(td::ReduceOp::kSum, weight).to_vector<float>() ==
+        std::vector<float>{3, -6});
+  CHECK(strategy.reduce(td::ReduceOp::kMean, weight).to_vector<float>() ==
+        std::vector<float>{1, -2});
+  // Made outside the scope: one copy, a non-distributed value.
+  const td::Variable plain("plain", td::Tensor::from_vector(std::vector<float>{4}));
+  CHECK(strategy.reduce(td::ReduceOp::kMean, plain).to_vector<float>() == std::vector<float>{4});
+  REQUIRE_THROWS_WITH(strategy.reduce(td::ReduceOp::kSum, plain),
+                      Catch::Contains("not a PerReplica"));
+  auto other = td::MirroredStrategy::cpu(2);
+  REQUIRE_THROWS_WITH(other.reduce(td::ReduceOp::kMean, weight),
+                      Catch::Contains("\"weight\" has 3 copies") && Catch::Contains("2 replicas"));
+}
+
 TEST_CASE("sync-on-read variables: refused when trainable, unreadable without an aggregation",
           "[cpu][distribute][sync_on_read]") {
   auto strategy = td::MirroredStrategy::cpu(2);

@@ -87,6 +87,18 @@ Tensor Strategy::reduce(ReduceOp op, const Tensor& value, std::optional<int64_t>
   return detail::divide_by(total, static_cast<double>(value.dim(*axis)));
 }
 
+Tensor Strategy::reduce(ReduceOp op, const Variable& variable, std::optional<int64_t> axis) const {
+  TANDEM_CHECK(variable.defined(), name(), ".reduce: the variable is undefined");
+  if (variable.num_copies() == 1 && impl_->num_replicas() > 1)
+    return reduce(op, variable.value_untracked(), axis);
+  TANDEM_CHECK(variable.num_copies() == impl_->num_replicas(), name(), ".reduce: variable \"",
+               variable.name(), "\" has ", variable.num_copies(), " copies but the strategy has ",
+               impl_->num_replicas(), " replicas (was it made in another strategy's scope?)");
+  std::vector<Tensor> copies;
+  for (int r = 0; r < variable.num_copies(); ++r) copies.push_back(variable.copy(r));
+  return reduce(op, PerReplica<Tensor>(std::move(copies)), axis);
+}
+
 void Strategy::across_workers(Tensor& value, ReduceOp op) const {
   if (impl_->num_workers() == 1) return;
   std::vector<Tensor> values = {value};

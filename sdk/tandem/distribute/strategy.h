@@ -158,6 +158,13 @@ class Strategy {
   /// over `axis` if given); kSum with more than one replica raises, because a value that is
   /// not per-replica has no per-replica parts to add.
   Tensor reduce(ReduceOp op, const Tensor& value, std::optional<int64_t> axis = std::nullopt) const;
+  /// A variable's copies, one per replica, reduced as a PerReplica (tf.distribute's reduce of a
+  /// distributed variable): kMean of a sync-on-read variable's copies is its aggregate under
+  /// kMean, kSum of a mirrored one N times its value. Across workers every worker's copies take
+  /// part (a collective: every worker calls it). A variable made outside the strategy's scope
+  /// (one copy) is a non-distributed value.
+  Tensor reduce(ReduceOp op, const Variable& variable,
+                std::optional<int64_t> axis = std::nullopt) const;
   /// The per-replica values concatenated along `axis`, in replica order.
   Tensor gather(const PerReplica<Tensor>& value, int64_t axis = 0) const;
   /// The per-replica values, in replica order.
