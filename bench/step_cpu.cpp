@@ -273,12 +273,11 @@ Result run_config(const Config& c, const Options& options) {
       tape.gradient(y, sources);
     }
   };
-  const double gemm_seconds =
-      norms.empty()
-          ? median_seconds([&] { strategy.run(gemm_pass); }, options.warmup_steps,
-                           options.timed_steps)
-          : median_seconds([&] { strategy.run(norm_pass); }, options.warmup_steps,
-                           options.timed_steps);
+  const double gemm_seconds = norms.empty()
+                                  ? median_seconds([&] { strategy.run(gemm_pass); },
+                                                   options.warmup_steps, options.timed_steps)
+                                  : median_seconds([&] { strategy.run(norm_pass); },
+                                                   options.warmup_steps, options.timed_steps);
   return {step_seconds, gemm_seconds, threads[0]};
 }
 

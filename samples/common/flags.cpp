@@ -190,8 +190,7 @@ std::string usage(const SampleInfo& info) {
     out << "  --lr-schedule constant|cosine  cosine decays the learning rate to 0 over the\n"
         << "                            updates of --epochs (Keras's CosineDecay); default "
         << info.default_lr_schedule << "\n";
-  out
-      << "  --checkpoint-dir DIR      where checkpoints are saved after every epoch; a run\n"
+  out << "  --checkpoint-dir DIR      where checkpoints are saved after every epoch; a run\n"
       << "                            resumes from the newest one there (default\n"
       << "                            " << info.default_checkpoint_dir << ")\n"
       << "  --fresh                   start from scratch, ignoring existing checkpoints (new\n"

@@ -114,7 +114,8 @@ std::vector<Tensor> ReplicaContext::sum_with_row_sparse(const std::vector<Tensor
     my_counts.push_back(static_cast<int64_t>(mine.back().size()));
   }
   // Every replica's counts, [replica][candidate].
-  const std::vector<int64_t> counts = all_gather(Tensor::from_vector(my_counts)).to_vector<int64_t>();
+  const std::vector<int64_t> counts =
+      all_gather(Tensor::from_vector(my_counts)).to_vector<int64_t>();
   const size_t candidates = which.size();
   const auto replicas = static_cast<size_t>(num_replicas_);
   std::vector<int64_t> slots(candidates, 0);
@@ -151,9 +152,10 @@ std::vector<Tensor> ReplicaContext::sum_with_row_sparse(const std::vector<Tensor
     Tensor values = Tensor::zeros(Shape{slots[f], width}, g.dtype());
     const size_t row_bytes = static_cast<size_t>(width) * dtype_size(g.dtype());
     for (int64_t k = 0; k < used; ++k)
-      std::memcpy(static_cast<char*>(values.raw_data()) + k * row_bytes,
-                  static_cast<const char*>(g.raw_data()) + mine[f][static_cast<size_t>(k)] * row_bytes,
-                  row_bytes);
+      std::memcpy(
+          static_cast<char*>(values.raw_data()) + k * row_bytes,
+          static_cast<const char*>(g.raw_data()) + mine[f][static_cast<size_t>(k)] * row_bytes,
+          row_bytes);
     const Tensor all_index = all_gather(Tensor::from_vector(index));
     const Tensor all_values = all_gather(values);
     summed[which[f]] =

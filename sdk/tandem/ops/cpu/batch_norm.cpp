@@ -1,8 +1,8 @@
 // Batch normalization over the rows of x [rows, channels] (channels last), in training mode:
 // the forward makes the batch's mean and biased variance and the normalized, scaled and shifted
-// output in two passes over float32 (three over float64); the backward makes the gradients of x, gamma and beta in two. Sums run
-// in double over fixed blocks of rows, the blocks in parallel and combined in block order, so
-// the results do not depend on the thread count.
+// output in two passes over float32 (three over float64); the backward makes the gradients of x,
+// gamma and beta in two. Sums run in double over fixed blocks of rows, the blocks in parallel and
+// combined in block order, so the results do not depend on the thread count.
 #include "tandem/ops/cpu/batch_norm.h"
 
 #include <algorithm>
@@ -168,11 +168,9 @@ void batch_norm_backward(const T* x, const T* dy, int64_t rows, int64_t channels
 template void batch_norm_forward<float>(const float*, int64_t, int64_t, const float*, const float*,
                                         double, float*, float*, float*, float*);
 template void batch_norm_forward<double>(const double*, int64_t, int64_t, const double*,
-                                         const double*, double, double*, double*, double*,
-                                         double*);
-template void batch_norm_backward<float>(const float*, const float*, int64_t, int64_t,
-                                         const float*, const float*, const float*, float*, float*,
-                                         float*);
+                                         const double*, double, double*, double*, double*, double*);
+template void batch_norm_backward<float>(const float*, const float*, int64_t, int64_t, const float*,
+                                         const float*, const float*, float*, float*, float*);
 template void batch_norm_backward<double>(const double*, const double*, int64_t, int64_t,
                                           const double*, const double*, const double*, double*,
                                           double*, double*);

@@ -35,8 +35,8 @@ void embedding_backward(const T* dy, const L* indices, int64_t n, int64_t rows, 
   }
 }
 
-#define TANDEM_CPU_EMBEDDING(T, L)                                                         \
-  template void embedding_forward<T, L>(const T*, int64_t, const L*, int64_t, T*);         \
+#define TANDEM_CPU_EMBEDDING(T, L)                                                 \
+  template void embedding_forward<T, L>(const T*, int64_t, const L*, int64_t, T*); \
   template void embedding_backward<T, L>(const T*, const L*, int64_t, int64_t, int64_t, T*);
 TANDEM_CPU_EMBEDDING(float, int32_t)
 TANDEM_CPU_EMBEDDING(float, int64_t)

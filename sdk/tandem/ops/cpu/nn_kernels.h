@@ -1,5 +1,5 @@
-// CPU kernels behind matmul, conv2d, max_pool2d, avg_pool2d and dropout (called from nn_ops.cpp only).
-// Row-major throughout; leading dimensions are in elements.
+// CPU kernels behind matmul, conv2d, max_pool2d, avg_pool2d and dropout (called from nn_ops.cpp
+// only). Row-major throughout; leading dimensions are in elements.
 #pragma once
 
 #include <cstdint>

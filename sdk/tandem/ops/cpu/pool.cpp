@@ -1,9 +1,9 @@
-// 2-D max and average pooling over NHWC inputs. Max pooling runs in two passes that run across channels in vector lanes: the
-// forward keeps only the window maxima; the backward finds each window's first maximum again by
-// comparing the input with the output, and routes the gradient there. No index is stored, and
-// no lane waits on a branch (a maximum decided by a branch per element mispredicts on real data).
-// Built with -fno-trapping-math (CMakeLists.txt), without which GCC keeps the comparisons of the
-// backward in branches; the results are the same either way.
+// 2-D max and average pooling over NHWC inputs. Max pooling runs in two passes that run across
+// channels in vector lanes: the forward keeps only the window maxima; the backward finds each
+// window's first maximum again by comparing the input with the output, and routes the gradient
+// there. No index is stored, and no lane waits on a branch (a maximum decided by a branch per
+// element mispredicts on real data). Built with -fno-trapping-math (CMakeLists.txt), without which
+// GCC keeps the comparisons of the backward in branches; the results are the same either way.
 #include <algorithm>
 #include <limits>
 #include <vector>
@@ -238,8 +238,8 @@ void avg_pool2d_forward(const ConvGeometry& g, const T* x, T* y) {
 #pragma omp simd
           for (int64_t c = 0; c < channels; ++c) out[c] += v[c];
         }
-      const int64_t count = std::max<int64_t>(rows.end - rows.begin, 0) *
-                            std::max<int64_t>(cols.end - cols.begin, 0);
+      const int64_t count =
+          std::max<int64_t>(rows.end - rows.begin, 0) * std::max<int64_t>(cols.end - cols.begin, 0);
       // A window of padding only (never with TF's SAME) averages nothing: 0.
       const T divisor = static_cast<T>(std::max<int64_t>(count, 1));
 #pragma omp simd

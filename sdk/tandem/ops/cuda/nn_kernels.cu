@@ -1,6 +1,7 @@
 // CUDA kernels behind conv2d, max_pool2d, avg_pool2d, embedding and dropout: im2col / col2im, max
-// and average pooling over NHWC inputs, embedding rows, and the Philox dropout mask. Backward passes gather per input
-// element in the CPU kernels' order, so they need no atomics and give the CPU's sums bit for bit.
+// and average pooling over NHWC inputs, embedding rows, and the Philox dropout mask. Backward
+// passes gather per input element in the CPU kernels' order, so they need no atomics and give the
+// CPU's sums bit for bit.
 #include <algorithm>
 #include <limits>
 
@@ -189,8 +190,8 @@ __global__ void avg_pool_backward_kernel(Geometry<I> g, const T* dy, T* dx) {
 
 /// One thread per output element.
 template <typename T, typename L>
-__global__ void embedding_forward_kernel(const T* table, int64_t width, const L* indices,
-                                         int64_t n, T* y) {
+__global__ void embedding_forward_kernel(const T* table, int64_t width, const L* indices, int64_t n,
+                                         T* y) {
   const int64_t total = n * width;
   for (int64_t j = grid_start<int64_t>(); j < total; j += grid_step<int64_t>())
     y[j] = table[static_cast<int64_t>(indices[j / width]) * width + j % width];
@@ -313,8 +314,7 @@ void embedding_forward(const T* table, int64_t width, const L* indices, int64_t 
                        cudaStream_t stream) {
   const int64_t total = n * width;
   if (total <= 0) return;
-  embedding_forward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(table, width, indices, n,
-                                                                         y);
+  embedding_forward_kernel<<<blocks_for(total), kThreads, 0, stream>>>(table, width, indices, n, y);
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
@@ -355,7 +355,7 @@ void dropout_mask(int64_t n, double rate, uint64_t seed, uint64_t stream_id, uin
 TANDEM_CUDA_NN(float)
 TANDEM_CUDA_NN(double)
 
-#define TANDEM_CUDA_EMBEDDING(T, L)                                                               \
+#define TANDEM_CUDA_EMBEDDING(T, L)                                                              \
   template void embedding_forward<T, L>(const T*, int64_t, const L*, int64_t, T*, cudaStream_t); \
   template void embedding_backward<T, L>(const T*, const L*, int64_t, int64_t, int64_t, T*,      \
                                          cudaStream_t);
