@@ -143,29 +143,33 @@ Conv2D::Conv2D(int64_t filters, Size2 kernel_size, Size2 strides, Padding paddin
                                           use_bias)) {}
 Conv2D::Conv2D(std::shared_ptr<Conv2DImpl> impl) : Module(std::move(impl)) {}
 
-// ---- MaxPool2D -------------------------------------------------------------------------------
+// ---- MaxPool2D, AvgPool2D --------------------------------------------------------------------
 
-MaxPool2DImpl::MaxPool2DImpl(Size2 pool_size, Size2 strides, Padding padding)
-    : ModuleImpl("max_pooling2d"),
+Pool2DImpl::Pool2DImpl(std::string name, const char* layer, Size2 pool_size, Size2 strides,
+                       Padding padding)
+    : ModuleImpl(std::move(name)),
       pool_size_(pool_size),
       strides_(strides == Size2(0) ? pool_size : strides),
       padding_(padding) {
-  TANDEM_CHECK(pool_size.h > 0 && pool_size.w > 0, "MaxPool2D: pool_size must be positive, got ",
+  TANDEM_CHECK(pool_size.h > 0 && pool_size.w > 0, layer, ": pool_size must be positive, got ",
                pool_size.h, "x", pool_size.w);
-  TANDEM_CHECK(strides_.h > 0 && strides_.w > 0, "MaxPool2D: strides must be positive, got ",
+  TANDEM_CHECK(strides_.h > 0 && strides_.w > 0, layer, ": strides must be positive, got ",
                strides_.h, "x", strides_.w);
 }
 
-Shape MaxPool2DImpl::compute_output_shape(const Shape& input_shape) const {
+Shape Pool2DImpl::compute_output_shape(const Shape& input_shape) const {
   TANDEM_CHECK(input_shape.rank() == 3, describe(),
                ": needs NHWC inputs, [height, width, channels] without batch; got ", input_shape);
   const auto [oh, ow] = window_output(describe(), input_shape, pool_size_, strides_, padding_);
   return Shape{oh, ow, input_shape[2]};
 }
 
+MaxPool2DImpl::MaxPool2DImpl(Size2 pool_size, Size2 strides, Padding padding)
+    : Pool2DImpl("max_pooling2d", "MaxPool2D", pool_size, strides, padding) {}
+
 Tensor MaxPool2DImpl::call(const Tensor& x, bool training) {
   (void)training;
-  return ops::max_pool2d(x, pool_size_.array(), strides_.array(), padding_);
+  return ops::max_pool2d(x, pool_size().array(), strides().array(), padding());
 }
 
 MaxPool2D::MaxPool2D(Size2 pool_size, Size2 strides, Padding padding)
@@ -175,26 +179,11 @@ MaxPool2D::MaxPool2D(std::shared_ptr<MaxPool2DImpl> impl) : Module(std::move(imp
 // ---- AvgPool2D -------------------------------------------------------------------------------
 
 AvgPool2DImpl::AvgPool2DImpl(Size2 pool_size, Size2 strides, Padding padding)
-    : ModuleImpl("average_pooling2d"),
-      pool_size_(pool_size),
-      strides_(strides == Size2(0) ? pool_size : strides),
-      padding_(padding) {
-  TANDEM_CHECK(pool_size.h > 0 && pool_size.w > 0, "AvgPool2D: pool_size must be positive, got ",
-               pool_size.h, "x", pool_size.w);
-  TANDEM_CHECK(strides_.h > 0 && strides_.w > 0, "AvgPool2D: strides must be positive, got ",
-               strides_.h, "x", strides_.w);
-}
-
-Shape AvgPool2DImpl::compute_output_shape(const Shape& input_shape) const {
-  TANDEM_CHECK(input_shape.rank() == 3, describe(),
-               ": needs NHWC inputs, [height, width, channels] without batch; got ", input_shape);
-  const auto [oh, ow] = window_output(describe(), input_shape, pool_size_, strides_, padding_);
-  return Shape{oh, ow, input_shape[2]};
-}
+    : Pool2DImpl("average_pooling2d", "AvgPool2D", pool_size, strides, padding) {}
 
 Tensor AvgPool2DImpl::call(const Tensor& x, bool training) {
   (void)training;
-  return ops::avg_pool2d(x, pool_size_.array(), strides_.array(), padding_);
+  return ops::avg_pool2d(x, pool_size().array(), strides().array(), padding());
 }
 
 AvgPool2D::AvgPool2D(Size2 pool_size, Size2 strides, Padding padding)

@@ -117,22 +117,33 @@ class Conv2D : public Module {
   const Variable& bias() const { return layer().bias(); }
 };
 
-// ---- MaxPool2D -------------------------------------------------------------------------------
+// ---- MaxPool2D, AvgPool2D --------------------------------------------------------------------
 
-class MaxPool2DImpl : public ModuleImpl {
+/// What the pooling layers share: the window, its strides and padding, and the output shape.
+class Pool2DImpl : public ModuleImpl {
  public:
-  MaxPool2DImpl(Size2 pool_size, Size2 strides, Padding padding);
-  std::string type_name() const override { return "MaxPooling2D"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
-  Tensor call(const Tensor& x, bool training) override;
   Size2 pool_size() const { return pool_size_; }
   Size2 strides() const { return strides_; }
   Padding padding() const { return padding_; }
+
+ protected:
+  /// `name`: the Keras auto-name prefix; `layer`: the C++ class named in errors. `strides` 0
+  /// means pool_size.
+  Pool2DImpl(std::string name, const char* layer, Size2 pool_size, Size2 strides,
+             Padding padding);
 
  private:
   Size2 pool_size_;
   Size2 strides_;
   Padding padding_;
+};
+
+class MaxPool2DImpl : public Pool2DImpl {
+ public:
+  MaxPool2DImpl(Size2 pool_size, Size2 strides, Padding padding);
+  std::string type_name() const override { return "MaxPooling2D"; }
+  Tensor call(const Tensor& x, bool training) override;
 };
 
 /// Max pooling over NHWC inputs (Keras MaxPooling2D; its default name is max_pooling2d).
@@ -144,22 +155,11 @@ class MaxPool2D : public Module {
   explicit MaxPool2D(std::shared_ptr<MaxPool2DImpl> impl);
 };
 
-// ---- AvgPool2D -------------------------------------------------------------------------------
-
-class AvgPool2DImpl : public ModuleImpl {
+class AvgPool2DImpl : public Pool2DImpl {
  public:
   AvgPool2DImpl(Size2 pool_size, Size2 strides, Padding padding);
   std::string type_name() const override { return "AveragePooling2D"; }
-  Shape compute_output_shape(const Shape& input_shape) const override;
   Tensor call(const Tensor& x, bool training) override;
-  Size2 pool_size() const { return pool_size_; }
-  Size2 strides() const { return strides_; }
-  Padding padding() const { return padding_; }
-
- private:
-  Size2 pool_size_;
-  Size2 strides_;
-  Padding padding_;
 };
 
 /// Average pooling over NHWC inputs (Keras AveragePooling2D; its default name is

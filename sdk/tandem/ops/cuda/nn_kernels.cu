@@ -106,6 +106,22 @@ __global__ void max_pool_forward_kernel(Geometry<I> g, const T* x, T* y, int64_t
   }
 }
 
+/// The output windows [oh_begin, oh_end) x [ow_begin, ow_end) that contain input pixel (ih, iw):
+/// those with oh * stride - pad <= ih <= oh * stride - pad + window - 1 (and the same for w).
+template <typename I>
+struct Windows {
+  I oh_begin, oh_end, ow_begin, ow_end;
+};
+template <typename I>
+__device__ Windows<I> windows_containing(const Geometry<I>& g, I ih, I iw) {
+  const I h_low = ih + g.pad_top - g.window_h + 1, w_low = iw + g.pad_left - g.window_w + 1;
+  const I oh_last = (ih + g.pad_top) / g.stride_h, ow_last = (iw + g.pad_left) / g.stride_w;
+  return {h_low <= 0 ? 0 : (h_low + g.stride_h - 1) / g.stride_h,
+          oh_last + 1 < g.out_h ? oh_last + 1 : g.out_h,
+          w_low <= 0 ? 0 : (w_low + g.stride_w - 1) / g.stride_w,
+          ow_last + 1 < g.out_w ? ow_last + 1 : g.out_w};
+}
+
 /// One thread per dx element: the sum of dy over the windows that contain it and chose it, in
 /// output order (the order ops::cpu::max_pool2d_backward adds them).
 template <typename I, typename T>
@@ -114,16 +130,10 @@ __global__ void max_pool_backward_kernel(Geometry<I> g, const T* dy, const int64
   for (I j = grid_start<I>(); j < total; j += grid_step<I>()) {
     const I c = j % g.channels, iw = (j / g.channels) % g.in_w;
     const I ih = (j / (g.channels * g.in_w)) % g.in_h, n = j / (g.channels * g.in_w * g.in_h);
-    // Windows oh with oh * stride - pad <= ih <= oh * stride - pad + window - 1.
-    const I h_low = ih + g.pad_top - g.window_h + 1, w_low = iw + g.pad_left - g.window_w + 1;
-    const I oh_begin = h_low <= 0 ? 0 : (h_low + g.stride_h - 1) / g.stride_h;
-    const I ow_begin = w_low <= 0 ? 0 : (w_low + g.stride_w - 1) / g.stride_w;
-    const I oh_last = (ih + g.pad_top) / g.stride_h, ow_last = (iw + g.pad_left) / g.stride_w;
-    const I oh_end = oh_last + 1 < g.out_h ? oh_last + 1 : g.out_h;
-    const I ow_end = ow_last + 1 < g.out_w ? ow_last + 1 : g.out_w;
+    const Windows<I> w = windows_containing(g, ih, iw);
     T sum = T(0);
-    for (I oh = oh_begin; oh < oh_end; ++oh) {
-      for (I ow = ow_begin; ow < ow_end; ++ow) {
+    for (I oh = w.oh_begin; oh < w.oh_end; ++oh) {
+      for (I ow = w.ow_begin; ow < w.ow_end; ++ow) {
         const I o = ((n * g.out_h + oh) * g.out_w + ow) * g.channels + c;
         if (argmax[o] == static_cast<int64_t>(j)) sum += dy[o];
       }
@@ -173,15 +183,10 @@ __global__ void avg_pool_backward_kernel(Geometry<I> g, const T* dy, T* dx) {
   for (I j = grid_start<I>(); j < total; j += grid_step<I>()) {
     const I c = j % g.channels, iw = (j / g.channels) % g.in_w;
     const I ih = (j / (g.channels * g.in_w)) % g.in_h, n = j / (g.channels * g.in_w * g.in_h);
-    const I h_low = ih + g.pad_top - g.window_h + 1, w_low = iw + g.pad_left - g.window_w + 1;
-    const I oh_begin = h_low <= 0 ? 0 : (h_low + g.stride_h - 1) / g.stride_h;
-    const I ow_begin = w_low <= 0 ? 0 : (w_low + g.stride_w - 1) / g.stride_w;
-    const I oh_last = (ih + g.pad_top) / g.stride_h, ow_last = (iw + g.pad_left) / g.stride_w;
-    const I oh_end = oh_last + 1 < g.out_h ? oh_last + 1 : g.out_h;
-    const I ow_end = ow_last + 1 < g.out_w ? ow_last + 1 : g.out_w;
+    const Windows<I> w = windows_containing(g, ih, iw);
     T sum = T(0);
-    for (I oh = oh_begin; oh < oh_end; ++oh)
-      for (I ow = ow_begin; ow < ow_end; ++ow)
+    for (I oh = w.oh_begin; oh < w.oh_end; ++oh)
+      for (I ow = w.ow_begin; ow < w.ow_end; ++ow)
         sum += dy[((n * g.out_h + oh) * g.out_w + ow) * g.channels + c] /
                static_cast<T>(window_count(g, oh, ow));
     dx[j] = sum;
