@@ -195,7 +195,9 @@ TEST_CASE(
   }
 
   SECTION("an embedding, its gradient rows added where tokens repeat") {
-    auto embedder = [] { return nn::Sequential({nn::Embedding(50, 4), nn::Flatten(), nn::Dense(3)}); };
+    auto embedder = [] {
+      return nn::Sequential({nn::Embedding(50, 4), nn::Flatten(), nn::Dense(3)});
+    };
     nn::Sequential model = embedder();
     model.build({5});
     td::load_weights(model, dir.file("embed_initial.weights.h5"));
@@ -205,8 +207,8 @@ TEST_CASE(
     td::optim::SGD sgd({.learning_rate = 0.1});
     for (int s = 0; s < 10; ++s) {
       td::GradientTape tape;
-      const td::Tensor loss = loss_fn(classes.slice(s * 8, (s + 1) * 8),
-                                      model(tokens.slice(s * 8, (s + 1) * 8), true));
+      const td::Tensor loss =
+          loss_fn(classes.slice(s * 8, (s + 1) * 8), model(tokens.slice(s * 8, (s + 1) * 8), true));
       sgd.apply_gradients(tape.gradient(loss, model.trainable_variables()),
                           model.trainable_variables());
     }

@@ -126,7 +126,9 @@ struct Trained {
   uint64_t bucketed_steps = 0;  // replica 0's steps whose gradients went out in buckets
 };
 
-nn::Sequential mlp() { return nn::Sequential({nn::Dense(32, nn::Activation::kRelu), nn::Dense(4)}); }
+nn::Sequential mlp() {
+  return nn::Sequential({nn::Dense(32, nn::Activation::kRelu), nn::Dense(4)});
+}
 
 /// 12 steps of a model (an MLP by default) on global batches of 64 from a distributed dataset,
 /// Adam.
@@ -194,8 +196,9 @@ TEST_CASE("data-parallel invariance on GPU replicas: 1x64 on the CPU == 1x64 == 
   }
 }
 
-TEST_CASE("batch norm (plain, and synchronized over GPU replicas) and layer norm train as on the CPU",
-          "[cuda][distribute][batch_norm]") {
+TEST_CASE(
+    "batch norm (plain, and synchronized over GPU replicas) and layer norm train as on the CPU",
+    "[cuda][distribute][batch_norm]") {
   TANDEM_REQUIRE_GPU();
   const auto normalized = [](bool synchronized) {
     return [synchronized] {

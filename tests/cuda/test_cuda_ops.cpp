@@ -573,8 +573,7 @@ TEST_CASE("avg_pool2d forward and backward, overlapping and padded windows", "[c
   }
 }
 
-TEST_CASE("embedding forward and backward match the CPU, repeated rows summed in order",
-          "[cuda]") {
+TEST_CASE("embedding forward and backward match the CPU, repeated rows summed in order", "[cuda]") {
   TANDEM_REQUIRE_GPU();
   for (DType dtype : kFloating) {
     for (const int64_t rows : {7, 3000}) {
@@ -586,16 +585,17 @@ TEST_CASE("embedding forward and backward match the CPU, repeated rows summed in
         const Tensor indices = ops::cast(picks, index_type).to(kGpu);
         check_op("embedding",
                  [indices](const auto& v) {
-                   return ops::embedding(v[0], v[0].device().is_cpu() ? indices.to(Device::cpu())
-                                                                      : indices);
+                   return ops::embedding(
+                       v[0], v[0].device().is_cpu() ? indices.to(Device::cpu()) : indices);
                  },
                  {table});
       }
     }
   }
   const Tensor table = random({4, 2}, 144, DType::kFloat32).to(kGpu);
-  REQUIRE_THROWS_WITH(ops::embedding(table, Tensor::from_vector(std::vector<int64_t>{0, 4}).to(kGpu)),
-                      Catch::Contains("row index 4 at index 1") && Catch::Contains("[0, 4)"));
+  REQUIRE_THROWS_WITH(
+      ops::embedding(table, Tensor::from_vector(std::vector<int64_t>{0, 4}).to(kGpu)),
+      Catch::Contains("row index 4 at index 1") && Catch::Contains("[0, 4)"));
 }
 
 TEST_CASE("the dropout mask is bit-identical to the CPU's", "[cuda]") {

@@ -39,10 +39,10 @@ TEST_CASE("kBySpeed needs a global batch to split", "[cpu][data]") {
   td::MirroredStrategy strategy = td::MirroredStrategy::cpu(2);
   td::data::DistributeOptions options;
   options.split = td::data::SplitPolicy::kBySpeed;
-  CHECK_THROWS_WITH(strategy.distribute_datasets_from_function(
-                        [](const td::data::InputContext&) { return td::data::range(8).batch(2); },
-                        options),
-                    Catch::Contains("kBySpeed needs a global batch"));
+  CHECK_THROWS_WITH(
+      strategy.distribute_datasets_from_function(
+          [](const td::data::InputContext&) { return td::data::range(8).batch(2); }, options),
+      Catch::Contains("kBySpeed needs a global batch"));
 }
 
 namespace {
@@ -51,8 +51,8 @@ constexpr int64_t kGlobalBatch = 48;
 constexpr int kSteps = 12;
 
 struct Run {
-  double step_ms = 0;                // median over the steps after the first three
-  std::vector<int64_t> slow_share;   // replica 1's examples per step
+  double step_ms = 0;               // median over the steps after the first three
+  std::vector<int64_t> slow_share;  // replica 1's examples per step
   std::vector<float> weights;
 };
 
@@ -69,7 +69,8 @@ Run train(td::data::SplitPolicy policy) {
       td::data::from_tensor_slices({x, y}).batch(kGlobalBatch), options);
 
   auto scope = strategy.scope();
-  td::Variable w = td::make_variable("w", td::Tensor::from_vector<float>({0.5f, -0.25f, 1, 0}, {4, 1}));
+  td::Variable w =
+      td::make_variable("w", td::Tensor::from_vector<float>({0.5f, -0.25f, 1, 0}, {4, 1}));
   td::optim::SGD sgd;
   auto step = [&](td::ReplicaContext& ctx, const td::data::Batch& batch) {
     const int64_t examples = batch[0].dim(0);
@@ -88,7 +89,8 @@ Run train(td::data::SplitPolicy policy) {
     const auto start = std::chrono::steady_clock::now();
     strategy.run(step, batch);
     step_ms.push_back(
-        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start)
+            .count());
     run.slow_share.push_back(batches.last_split()[1]);
   }
   REQUIRE(step_ms.size() == static_cast<size_t>(kSteps));
@@ -101,8 +103,9 @@ Run train(td::data::SplitPolicy policy) {
 
 }  // namespace
 
-TEST_CASE("a replica twice as slow per example gets a third of each batch, and nothing else changes",
-          "[cpu][distribute]") {
+TEST_CASE(
+    "a replica twice as slow per example gets a third of each batch, and nothing else changes",
+    "[cpu][distribute]") {
   const Run even = train(td::data::SplitPolicy::kEven);
   const Run balanced = train(td::data::SplitPolicy::kBySpeed);
   INFO("step even " << even.step_ms << " ms, balanced " << balanced.step_ms << " ms");
@@ -111,8 +114,7 @@ TEST_CASE("a replica twice as slow per example gets a third of each batch, and n
   CHECK(balanced.slow_share[0] == kGlobalBatch / 2);
   for (size_t i = 2; i < balanced.slow_share.size(); ++i) {
     CAPTURE(i);
-    CHECK(static_cast<double>(balanced.slow_share[i]) ==
-          Approx(kGlobalBatch / 3.0).epsilon(0.1));
+    CHECK(static_cast<double>(balanced.slow_share[i]) == Approx(kGlobalBatch / 3.0).epsilon(0.1));
   }
   // Ideally 2/3 of the even step; 0.8 leaves room for the fixed costs of a step, which do not
   // shrink with the slow replica's share and weigh more under ThreadSanitizer or a busy machine.

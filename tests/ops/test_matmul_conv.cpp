@@ -1,5 +1,5 @@
-// matmul, conv2d, max_pool2d, avg_pool2d and dropout: forward passes against naive host loops (every
-// transpose flag, VALID/SAME padding, strides 1 and 2), Keras parity on the fixture file,
+// matmul, conv2d, max_pool2d, avg_pool2d and dropout: forward passes against naive host loops
+// (every transpose flag, VALID/SAME padding, strides 1 and 2), Keras parity on the fixture file,
 // dropout's use of the generator, and the argument errors.
 #include <catch2/catch.hpp>
 #include <cmath>
@@ -236,8 +236,7 @@ TEST_CASE("embedding gathers rows, adds repeated rows' gradients, and names a ba
   const std::vector<int64_t> picks{4, 0, 4, 2, 4, 1};
   for (const DType index_type : {DType::kInt32, DType::kInt64}) {
     INFO(index_type);
-    const Tensor indices =
-        ops::cast(Tensor::from_vector(picks, Shape{2, 3}), index_type);
+    const Tensor indices = ops::cast(Tensor::from_vector(picks, Shape{2, 3}), index_type);
     const Variable v("table", table);
     GradientTape tape;
     const Tensor y = ops::embedding(v.value(), indices);
@@ -247,13 +246,14 @@ TEST_CASE("embedding gathers rows, adds repeated rows' gradients, and names a ba
       for (int64_t c = 0; c < 3; ++c) expected.push_back(tv[static_cast<size_t>(p * 3 + c)]);
     require_close(y, expected, 0, 0);
     // Weights 1..18 on the outputs: row 4 gets three rows of them, row 3 none.
-    const Tensor weight = ops::cast(
-        ops::add(Tensor::arange(18, DType::kInt64).reshape({2, 3, 3}), int64_t{1}), DType::kFloat64);
+    const Tensor weight =
+        ops::cast(ops::add(Tensor::arange(18, DType::kInt64).reshape({2, 3, 3}), int64_t{1}),
+                  DType::kFloat64);
     const Tensor grad = tape.gradient(ops::sum(ops::mul(y, weight)), {v})[0];
     REQUIRE(grad.shape() == Shape{5, 3});
     const std::vector<double> g = values(grad);
-    const std::vector<double> expected_grad{4, 5, 6,    16, 17, 18, 10, 11, 12,
-                                            0, 0, 0,    1 + 7 + 13, 2 + 8 + 14, 3 + 9 + 15};
+    const std::vector<double> expected_grad{4,  5, 6, 16, 17,         18,         10,        11,
+                                            12, 0, 0, 0,  1 + 7 + 13, 2 + 8 + 14, 3 + 9 + 15};
     REQUIRE(g == expected_grad);
   }
   REQUIRE_THROWS_WITH(ops::embedding(table, Tensor::from_vector(std::vector<int64_t>{1, 5})),
@@ -270,8 +270,7 @@ TEST_CASE("embedding gathers rows, adds repeated rows' gradients, and names a ba
   REQUIRE(values(rows) == std::vector<double>(hv.begin() + 9, hv.begin() + 12));
 }
 
-TEST_CASE("batch_norm: the batch's mean and biased variance, the normalized output",
-          "[cpu][ops]") {
+TEST_CASE("batch_norm: the batch's mean and biased variance, the normalized output", "[cpu][ops]") {
   for (const DType dtype : {DType::kFloat32, DType::kFloat64}) {
     INFO(dtype);
     // 1500 rows: several blocks of the kernel's partial sums.
@@ -283,7 +282,8 @@ TEST_CASE("batch_norm: the batch's mean and biased variance, the normalized outp
     const std::vector<double> xv = values(x);
     std::vector<double> m(3, 0.0), v(3, 0.0), expected;
     for (size_t i = 0; i < xv.size(); ++i) m[i % 3] += xv[i] / 1500;
-    for (size_t i = 0; i < xv.size(); ++i) v[i % 3] += (xv[i] - m[i % 3]) * (xv[i] - m[i % 3]) / 1500;
+    for (size_t i = 0; i < xv.size(); ++i)
+      v[i % 3] += (xv[i] - m[i % 3]) * (xv[i] - m[i % 3]) / 1500;
     const double g[3] = {1.5, -0.5, 2.0}, b[3] = {0.25, 0.0, -1.0};
     for (size_t i = 0; i < xv.size(); ++i)
       expected.push_back((xv[i] - m[i % 3]) / std::sqrt(v[i % 3] + 1e-3) * g[i % 3] + b[i % 3]);
@@ -293,12 +293,12 @@ TEST_CASE("batch_norm: the batch's mean and biased variance, the normalized outp
     require_close(y, expected, 4 * tolerance, 4 * tolerance);
   }
   Tensor mean, variance;
-  REQUIRE_THROWS_WITH(ops::batch_norm(Tensor::ones({2, 3, 4}), Tensor(), Tensor(), 1e-3, mean,
-                                      variance),
-                      Catch::Contains("batch_norm") && Catch::Contains("[2, 3, 4]"));
-  REQUIRE_THROWS_WITH(ops::batch_norm(Tensor::ones({2, 3}), Tensor::ones({4}), Tensor(), 1e-3,
-                                      mean, variance),
-                      Catch::Contains("gamma and beta") && Catch::Contains("[4]"));
+  REQUIRE_THROWS_WITH(
+      ops::batch_norm(Tensor::ones({2, 3, 4}), Tensor(), Tensor(), 1e-3, mean, variance),
+      Catch::Contains("batch_norm") && Catch::Contains("[2, 3, 4]"));
+  REQUIRE_THROWS_WITH(
+      ops::batch_norm(Tensor::ones({2, 3}), Tensor::ones({4}), Tensor(), 1e-3, mean, variance),
+      Catch::Contains("gamma and beta") && Catch::Contains("[4]"));
 }
 
 TEST_CASE("dropout masks from the generator and scales what it keeps", "[cpu][ops]") {

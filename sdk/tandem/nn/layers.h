@@ -130,8 +130,7 @@ class Pool2DImpl : public ModuleImpl {
  protected:
   /// `name`: the Keras auto-name prefix; `layer`: the C++ class named in errors. `strides` 0
   /// means pool_size.
-  Pool2DImpl(std::string name, const char* layer, Size2 pool_size, Size2 strides,
-             Padding padding);
+  Pool2DImpl(std::string name, const char* layer, Size2 pool_size, Size2 strides, Padding padding);
 
  private:
   Size2 pool_size_;

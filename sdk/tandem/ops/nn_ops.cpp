@@ -211,8 +211,8 @@ Tensor embedding(const Tensor& table, const Tensor& indices) {
             if (y.numel() > 0)
               cpu::embedding_forward(table.data<T>(), width, indices.data<L>(), n, y.data<T>());
           },
-          TANDEM_ON_CUDA(
-              cuda::embedding_forward(ptr<T>(table), width, ptr<L>(indices), n, ptr<T>(y), stream)));
+          TANDEM_ON_CUDA(cuda::embedding_forward(ptr<T>(table), width, ptr<L>(indices), n,
+                                                 ptr<T>(y), stream)));
     });
   });
   if (tracked(y, {&table}))

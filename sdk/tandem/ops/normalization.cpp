@@ -19,8 +19,8 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
                   Tensor& mean, Tensor& variance) {
   constexpr std::string_view op = "batch_norm";
   TANDEM_CHECK(batch_norm_supported(x), op,
-               ": needs x [rows, channels] of float32 or float64 on the CPU, got ", x.dtype(),
-               " ", x.shape(), " on ", x.device());
+               ": needs x [rows, channels] of float32 or float64 on the CPU, got ", x.dtype(), " ",
+               x.shape(), " on ", x.device());
   const int64_t rows = x.dim(0), channels = x.dim(1);
   for (const Tensor* p : {&gamma, &beta})
     TANDEM_CHECK(!p->defined() || (p->dtype() == x.dtype() && p->shape() == Shape{channels} &&
@@ -52,12 +52,11 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
                 Tensor dbeta =
                     has_beta ? Tensor::empty(Shape{channels}, x.dtype(), x.device()) : Tensor();
                 dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
-                  cpu::batch_norm_backward(
-                      x.data<T>(), g.data<T>(), rows, channels,
-                      gamma.defined() ? gamma.data<T>() : nullptr, mean.data<T>(),
-                      inverse.data<T>(), dx.data<T>(),
-                      dgamma.defined() ? dgamma.data<T>() : nullptr,
-                      dbeta.defined() ? dbeta.data<T>() : nullptr);
+                  cpu::batch_norm_backward(x.data<T>(), g.data<T>(), rows, channels,
+                                           gamma.defined() ? gamma.data<T>() : nullptr,
+                                           mean.data<T>(), inverse.data<T>(), dx.data<T>(),
+                                           dgamma.defined() ? dgamma.data<T>() : nullptr,
+                                           dbeta.defined() ? dbeta.data<T>() : nullptr);
                 });
                 std::vector<Tensor> grads{dx};
                 if (gamma.defined()) grads.push_back(dgamma);
