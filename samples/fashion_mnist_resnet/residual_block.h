@@ -26,12 +26,15 @@ class ResidualBlockImpl : public tandem::nn::ModuleImpl {
       return nn::Conv2D(filters, size, stride, nn::Padding::kSame, nn::Activation::kNone,
                         /*use_bias=*/false);  // the batch norm after it has the bias
     };
-    conv1_ = add_child(conv(filters, 3, stride));
-    bn1_ = add_child(nn::BatchNormalization(bn));
-    conv2_ = add_child(conv(filters, 3, 1));
-    bn2_ = add_child(nn::BatchNormalization(bn));
+    // Named as a Keras layer's attributes would be (self.conv1, ...): the variables are
+    // "residual_block/conv1/kernel", and Keras 3's .weights.h5 of the same block loads.
+    conv1_ = add_child("conv1", conv(filters, 3, stride));
+    bn1_ = add_child("bn1", nn::BatchNormalization(bn));
+    conv2_ = add_child("conv2", conv(filters, 3, 1));
+    bn2_ = add_child("bn2", nn::BatchNormalization(bn));
     if (stride != 1)
-      shortcut_ = add_child(nn::Sequential({conv(filters, 1, stride), nn::BatchNormalization(bn)}));
+      shortcut_ = add_child("shortcut",
+                            nn::Sequential({conv(filters, 1, stride), nn::BatchNormalization(bn)}));
   }
 
   std::string type_name() const override { return "ResidualBlock"; }

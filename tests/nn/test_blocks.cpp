@@ -43,15 +43,15 @@ TEST_CASE("a residual block of one's own: names, weights, gradients", "[cpu][nn]
   for (const td::Variable& v : model.weights()) names.push_back(v.name());
   CHECK(std::set<std::string>(names.begin(), names.end()).size() == names.size());
   CHECK(names.front() == "conv2d/kernel");
-  CHECK(names[1] == "residual_block/conv2d/kernel");
-  CHECK(names[2] == "residual_block/batch_normalization/gamma");
-  CHECK(names[6] == "residual_block/conv2d_1/kernel");
+  // The sample's block names its layers as Keras attributes (add_child("conv1", ...)).
+  CHECK(names[1] == "residual_block/conv1/kernel");
+  CHECK(names[2] == "residual_block/bn1/gamma");
+  CHECK(names[6] == "residual_block/conv2/kernel");
   // The second block's shortcut: a Sequential nested in the block, its layers under its name.
-  CHECK(std::find(names.begin(), names.end(), "residual_block_1/sequential/conv2d/kernel") !=
+  CHECK(std::find(names.begin(), names.end(), "residual_block_1/shortcut/conv2d/kernel") !=
         names.end());
   CHECK(std::find(names.begin(), names.end(),
-                  "residual_block_1/sequential/batch_normalization/moving_variance") !=
-        names.end());
+                  "residual_block_1/shortcut/batch_normalization/moving_variance") != names.end());
   CHECK(names.back() == "dense/bias");
   // Gradients reach every trainable variable, through the skip connections too.
   td::Generator g(4);

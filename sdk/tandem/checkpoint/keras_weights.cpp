@@ -13,6 +13,7 @@
 #include "tandem/checkpoint/internal/layout.h"
 #include "tandem/io/internal/hdf5_file.h"
 #include "tandem/nn/module.h"
+#include "tandem/nn/sequential.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem {
@@ -60,26 +61,32 @@ std::string quoted_list(const std::vector<std::string>& names) {
 }
 
 /// The model's layers that have weights, in order (a model that is a single layer is its own
-/// one layer). `key` follows Keras 3's naming of a container's entries: the snake-case class
-/// name (Tandem's default_name), then "_1", "_2", ... for later layers of the same class.
-/// `nested`: a layer that holds layers (a nested Sequential) gives its own layers, keyed below
-/// it ("sequential/layers/dense", as Keras 3 stores them); otherwise it is one layer whose
-/// weights are all of theirs (as Keras's legacy files list them).
+/// one layer). `key` follows Keras 3's naming: a Sequential's entries by their snake-case class
+/// name (Tandem's default_name), then "_1", "_2", ... for later layers of the same class; a
+/// block's (a layer of layers) by their names, as Keras keys a custom layer's sub-layers by the
+/// attributes holding them. `nested`: a layer that holds layers gives its own layers, keyed
+/// below it ("sequential/layers/dense", "residual_block/conv1", as Keras 3 stores them);
+/// otherwise it is one layer whose weights are all of theirs (as Keras's legacy files list them).
 void collect_layers(const nn::Module& model, bool nested, const std::string& prefix, int depth,
                     size_t top, std::vector<ModelLayer>& out) {
   TANDEM_CHECK(depth <= 16, "load_weights: models nest deeper than 16 levels");
   std::vector<nn::Module> children = model.children();
   if (children.empty() && depth == 0) children.push_back(model);
+  const bool by_class =
+      depth == 0 || std::dynamic_pointer_cast<nn::SequentialImpl>(model.ptr()) != nullptr;
   std::map<std::string, int> seen;
   for (size_t i = 0; i < children.size(); ++i) {
     const nn::Module& child = children[i];
     const std::string& base = child.impl().default_name();
     const int count = seen[base]++;
-    const std::string key = prefix + (count == 0 ? base : base + "_" + std::to_string(count));
+    const std::string key = prefix + (!by_class    ? child.name()
+                                      : count == 0 ? base
+                                                   : base + "_" + std::to_string(count));
     // `index`: the position of the layer, or of the nested model holding it, in the model.
     const size_t index = depth == 0 ? i : top;
     if (nested && !child.children().empty()) {
-      collect_layers(child, nested, key + "/layers/", depth + 1, index, out);
+      const bool sequential = std::dynamic_pointer_cast<nn::SequentialImpl>(child.ptr()) != nullptr;
+      collect_layers(child, nested, key + (sequential ? "/layers/" : "/"), depth + 1, index, out);
       continue;
     }
     std::vector<Variable> weights = child.weights();
@@ -139,21 +146,21 @@ std::vector<std::string> keras3_vars(const h5::Group& root, const std::string& l
   return out;
 }
 
-/// The Keras 3 layers with weights below `layers` ("layers", "layers/sequential/layers"), in
-/// the file's order, by their path below it ("dense", "sequential/layers/dense"): a nested
-/// model's group holds its own "layers". Bounded: a cycle of groups or nesting deeper than 16
-/// levels raises.
-void keras3_layers(const h5::Group& root, const std::string& layers, const std::string& prefix,
+/// The Keras 3 layers with weights below `group` ("layers"), in the file's order, by their path
+/// below it ("dense", "sequential/layers/dense", "residual_block/conv1"): every group holding
+/// a non-empty "vars" is a layer; the walk goes through every other group (a nested model's
+/// "layers", a custom layer's sub-layers). Bounded: a cycle of groups or nesting deeper than
+/// 16 levels raises.
+void keras3_layers(const h5::Group& root, const std::string& group, const std::string& prefix,
                    int depth, std::set<std::string>& seen, std::vector<std::string>& out) {
-  TANDEM_CHECK(depth <= 16, root.file(), ": /", layers, ": layers nest deeper than 16 levels");
-  TANDEM_CHECK(seen.insert(root.object_id(layers)).second, root.file(), ": /", layers,
+  TANDEM_CHECK(depth <= 16, root.file(), ": /", group, ": layers nest deeper than 16 levels");
+  TANDEM_CHECK(seen.insert(root.object_id(group)).second, root.file(), ": /", group,
                " is reached again through a cycle of links; the file is damaged");
-  for (const std::string& name : root.open_group(layers).children()) {
-    const std::string path = layers + "/" + name;
-    if (root.is_dataset(path)) continue;
+  for (const std::string& name : root.open_group(group).children()) {
+    const std::string path = group + "/" + name;
+    if (name == "vars" || root.is_dataset(path)) continue;
     if (!keras3_vars(root, path).empty()) out.push_back(prefix + name);
-    if (root.exists(path + "/layers") && !root.is_dataset(path + "/layers"))
-      keras3_layers(root, path + "/layers", prefix + name + "/layers/", depth + 1, seen, out);
+    keras3_layers(root, path, prefix + name + "/", depth + 1, seen, out);
   }
 }
 

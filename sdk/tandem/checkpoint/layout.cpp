@@ -30,7 +30,16 @@ std::vector<LayerWeights> layers_of(const nn::Module& model) {
   std::vector<nn::Module> children = model.children();
   if (children.empty()) children.push_back(model);
   std::vector<LayerWeights> layers;
-  for (const nn::Module& child : children) layers.push_back({child.name(), child.weights()});
+  for (const nn::Module& child : children) {
+    // Keras's legacy order (_legacy_weights): the layer's trainable weights, then the others.
+    // It differs from weights() only in a layer of layers (a block's batch norms' moving
+    // statistics come after every trainable weight of the block), which Keras's load_weights
+    // assigns by position.
+    std::vector<Variable> weights = child.weights();
+    std::stable_partition(weights.begin(), weights.end(),
+                          [](const Variable& v) { return v.trainable(); });
+    layers.push_back({child.name(), std::move(weights)});
+  }
   return layers;
 }
 

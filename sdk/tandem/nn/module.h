@@ -138,6 +138,16 @@ class ModuleImpl {
     register_child(child);
     return child;
   }
+  /// The same, naming the child (as a Keras layer's attribute, or a PyTorch register_module
+  /// name): its variables become "<block>/<name>/<weight>", and a Keras 3 .weights.h5 file of
+  /// the block keeps its weights under that name ("residual_block/conv1/vars"), so
+  /// load_weights finds them.
+  template <typename M>
+  M add_child(const std::string& name, M child) {
+    child.set_name(name);
+    register_child(child);
+    return child;
+  }
   /// Builds an add_child() module for `input_shape` under this block's scope (call it from
   /// build_variables, in the order the block uses them); returns its output shape.
   Shape build_child(const Module& child, const Shape& input_shape, Generator& generator);

@@ -83,6 +83,7 @@ struct LayerWeights {
 
 /// The model's layers in Keras' layout: a Sequential's layers (a nested Sequential is one
 /// layer holding all of its variables, as in Keras), or the module itself when it has none.
+/// Each layer's variables in Keras's legacy order: trainable first, then the others.
 std::vector<LayerWeights> layers_of(const nn::Module& model);
 
 /// The dropout streams of the model: a Sequential's, or a standalone Dropout's.
