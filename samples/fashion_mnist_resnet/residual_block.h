@@ -22,6 +22,9 @@ class ResidualBlockImpl : public tandem::nn::ModuleImpl {
       : ModuleImpl("residual_block"), filters_(filters), stride_(stride) {
     namespace nn = tandem::nn;
     const nn::BatchNormalizationOptions bn{.synchronized = sync_bn};
+    // The first batch norm's ReLU in its own pass (Keras: BatchNormalization, then relu).
+    const nn::BatchNormalizationOptions bn_relu{.synchronized = sync_bn,
+                                                .activation = nn::Activation::kRelu};
     const auto conv = [](int64_t filters, int64_t size, int64_t stride) {
       return nn::Conv2D(filters, size, stride, nn::Padding::kSame, nn::Activation::kNone,
                         /*use_bias=*/false);  // the batch norm after it has the bias
@@ -29,7 +32,7 @@ class ResidualBlockImpl : public tandem::nn::ModuleImpl {
     // Named as a Keras layer's attributes would be (self.conv1, ...): the variables are
     // "residual_block/conv1/kernel", and Keras 3's .weights.h5 of the same block loads.
     conv1_ = add_child("conv1", conv(filters, 3, stride));
-    bn1_ = add_child("bn1", nn::BatchNormalization(bn));
+    bn1_ = add_child("bn1", nn::BatchNormalization(bn_relu));
     conv2_ = add_child("conv2", conv(filters, 3, 1));
     bn2_ = add_child("bn2", nn::BatchNormalization(bn));
     if (stride != 1)
@@ -49,7 +52,7 @@ class ResidualBlockImpl : public tandem::nn::ModuleImpl {
 
   tandem::Tensor call(const tandem::Tensor& x, bool training) override {
     namespace ops = tandem::ops;
-    tandem::Tensor y = ops::relu(bn1_(conv1_(x), training));
+    tandem::Tensor y = bn1_(conv1_(x), training);  // with its ReLU
     y = bn2_(conv2_(y), training);
     const tandem::Tensor skip = shortcut_.defined() ? shortcut_(x, training) : x;
     return ops::relu(add_({y, skip}));

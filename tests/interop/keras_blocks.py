@@ -1,3 +1,4 @@
+# Python modules: keras, h5py, numpy (a Python with TensorFlow and Keras 3; exits 77 without them)
 """A model with residual blocks written as a Keras layer of layers, for the interop test of
 Tandem's blocks (tests/checkpoint/test_keras_blocks.cpp) in both directions.
 

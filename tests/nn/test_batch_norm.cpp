@@ -2,6 +2,7 @@
 // and biased variance over every axis but the last; moving statistics with momentum 0.99;
 // inference: the moving statistics), its weights' names and order, 16-bit inputs normalized in
 // float32, and gradients against central finite differences (float64).
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <functional>
@@ -114,6 +115,50 @@ TEST_CASE("BatchNormalization gradients match finite differences", "[cpu][nn][ba
     CHECK(max_diff(grads[2].to_vector<double>(), numeric_gradient(beta.value_untracked(), value)) <
           1e-6);
   }
+}
+
+TEST_CASE("BatchNormalization's fused ReLU: the bits of BatchNormalization then Activation",
+          "[cpu][nn][batch_norm]") {
+  const td::Tensor x = random_tensor({6, 5, 5, 7}, 31);
+  // Separate layers called one after the other (no Sequential: nothing fuses), a Sequential of
+  // the same two layers (fused by the Sequential), and the activation option.
+  auto run = [&](int variant) {
+    nn::BatchNormalization bn(
+        {.activation = variant == 2 ? nn::Activation::kRelu : nn::Activation::kNone});
+    nn::ActivationLayer relu(nn::Activation::kRelu);
+    nn::Sequential model({bn, relu});
+    nn::Module top = variant == 2 ? nn::Module(bn) : nn::Module(model);
+    top.build({5, 5, 7});
+    std::vector<td::Variable> trainable = bn.trainable_variables();
+    const td::Variable input("x", x);
+    std::vector<std::vector<float>> out;
+    for (int step = 0; step < 2; ++step) {  // the second step normalizes by new gammas and betas
+      td::GradientTape tape;
+      const td::Tensor y = variant == 0 ? relu(bn(input.value(), true), true)
+                                        : top(input.value(), /*training=*/true);
+      const td::Tensor loss = td::ops::sum(td::ops::mul(y, td::ops::add(x, 0.5f)));
+      std::vector<td::Variable> wrt = trainable;
+      wrt.push_back(input);
+      const std::vector<td::Tensor> grads = tape.gradient(loss, wrt);
+      out.push_back(y.to_vector<float>());
+      for (const td::Tensor& g : grads) out.push_back(g.to_vector<float>());
+      for (size_t i = 0; i < trainable.size(); ++i)
+        trainable[i].assign(td::ops::sub(trainable[i].value(), td::ops::mul(grads[i], 0.1f)));
+    }
+    out.push_back(bn.layer().moving_mean().value().to_vector<float>());
+    out.push_back(bn.layer().moving_variance().value().to_vector<float>());
+    out.push_back(bn(x, /*training=*/false).to_vector<float>());
+    return out;
+  };
+  const auto separate = run(0), sequential = run(1), option = run(2);
+  const std::vector<float>& y = separate[0];
+  REQUIRE(std::count(y.begin(), y.end(), 0.0f) > 20);  // the ReLU cut outputs
+  REQUIRE(sequential == separate);
+  // The option's layer is its own model: its inference output has its ReLU too.
+  for (size_t i = 0; i + 1 < separate.size(); ++i) REQUIRE(option[i] == separate[i]);
+  for (float v : option.back()) REQUIRE(v >= 0.0f);
+  REQUIRE_THROWS_WITH(nn::BatchNormalization({.activation = nn::Activation::kSigmoid}),
+                      Catch::Contains("kNone or kRelu") && Catch::Contains("sigmoid"));
 }
 
 TEST_CASE("LayerNormalization: Keras's formula per example, gradients match finite differences",

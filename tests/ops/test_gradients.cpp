@@ -221,6 +221,13 @@ TEST_CASE("gradients of batch_norm (training mode) for x, gamma and beta", "[cpu
         return ops::batch_norm(v[0], Tensor(), Tensor(), 1e-3, mean, variance);
       },
       {x});
+  // With its ReLU (beta shifts the outputs so that some are cut).
+  check_gradients(
+      [](const In& v) {
+        Tensor mean, variance;
+        return ops::batch_norm(v[0], v[1], v[2], 1e-3, mean, variance, /*relu=*/true);
+      },
+      {x, gamma, beta});
 }
 
 TEST_CASE("gradient of embedding, with repeated indices", "[cpu][ops][grad]") {

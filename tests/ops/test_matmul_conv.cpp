@@ -1,6 +1,7 @@
 // matmul, conv2d, max_pool2d, avg_pool2d and dropout: forward passes against naive host loops
 // (every transpose flag, VALID/SAME padding, strides 1 and 2), Keras parity on the fixture file,
 // dropout's use of the generator, and the argument errors.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
@@ -299,6 +300,40 @@ TEST_CASE("batch_norm: the batch's mean and biased variance, the normalized outp
   REQUIRE_THROWS_WITH(
       ops::batch_norm(Tensor::ones({2, 3}), Tensor::ones({4}), Tensor(), 1e-3, mean, variance),
       Catch::Contains("gamma and beta") && Catch::Contains("[4]"));
+}
+
+TEST_CASE("batch_norm with its ReLU gives the bits of batch_norm then relu, and their gradients",
+          "[cpu][ops]") {
+  for (const DType dtype : {DType::kFloat32, DType::kFloat64}) {
+    INFO(dtype);
+    // 1500 rows (several blocks of partial sums), 19 channels (vector loops' tails).
+    const Tensor x = ops::cast(random_tensor({1500, 19}, 49, DType::kFloat64, -2.0, 3.0), dtype);
+    const Tensor upstream = ops::cast(random_tensor({1500, 19}, 50, DType::kFloat64), dtype);
+    const Variable gamma("gamma",
+                         ops::cast(random_tensor({19}, 51, DType::kFloat64, 0.5, 1.5), dtype));
+    const Variable beta("beta", ops::cast(random_tensor({19}, 52, DType::kFloat64), dtype));
+    const Variable input("x", x);
+    auto run = [&](bool fused) {
+      GradientTape tape;
+      Tensor mean, variance;
+      Tensor y = ops::batch_norm(input.value(), gamma.value(), beta.value(), 1e-3, mean, variance,
+                                 /*relu=*/fused);
+      if (!fused) y = ops::relu(y);
+      const Tensor loss = ops::sum(ops::mul(y, upstream));
+      std::vector<Tensor> out{y};
+      for (const Tensor& g : tape.gradient(loss, {input, gamma, beta})) out.push_back(g);
+      return out;
+    };
+    const std::vector<Tensor> fused = run(true), composed = run(false);
+    const std::vector<double> y = values(fused[0]);
+    const auto cut = std::count(y.begin(), y.end(), 0.0);  // the ReLU cut some outputs, not all
+    REQUIRE(cut > 1000);
+    REQUIRE(cut < static_cast<std::ptrdiff_t>(y.size()) - 1000);
+    for (size_t i = 0; i < fused.size(); ++i) {
+      INFO("output " << i << " (y, dx, dgamma, dbeta)");
+      REQUIRE(values(fused[i]) == values(composed[i]));
+    }
+  }
 }
 
 TEST_CASE("dropout masks from the generator and scales what it keeps", "[cpu][ops]") {

@@ -19,6 +19,10 @@ BatchNormalizationImpl::BatchNormalizationImpl(const BatchNormalizationOptions& 
                "BatchNormalization: momentum must be in [0, 1], got ", options.momentum);
   TANDEM_CHECK(options.epsilon > 0.0, "BatchNormalization: epsilon must be > 0, got ",
                options.epsilon);
+  TANDEM_CHECK(options.activation == Activation::kNone || options.activation == Activation::kRelu,
+               "BatchNormalization: activation must be kNone or kRelu (fused), got \"",
+               activation_name(options.activation),
+               "\"; add an ActivationLayer after it for others");
 }
 
 void BatchNormalizationImpl::build_variables(const Shape& input_shape, Generator&) {
@@ -38,6 +42,14 @@ void BatchNormalizationImpl::build_variables(const Shape& input_shape, Generator
 }
 
 Tensor BatchNormalizationImpl::call(const Tensor& x, bool training) {
+  return normalize(x, training, options_.activation == Activation::kRelu);
+}
+
+Tensor BatchNormalizationImpl::call_then_relu(const Tensor& x, bool training) {
+  return normalize(x, training, /*relu=*/true);
+}
+
+Tensor BatchNormalizationImpl::normalize(const Tensor& x, bool training, bool relu) {
   const DType type = moving_mean_.dtype();  // the variables' (float32 under a mixed policy)
   const Tensor input = x.dtype() == type ? x : ops::cast(x, type);
   const int64_t features = input.dim(-1);
@@ -49,7 +61,7 @@ Tensor BatchNormalizationImpl::call(const Tensor& x, bool training) {
     // One op for the statistics, the output and its backward (this replica's rows).
     Tensor y = ops::batch_norm(flat, options_.scale ? gamma_.value() : Tensor(),
                                options_.center ? beta_.value() : Tensor(), options_.epsilon, mean,
-                               variance);
+                               variance, relu);
     {
       const autograd::NoRecordGuard no_record;
       const Tensor keep = scalar(options_.momentum), take = scalar(1.0 - options_.momentum);
@@ -89,6 +101,7 @@ Tensor BatchNormalizationImpl::call(const Tensor& x, bool training) {
   Tensor y = ops::mul(ops::sub(flat, mean), inverse);
   if (options_.scale) y = ops::mul(y, gamma_.value());
   if (options_.center) y = ops::add(y, beta_.value());
+  if (relu) y = ops::relu(y);
   y = ops::reshape(y, input.shape());
   return y.dtype() == x.dtype() ? y : ops::cast(y, x.dtype());
 }

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <memory>
 
+#include "tandem/nn/activations.h"
 #include "tandem/nn/module.h"
 
 namespace tandem::nn {
@@ -24,6 +25,11 @@ struct BatchNormalizationOptions {
   bool scale = true;
   /// Statistics over the global batch (every replica and worker) instead of the replica's.
   bool synchronized = false;
+  /// kRelu applies a ReLU to the output (what BatchNormalization followed by Activation("relu")
+  /// computes, with the same weights), in the normalizing pass and its gradient in the
+  /// backward's where the one-op batch norm runs. kNone or kRelu. A Sequential fuses a
+  /// BatchNormalization followed by ActivationLayer(kRelu) by itself.
+  Activation activation = Activation::kNone;
 };
 
 class BatchNormalizationImpl : public ModuleImpl {
@@ -36,6 +42,10 @@ class BatchNormalizationImpl : public ModuleImpl {
   /// moving statistics. 16-bit inputs are normalized in float32 (as Keras does) and returned
   /// in their dtype.
   Tensor call(const Tensor& x, bool training) override;
+  /// call(x, training) followed by a ReLU (options().activation kRelu does this in call); the
+  /// input already in compute_dtype(). Sequential uses it for a BatchNormalization followed
+  /// by ActivationLayer(kRelu).
+  Tensor call_then_relu(const Tensor& x, bool training);
 
   const BatchNormalizationOptions& options() const { return options_; }
   /// "<name>/gamma", "<name>/beta" (undefined without scale / center), "<name>/moving_mean",
@@ -49,6 +59,8 @@ class BatchNormalizationImpl : public ModuleImpl {
   void build_variables(const Shape& input_shape, Generator& generator) override;
 
  private:
+  Tensor normalize(const Tensor& x, bool training, bool relu);
+
   BatchNormalizationOptions options_;
   Variable gamma_, beta_, moving_mean_, moving_variance_;
 };

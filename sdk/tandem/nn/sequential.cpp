@@ -3,6 +3,9 @@
 
 #include <algorithm>
 
+#include "tandem/nn/layers.h"
+#include "tandem/nn/normalization.h"
+
 namespace tandem::nn {
 
 SequentialImpl::SequentialImpl(std::vector<Module> layers)
@@ -57,7 +60,23 @@ void SequentialImpl::build_variables(const Shape& input_shape, Generator& genera
 
 Tensor SequentialImpl::call(const Tensor& x, bool training) {
   Tensor y = x;
-  for (const Module& layer : layers_) y = layer(y, training);
+  for (size_t i = 0; i < layers_.size(); ++i) {
+    // A BatchNormalization followed by a ReLU layer: one op (the ReLU in the normalizing pass,
+    // its gradient in the backward's), the same values; when neither casts its input.
+    if (i + 1 < layers_.size()) {
+      auto* bn = dynamic_cast<BatchNormalizationImpl*>(&layers_[i].impl());
+      const auto* act = dynamic_cast<const ActivationLayerImpl*>(&layers_[i + 1].impl());
+      if (bn && act && act->activation() == Activation::kRelu &&
+          bn->options().activation == Activation::kNone && bn->built() &&
+          y.dtype() == bn->compute_dtype() && y.dtype() == act->compute_dtype()) {
+        bn->check_input(y);
+        y = bn->call_then_relu(y, training);
+        ++i;
+        continue;
+      }
+    }
+    y = layers_[i](y, training);
+  }
   return y;
 }
 

@@ -16,7 +16,7 @@ bool batch_norm_supported(const Tensor& x) {
 }
 
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon,
-                  Tensor& mean, Tensor& variance) {
+                  Tensor& mean, Tensor& variance, bool relu) {
   constexpr std::string_view op = "batch_norm";
   TANDEM_CHECK(batch_norm_supported(x), op,
                ": needs x [rows, channels] of float32 or float64 on the CPU, got ", x.dtype(), " ",
@@ -35,34 +35,35 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
   dispatch_floating(x.dtype(), op, [&]<typename T>() {
     cpu::batch_norm_forward(x.data<T>(), rows, channels,
                             gamma.defined() ? gamma.data<T>() : nullptr,
-                            beta.defined() ? beta.data<T>() : nullptr, epsilon, y.data<T>(),
+                            beta.defined() ? beta.data<T>() : nullptr, epsilon, relu, y.data<T>(),
                             mean.data<T>(), variance.data<T>(), inverse.data<T>());
   });
   std::vector<Tensor> inputs{x};
   if (gamma.defined()) inputs.push_back(gamma);
   if (beta.defined()) inputs.push_back(beta);
   if (tracked(y, {&x, &gamma, &beta}))
-    record_op(op, inputs, y,
-              [x, gamma, has_beta = beta.defined(), mean = mean, inverse](const Tensor& g) {
-                const int64_t rows = x.dim(0), channels = x.dim(1);
-                Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
-                Tensor dgamma = gamma.defined()
-                                    ? Tensor::empty(Shape{channels}, x.dtype(), x.device())
-                                    : Tensor();
-                Tensor dbeta =
-                    has_beta ? Tensor::empty(Shape{channels}, x.dtype(), x.device()) : Tensor();
-                dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
-                  cpu::batch_norm_backward(x.data<T>(), g.data<T>(), rows, channels,
-                                           gamma.defined() ? gamma.data<T>() : nullptr,
-                                           mean.data<T>(), inverse.data<T>(), dx.data<T>(),
-                                           dgamma.defined() ? dgamma.data<T>() : nullptr,
-                                           dbeta.defined() ? dbeta.data<T>() : nullptr);
-                });
-                std::vector<Tensor> grads{dx};
-                if (gamma.defined()) grads.push_back(dgamma);
-                if (has_beta) grads.push_back(dbeta);
-                return grads;
-              });
+    record_op(
+        op, inputs, y,
+        [x, gamma, has_beta = beta.defined(), mean = mean, inverse,
+         relu_output = relu ? y : Tensor()](const Tensor& g) {
+          const int64_t rows = x.dim(0), channels = x.dim(1);
+          Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+          Tensor dgamma =
+              gamma.defined() ? Tensor::empty(Shape{channels}, x.dtype(), x.device()) : Tensor();
+          Tensor dbeta =
+              has_beta ? Tensor::empty(Shape{channels}, x.dtype(), x.device()) : Tensor();
+          dispatch_floating(x.dtype(), "batch_norm", [&]<typename T>() {
+            cpu::batch_norm_backward(
+                x.data<T>(), g.data<T>(), relu_output.defined() ? relu_output.data<T>() : nullptr,
+                rows, channels, gamma.defined() ? gamma.data<T>() : nullptr, mean.data<T>(),
+                inverse.data<T>(), dx.data<T>(), dgamma.defined() ? dgamma.data<T>() : nullptr,
+                dbeta.defined() ? dbeta.data<T>() : nullptr);
+          });
+          std::vector<Tensor> grads{dx};
+          if (gamma.defined()) grads.push_back(dgamma);
+          if (has_beta) grads.push_back(dbeta);
+          return grads;
+        });
   return y;
 }
 

@@ -139,10 +139,12 @@ int64_t conv_output_size(int64_t input, int64_t window, int64_t stride, Padding 
 /// Batch normalization in training mode over the rows of x [rows, channels]: mean and biased
 /// variance per channel (written to `mean` and `variance`, untracked), and
 /// y = (x - mean) / sqrt(variance + epsilon) * gamma + beta (gamma, beta [channels], or undefined
-/// for 1 and 0), with one backward for x, gamma and beta. CPU, float32 or float64 only
-/// (batch_norm_supported); sums in double. nn::BatchNormalization uses it when it can.
+/// for 1 and 0), with one backward for x, gamma and beta; `relu`: max(y, 0) in the same pass,
+/// its gradient in the backward's (the same values as ops::relu after it). CPU, float32 or
+/// float64 only (batch_norm_supported); sums in double. nn::BatchNormalization uses it when it
+/// can.
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon,
-                  Tensor& mean, Tensor& variance);
+                  Tensor& mean, Tensor& variance, bool relu = false);
 /// Whether batch_norm takes x.
 bool batch_norm_supported(const Tensor& x);
 

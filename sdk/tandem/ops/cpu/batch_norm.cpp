@@ -1,13 +1,19 @@
 // Batch normalization over the rows of x [rows, channels] (channels last), in training mode:
 // the forward makes the batch's mean and biased variance and the normalized, scaled and shifted
-// output in two passes over float32 (three over float64); the backward makes the gradients of x,
-// gamma and beta in two. Sums run in double over fixed blocks of rows, the blocks in parallel and
-// combined in block order, so the results do not depend on the thread count.
+// output (through a ReLU when asked) in two passes over float32 (three over float64); the
+// backward makes the gradients of x, gamma and beta in two, the ReLU's mask read on the fly.
+// Sums run in double over fixed blocks of rows, the blocks in parallel and combined in block
+// order, so the results do not depend on the thread count (nor on the vector width).
 #include "tandem/ops/cpu/batch_norm.h"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
+#include <cstdint>
+#include <type_traits>
 #include <vector>
+
+#include "tandem/ops/cpu/cpu_clones.h"
 
 namespace tandem::ops::cpu {
 
@@ -17,8 +23,136 @@ constexpr int64_t kBlockRows = 512;  // rows per partial sum
 // Below this many elements a parallel region costs more than it saves.
 constexpr int64_t kParallelMinElements = int64_t{1} << 15;
 
-/// sums[c] (and, with `second`, sums2[c]) over every row of f(row, c), blocks of kBlockRows in
-/// parallel, added in block order.
+/// g where out > 0, else +0 (ops::relu's gradient), as a bit mask: compilers vectorize it, where
+/// a select of floats may become a branch per element.
+template <typename T>
+inline T pass_if_positive(T out, T g) {
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  const Bits mask = Bits{0} - static_cast<Bits>(out > T(0));
+  return std::bit_cast<T>(static_cast<Bits>(std::bit_cast<Bits>(g) & mask));
+}
+
+// ---- the passes over rows [begin, end), each vectorized across the channels ------------------
+// Built for AVX-512 and the baseline (TANDEM_CPU_CLONES): each lane is one channel, whose sum
+// runs over the rows in the same order at any width, and this file is compiled without
+// multiply-add contraction, so both give the same bits.
+
+/// acc[c] += x, acc[channels + c] += x^2 (in double).
+template <typename T>
+inline void moments_loop(const T* x, int64_t begin, int64_t end, int64_t channels, double* acc) {
+  for (int64_t r = begin; r < end; ++r) {
+    const T* row = x + r * channels;
+#pragma omp simd
+    for (int64_t c = 0; c < channels; ++c) {
+      const auto v = static_cast<double>(row[c]);
+      acc[c] += v;
+      acc[channels + c] += v * v;
+    }
+  }
+}
+TANDEM_CPU_CLONES void moments(const float* x, int64_t begin, int64_t end, int64_t channels,
+                               double* acc) {
+  moments_loop(x, begin, end, channels, acc);
+}
+
+/// y = x * scale + shift, then max(y, 0) when `relu`.
+template <typename T>
+inline void scale_shift_loop(const T* x, int64_t begin, int64_t end, int64_t channels,
+                             const T* scale, const T* shift, bool relu, T* y) {
+  for (int64_t r = begin; r < end; ++r) {
+    const T* in = x + r * channels;
+    T* out = y + r * channels;
+    if (relu) {
+#pragma omp simd
+      for (int64_t c = 0; c < channels; ++c) {
+        const T v = in[c] * scale[c] + shift[c];
+        out[c] = v > T(0) ? v : T(0);  // as ops::relu
+      }
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < channels; ++c) out[c] = in[c] * scale[c] + shift[c];
+    }
+  }
+}
+TANDEM_CPU_CLONES void scale_shift(const float* x, int64_t begin, int64_t end, int64_t channels,
+                                   const float* scale, const float* shift, bool relu, float* y) {
+  scale_shift_loop(x, begin, end, channels, scale, shift, relu, y);
+}
+TANDEM_CPU_CLONES void scale_shift(const double* x, int64_t begin, int64_t end, int64_t channels,
+                                   const double* scale, const double* shift, bool relu, double* y) {
+  scale_shift_loop(x, begin, end, channels, scale, shift, relu, y);
+}
+
+/// acc[c] += d, acc[channels + c] += d (x - mean), d = dy through the ReLU when `relu_output`.
+template <typename T>
+inline void gradient_sums_loop(const T* x, const T* dy, const T* relu_output, int64_t begin,
+                               int64_t end, int64_t channels, const T* mean, double* acc) {
+  for (int64_t r = begin; r < end; ++r) {
+    const T* in = x + r * channels;
+    const T* g = dy + r * channels;
+    if (relu_output != nullptr) {
+      const T* out = relu_output + r * channels;
+#pragma omp simd
+      for (int64_t c = 0; c < channels; ++c) {
+        const auto d = static_cast<double>(pass_if_positive(out[c], g[c]));
+        acc[c] += d;
+        acc[channels + c] += d * (static_cast<double>(in[c]) - static_cast<double>(mean[c]));
+      }
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < channels; ++c) {
+        const auto d = static_cast<double>(g[c]);
+        acc[c] += d;
+        acc[channels + c] += d * (static_cast<double>(in[c]) - static_cast<double>(mean[c]));
+      }
+    }
+  }
+}
+TANDEM_CPU_CLONES void gradient_sums(const float* x, const float* dy, const float* relu_output,
+                                     int64_t begin, int64_t end, int64_t channels,
+                                     const float* mean, double* acc) {
+  gradient_sums_loop(x, dy, relu_output, begin, end, channels, mean, acc);
+}
+TANDEM_CPU_CLONES void gradient_sums(const double* x, const double* dy, const double* relu_output,
+                                     int64_t begin, int64_t end, int64_t channels,
+                                     const double* mean, double* acc) {
+  gradient_sums_loop(x, dy, relu_output, begin, end, channels, mean, acc);
+}
+
+/// dx = k d + x a + b per channel, d = dy through the ReLU when `relu_output`.
+template <typename T>
+inline void input_gradient_loop(const T* x, const T* dy, const T* relu_output, int64_t begin,
+                                int64_t end, int64_t channels, const T* k, const T* a, const T* b,
+                                T* dx) {
+  for (int64_t r = begin; r < end; ++r) {
+    const T* in = x + r * channels;
+    const T* g = dy + r * channels;
+    T* out = dx + r * channels;
+    if (relu_output != nullptr) {
+      const T* mask = relu_output + r * channels;
+#pragma omp simd
+      for (int64_t c = 0; c < channels; ++c)
+        out[c] = k[c] * pass_if_positive(mask[c], g[c]) + in[c] * a[c] + b[c];
+    } else {
+#pragma omp simd
+      for (int64_t c = 0; c < channels; ++c) out[c] = k[c] * g[c] + in[c] * a[c] + b[c];
+    }
+  }
+}
+TANDEM_CPU_CLONES void input_gradient(const float* x, const float* dy, const float* relu_output,
+                                      int64_t begin, int64_t end, int64_t channels, const float* k,
+                                      const float* a, const float* b, float* dx) {
+  input_gradient_loop(x, dy, relu_output, begin, end, channels, k, a, b, dx);
+}
+TANDEM_CPU_CLONES void input_gradient(const double* x, const double* dy, const double* relu_output,
+                                      int64_t begin, int64_t end, int64_t channels, const double* k,
+                                      const double* a, const double* b, double* dx) {
+  input_gradient_loop(x, dy, relu_output, begin, end, channels, k, a, b, dx);
+}
+
+/// sums[c] (and, with `second`, sums2[c]) over every row: f(begin, end, acc) adds rows
+/// [begin, end) into acc (width channels, or 2 x channels with `second`), for blocks of
+/// kBlockRows in parallel, the blocks added in order.
 template <typename F>
 void column_sums(int64_t rows, int64_t channels, const F& f, std::vector<double>& sums,
                  std::vector<double>* second) {
@@ -26,11 +160,8 @@ void column_sums(int64_t rows, int64_t channels, const F& f, std::vector<double>
   const int64_t width = second ? 2 * channels : channels;
   std::vector<double> partial(static_cast<size_t>(std::max<int64_t>(blocks, 1) * width), 0.0);
 #pragma omp parallel for schedule(static) if (rows * channels >= kParallelMinElements)
-  for (int64_t b = 0; b < blocks; ++b) {
-    double* acc = partial.data() + b * width;
-    const int64_t end = std::min(rows, (b + 1) * kBlockRows);
-    for (int64_t r = b * kBlockRows; r < end; ++r) f(r, acc);
-  }
+  for (int64_t b = 0; b < blocks; ++b)
+    f(b * kBlockRows, std::min(rows, (b + 1) * kBlockRows), partial.data() + b * width);
   sums.assign(static_cast<size_t>(channels), 0.0);
   if (second) second->assign(static_cast<size_t>(channels), 0.0);
   for (int64_t b = 0; b < blocks; ++b) {
@@ -41,11 +172,19 @@ void column_sums(int64_t rows, int64_t channels, const F& f, std::vector<double>
   }
 }
 
+/// Rows [0, rows) in chunks of kBlockRows, in parallel when there are enough elements.
+template <typename F>
+void row_blocks(int64_t rows, int64_t channels, const F& f) {
+  const int64_t blocks = (rows + kBlockRows - 1) / kBlockRows;
+#pragma omp parallel for schedule(static) if (rows * channels >= kParallelMinElements)
+  for (int64_t b = 0; b < blocks; ++b) f(b * kBlockRows, std::min(rows, (b + 1) * kBlockRows));
+}
+
 }  // namespace
 
 template <typename T>
 void batch_norm_forward(const T* x, int64_t rows, int64_t channels, const T* gamma, const T* beta,
-                        double epsilon, T* y, T* mean, T* variance, T* inverse) {
+                        double epsilon, bool relu, T* y, T* mean, T* variance, T* inverse) {
   const auto n = static_cast<double>(rows);
   std::vector<double> sums, squares;
   std::vector<double> m(static_cast<size_t>(channels));
@@ -54,15 +193,7 @@ void batch_norm_forward(const T* x, int64_t rows, int64_t channels, const T* gam
     // float32's precision unless |mean| / deviation exceeds about 2^14.
     column_sums(
         rows, channels,
-        [&](int64_t r, double* acc) {
-          const T* row = x + r * channels;
-#pragma omp simd
-          for (int64_t c = 0; c < channels; ++c) {
-            const auto v = static_cast<double>(row[c]);
-            acc[c] += v;
-            acc[channels + c] += v * v;
-          }
-        },
+        [&](int64_t begin, int64_t end, double* acc) { moments(x, begin, end, channels, acc); },
         sums, &squares);
     for (int64_t c = 0; c < channels; ++c) {
       const auto i = static_cast<size_t>(c);
@@ -73,22 +204,26 @@ void batch_norm_forward(const T* x, int64_t rows, int64_t channels, const T* gam
     // Two passes: the mean, then the squared deviations from it.
     column_sums(
         rows, channels,
-        [&](int64_t r, double* acc) {
-          const T* row = x + r * channels;
+        [&](int64_t begin, int64_t end, double* acc) {
+          for (int64_t r = begin; r < end; ++r) {
+            const T* row = x + r * channels;
 #pragma omp simd
-          for (int64_t c = 0; c < channels; ++c) acc[c] += static_cast<double>(row[c]);
+            for (int64_t c = 0; c < channels; ++c) acc[c] += static_cast<double>(row[c]);
+          }
         },
         sums, nullptr);
     for (int64_t c = 0; c < channels; ++c)
       m[static_cast<size_t>(c)] = sums[static_cast<size_t>(c)] / n;
     column_sums(
         rows, channels,
-        [&](int64_t r, double* acc) {
-          const T* row = x + r * channels;
+        [&](int64_t begin, int64_t end, double* acc) {
+          for (int64_t r = begin; r < end; ++r) {
+            const T* row = x + r * channels;
 #pragma omp simd
-          for (int64_t c = 0; c < channels; ++c) {
-            const double d = static_cast<double>(row[c]) - m[static_cast<size_t>(c)];
-            acc[c] += d * d;
+            for (int64_t c = 0; c < channels; ++c) {
+              const double d = static_cast<double>(row[c]) - m[static_cast<size_t>(c)];
+              acc[c] += d * d;
+            }
           }
         },
         squares, nullptr);
@@ -106,33 +241,22 @@ void batch_norm_forward(const T* x, int64_t rows, int64_t channels, const T* gam
     scale[i] = static_cast<T>(s);
     shift[i] = static_cast<T>((beta ? static_cast<double>(beta[c]) : 0.0) - m[i] * s);
   }
-  const T* sc = scale.data();
-  const T* sh = shift.data();
-#pragma omp parallel for schedule(static) if (rows * channels >= kParallelMinElements)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* in = x + r * channels;
-    T* out = y + r * channels;
-#pragma omp simd
-    for (int64_t c = 0; c < channels; ++c) out[c] = in[c] * sc[c] + sh[c];
-  }
+  row_blocks(rows, channels, [&](int64_t begin, int64_t end) {
+    scale_shift(x, begin, end, channels, scale.data(), shift.data(), relu, y);
+  });
 }
 
 template <typename T>
-void batch_norm_backward(const T* x, const T* dy, int64_t rows, int64_t channels, const T* gamma,
-                         const T* mean, const T* inverse, T* dx, T* dgamma, T* dbeta) {
+void batch_norm_backward(const T* x, const T* dy, const T* relu_output, int64_t rows,
+                         int64_t channels, const T* gamma, const T* mean, const T* inverse, T* dx,
+                         T* dgamma, T* dbeta) {
   const auto n = static_cast<double>(rows);
   std::vector<double> sum_dy, sum_dy_centered;
+  // dy through the ReLU: dy where the output is > 0, else 0 (as ops::relu's gradient).
   column_sums(
       rows, channels,
-      [&](int64_t r, double* acc) {
-        const T* in = x + r * channels;
-        const T* g = dy + r * channels;
-#pragma omp simd
-        for (int64_t c = 0; c < channels; ++c) {
-          const double d = static_cast<double>(g[c]);
-          acc[c] += d;
-          acc[channels + c] += d * (static_cast<double>(in[c]) - static_cast<double>(mean[c]));
-        }
+      [&](int64_t begin, int64_t end, double* acc) {
+        gradient_sums(x, dy, relu_output, begin, end, channels, mean, acc);
       },
       sum_dy, &sum_dy_centered);
   // dx = k (dy - sum_dy / n - xhat * dgamma / n), k = gamma * inv, xhat = (x - mean) * inv,
@@ -152,27 +276,21 @@ void batch_norm_backward(const T* x, const T* dy, int64_t rows, int64_t channels
     b[i] = static_cast<T>(-kc * sum_dy[i] / n - slope * static_cast<double>(mean[c]));
   }
   if (dx == nullptr) return;
-  const T* kp = k.data();
-  const T* ap = a.data();
-  const T* bp = b.data();
-#pragma omp parallel for schedule(static) if (rows * channels >= kParallelMinElements)
-  for (int64_t r = 0; r < rows; ++r) {
-    const T* in = x + r * channels;
-    const T* g = dy + r * channels;
-    T* out = dx + r * channels;
-#pragma omp simd
-    for (int64_t c = 0; c < channels; ++c) out[c] = kp[c] * g[c] + in[c] * ap[c] + bp[c];
-  }
+  row_blocks(rows, channels, [&](int64_t begin, int64_t end) {
+    input_gradient(x, dy, relu_output, begin, end, channels, k.data(), a.data(), b.data(), dx);
+  });
 }
 
 template void batch_norm_forward<float>(const float*, int64_t, int64_t, const float*, const float*,
-                                        double, float*, float*, float*, float*);
+                                        double, bool, float*, float*, float*, float*);
 template void batch_norm_forward<double>(const double*, int64_t, int64_t, const double*,
-                                         const double*, double, double*, double*, double*, double*);
-template void batch_norm_backward<float>(const float*, const float*, int64_t, int64_t, const float*,
-                                         const float*, const float*, float*, float*, float*);
-template void batch_norm_backward<double>(const double*, const double*, int64_t, int64_t,
-                                          const double*, const double*, const double*, double*,
-                                          double*, double*);
+                                         const double*, double, bool, double*, double*, double*,
+                                         double*);
+template void batch_norm_backward<float>(const float*, const float*, const float*, int64_t, int64_t,
+                                         const float*, const float*, const float*, float*, float*,
+                                         float*);
+template void batch_norm_backward<double>(const double*, const double*, const double*, int64_t,
+                                          int64_t, const double*, const double*, const double*,
+                                          double*, double*, double*);
 
 }  // namespace tandem::ops::cpu
