@@ -198,11 +198,13 @@ struct CheckpointManager::Impl {
                                   format_state_file(kept));
   }
 
-  std::optional<std::string> save_as_chief(std::optional<int64_t> requested_step);
+  std::optional<std::string> save_as_chief(std::optional<int64_t> requested_step,
+                                           bool check_interval);
   /// The chief's part of a save: the file, the state file, and rotation.
   void write_and_rotate(const std::string& name, const std::string& path,
                         const detail::GatheredState& gathered);
-  std::optional<std::string> save_collectively(std::optional<int64_t> step, ReplicaBinding binding);
+  std::optional<std::string> save_collectively(std::optional<int64_t> step, bool check_interval,
+                                               ReplicaBinding binding);
 };
 
 CheckpointManager::CheckpointManager(const Checkpoint& checkpoint, std::string directory)
@@ -272,23 +274,30 @@ std::optional<std::string> CheckpointManager::latest_checkpoint() const {
   return tandem::latest_checkpoint(impl_->directory);
 }
 
-std::optional<std::string> CheckpointManager::save() { return save_at(std::nullopt); }
+std::optional<std::string> CheckpointManager::save() { return save_at(std::nullopt, true); }
 
 std::optional<std::string> CheckpointManager::save(int64_t step) {
   TANDEM_CHECK(step >= 0, "CheckpointManager::save: the step must be >= 0, got ", step);
-  return save_at(step);
+  return save_at(step, true);
 }
 
-std::optional<std::string> CheckpointManager::save_at(std::optional<int64_t> step) {
+std::optional<std::string> CheckpointManager::save(const SaveOptions& options) {
+  TANDEM_CHECK(!options.step || *options.step >= 0,
+               "CheckpointManager::save: the step must be >= 0, got ", options.step.value_or(0));
+  return save_at(options.step, options.check_interval);
+}
+
+std::optional<std::string> CheckpointManager::save_at(std::optional<int64_t> step,
+                                                      bool check_interval) {
   const profile::Span span(profile::Phase::kCheckpoint);
   const ReplicaBinding binding = current_replica_binding();
-  if (binding.num_replicas > 1) return impl_->save_collectively(step, binding);
+  if (binding.num_replicas > 1) return impl_->save_collectively(step, check_interval, binding);
   std::lock_guard<std::mutex> lock(impl_->save_mutex);
-  return impl_->save_as_chief(step);
+  return impl_->save_as_chief(step, check_interval);
 }
 
 std::optional<std::string> CheckpointManager::Impl::save_as_chief(
-    std::optional<int64_t> requested_step) {
+    std::optional<int64_t> requested_step, bool check_interval) {
   const int64_t step = requested_step.value_or(checkpoint.global_step());
   // In a multi-worker job every step below is taken by every worker together: the chief's
   // decision to skip holds for all (what each worker remembers of earlier saves may differ),
@@ -296,7 +305,7 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
   // write succeeded.
   const std::shared_ptr<WorkerGroup> workers =
       options.strategy != nullptr && options.strategy->num_workers() > 1 ? worker_group() : nullptr;
-  bool skip = options.checkpoint_interval > 0 && last_step &&
+  bool skip = check_interval && options.checkpoint_interval > 0 && last_step &&
               step - *last_step < options.checkpoint_interval;
   if (workers) {
     std::vector<double> chief_skips = {is_chief() && skip ? 1.0 : 0.0};
@@ -351,6 +360,7 @@ void CheckpointManager::Impl::write_and_rotate(const std::string& name, const st
 }
 
 std::optional<std::string> CheckpointManager::Impl::save_collectively(std::optional<int64_t> step,
+                                                                      bool check_interval,
                                                                       ReplicaBinding binding) {
   // Replica 0 reads every replica's state, some of it in GPU memory (accumulators): this
   // replica's queued GPU work must be done first (a no-op on the CPU).
@@ -378,7 +388,7 @@ std::optional<std::string> CheckpointManager::Impl::save_collectively(std::optio
     std::exception_ptr error;
     try {
       std::lock_guard<std::mutex> save_lock(save_mutex);
-      result = save_as_chief(step);
+      result = save_as_chief(step, check_interval);
     } catch (...) {
       error = std::current_exception();
     }

@@ -71,6 +71,14 @@ class CheckpointManager {
   std::optional<std::string> save();
   /// The same with an explicit checkpoint number `step` (also what the interval is judged on).
   std::optional<std::string> save(int64_t step);
+  struct SaveOptions {
+    /// The checkpoint number; default: the checkpoint's global_step.
+    std::optional<int64_t> step;
+    /// false writes even within checkpoint_interval of the last checkpoint (TensorFlow's
+    /// check_interval=False; a save before the job stops).
+    bool check_interval = true;
+  };
+  std::optional<std::string> save(const SaveOptions& options);
 
   /// Restores `path` (see Checkpoint::restore for the errors). Call it outside strategy.run.
   void restore(const std::string& path);
@@ -97,7 +105,7 @@ class CheckpointManager {
 
  private:
   /// save() and save(step): `step` absent means the checkpoint's global_step().
-  std::optional<std::string> save_at(std::optional<int64_t> step);
+  std::optional<std::string> save_at(std::optional<int64_t> step, bool check_interval);
   /// restore_or_initialize from this process's view of the directory.
   std::optional<std::string> restore_locally();
   std::unique_ptr<Impl> impl_;

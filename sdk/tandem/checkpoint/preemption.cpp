@@ -1,0 +1,88 @@
+// PreemptionCheckpointHandler (preemption.h): a flag the signal handlers set, agreed on by
+// every worker at a step boundary, then a save of the job's state and a stop.
+#include "tandem/checkpoint/preemption.h"
+
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <vector>
+
+#include "tandem/core/error.h"
+#include "tandem/core/logging.h"
+#include "tandem/core/workers.h"
+#include "tandem/distribute/strategy.h"
+
+namespace tandem {
+
+namespace {
+
+// Written by the signal handlers, read by the training loop: lock-free atomics are safe in both.
+std::atomic<bool> g_signalled{false};
+std::atomic<bool> g_installed{false};
+struct sigaction g_previous_term {};
+struct sigaction g_previous_int {};
+
+extern "C" void on_stop_signal(int) { g_signalled.store(true, std::memory_order_relaxed); }
+
+}  // namespace
+
+PreemptionCheckpointHandler::PreemptionCheckpointHandler(const Strategy& strategy,
+                                                         CheckpointManager& manager,
+                                                         const PreemptionOptions& options)
+    : strategy_(strategy), manager_(manager), options_(options) {
+  TANDEM_CHECK(!g_installed.exchange(true), "PreemptionCheckpointHandler: another one is alive in ",
+               "this process; make one per training loop");
+  g_signalled.store(false, std::memory_order_relaxed);
+  struct sigaction action {};
+  action.sa_handler = on_stop_signal;
+  sigemptyset(&action.sa_mask);
+  // SA_RESETHAND: the handler runs once; a second signal of the kind has its default action
+  // (a second Ctrl-C ends the program at once). SA_RESTART: interrupted system calls resume.
+  action.sa_flags = SA_RESETHAND | SA_RESTART;
+  sigaction(SIGTERM, &action, &g_previous_term);
+  sigaction(SIGINT, &action, &g_previous_int);
+}
+
+PreemptionCheckpointHandler::~PreemptionCheckpointHandler() {
+  sigaction(SIGTERM, &g_previous_term, nullptr);
+  sigaction(SIGINT, &g_previous_int, nullptr);
+  g_installed.store(false);
+}
+
+bool PreemptionCheckpointHandler::signalled() const {
+  return g_signalled.load(std::memory_order_relaxed);
+}
+
+void PreemptionCheckpointHandler::request_preemption() {
+  g_signalled.store(true, std::memory_order_relaxed);
+}
+
+bool PreemptionCheckpointHandler::job_preempted() const {
+  const bool preempted = signalled();
+  const std::shared_ptr<WorkerGroup> workers =
+      strategy_.num_workers() > 1 ? worker_group() : nullptr;
+  if (!workers) return preempted;
+  // Every worker's flag, added: any worker's signal stops the whole job at this step.
+  std::vector<double> flags = {preempted ? 1.0 : 0.0};
+  workers->sum(flags,
+               "preemption check (every worker calls save_checkpoint_if_preempted at "
+               "the same step)");
+  return flags[0] > 0.0;
+}
+
+bool PreemptionCheckpointHandler::save_checkpoint_if_preempted() {
+  if (!job_preempted()) return false;
+  saved_ = manager_.save({.step = std::nullopt, .check_interval = false});
+  if (strategy_.is_chief())
+    TANDEM_LOG_WARNING("preempted: a worker was asked to stop; saved ", saved_.value_or("nothing"),
+                       "; every worker stops with exit status ", kPreemptedExitStatus);
+  if (options_.exit_process) {
+    std::fflush(nullptr);
+    std::exit(kPreemptedExitStatus);
+  }
+  return true;
+}
+
+}  // namespace tandem
