@@ -222,8 +222,9 @@ std::string usage(const SampleInfo& info) {
       << "  --max-steps N             at most N training steps per epoch (smoke tests); the\n"
       << "                            whole test split is still evaluated\n"
       << "  --help                    this text\n\n"
-      << "Ctrl-C finishes the current step, saves a checkpoint and exits with code 130; the\n"
-      << "next run resumes there. A bad flag exits with code 2. Environment:\n"
+      << "SIGTERM or Ctrl-C (to any worker) finishes the current step on every worker, saves a\n"
+      << "checkpoint and exits with code 75; the next run resumes there (tandem-run restarts\n"
+      << "such a job by itself). A bad flag exits with code 2. Environment:\n"
       << "TANDEM_CPU_REPLICAS (the default replica count), TANDEM_LOG_LEVEL (debug, info,\n"
       << "warning, error).\n";
   return out.str();

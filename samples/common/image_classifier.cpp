@@ -47,8 +47,9 @@ int train_image_classifier(const SampleInfo& info, const Flags& flags,
                    .map(add_channel_axis)
                    .prefetch(2);
   auto dist_train = strategy.distribute_dataset(train);  // splits each global batch
-  auto dist_test = strategy.distribute_dataset(
-      td::data::fashion_mnist(td::data::Split::kTest).batch(kEvalBatch).map(add_channel_axis));
+  auto dist_test = strategy.distribute_dataset(td::data::fashion_mnist(td::data::Split::kTest)
+                                                   .batch(eval_batch(strategy))
+                                                   .map(add_channel_axis));
 
   set_precision(flags);           // the dtype policy the layers below are made under
   auto scope = strategy.scope();  // variables created while it lives are mirrored
@@ -101,8 +102,8 @@ int train_image_classifier(const SampleInfo& info, const Flags& flags,
     return loss;
   };
 
-  // The metrics and the step counter are saved too, so that an epoch resumed after Ctrl-C
-  // reports all its steps.
+  // The metrics and the step counter are saved too, so that an epoch resumed after a stop
+  // reports all its steps (and its examples: train_loss counts them).
   int64_t step_in_epoch = 0;
   td::Checkpoint checkpoint(
       {{"model", &model},
@@ -116,6 +117,12 @@ int train_image_classifier(const SampleInfo& info, const Flags& flags,
                                 {.max_to_keep = 3, .strategy = &strategy});
   // A build without HDF5 cannot write checkpoints; it trains without them.
   const bool checkpointing = td::build_info().hdf5;
+  // SIGTERM (a preemption; tandem-run passes its own on) or Ctrl-C on any worker: every worker
+  // finishes the step, the chief saves, and every worker exits with td::kPreemptedExitStatus.
+  td::PreemptionCheckpointHandler preemption(strategy, manager, {.exit_process = false});
+  const auto stop_requested = [&] {
+    return checkpointing ? preemption.save_checkpoint_if_preempted() : preemption.job_preempted();
+  };
   std::optional<std::string> restored;
   if (checkpointing && !flags.fresh) restored = manager.restore_or_initialize();
   print_start(restored, checkpointing, flags, dist_train.epoch(), optimizer.iterations());
@@ -132,24 +139,31 @@ int train_image_classifier(const SampleInfo& info, const Flags& flags,
       // This worker's examples times the workers (their shards are the same size).
       progress.step(++step_in_epoch, examples_in(batch) * strategy.num_workers(), loss,
                     train_accuracy.result());
-      if (flags.step_limit_reached(step_in_epoch) || interrupted()) break;
+      if (stop_requested()) {
+        // Mid-epoch: the data position, the metrics and the counters are saved with the weights.
+        progress.finish();
+        std::cout << "preempted: "
+                  << (preemption.saved() ? "saved " + *preemption.saved() : "stopped")
+                  << "; exiting with status " << td::kPreemptedExitStatus << std::endl;
+        return td::kPreemptedExitStatus;
+      }
+      if (flags.step_limit_reached(step_in_epoch)) break;
     }
     progress.finish();
-    if (interrupted()) {
-      // Mid-epoch: the data position and the metrics are saved with the weights.
-      if (checkpointing) std::cout << "interrupted: saved " << manager.save().value() << "\n";
-      return kInterruptedExitCode;
-    }
     if (dist_train.epoch() == static_cast<uint64_t>(epoch)) {
       dist_train.set_epoch(epoch + 1);  // --max-steps ended the epoch early
     }
 
-    EpochResult result{.epoch = epoch + 1,
-                       .loss = train_loss.result(),
-                       .train_accuracy = train_accuracy.result(),
-                       .samples_per_sec = progress.samples_per_sec(),
-                       .train_seconds = progress.seconds(),
-                       .replicas = num_replicas};
+    EpochResult result{
+        .epoch = epoch + 1,
+        .loss = train_loss.result(),
+        .train_accuracy = train_accuracy.result(),
+        .samples_per_sec = progress.samples_per_sec(),
+        .train_seconds = progress.seconds(),
+        .replicas = num_replicas,
+        // Every replica's loss values, of every worker: the examples the epoch trained on.
+
+        .examples = static_cast<int64_t>(train_loss.combined_state().count)};
     if (loss_scale) {
       result.loss_scale = loss_scale->loss_scale();
       result.skipped_updates = loss_scale->skipped_updates() - skipped_before;
@@ -166,9 +180,10 @@ int train_image_classifier(const SampleInfo& info, const Flags& flags,
     step_in_epoch = 0;
     std::optional<std::string> saved;
     if (checkpointing) saved = manager.save();
-    if (interrupted()) {  // Ctrl-C during the evaluation
-      if (saved) std::cout << "interrupted: saved " << *saved << "\n";
-      return kInterruptedExitCode;
+    if (epoch + 1 < flags.epochs && preemption.job_preempted()) {  // a stop during the evaluation
+      std::cout << "preempted: " << (saved ? "saved " + *saved : "stopped")
+                << "; exiting with status " << td::kPreemptedExitStatus << std::endl;
+      return td::kPreemptedExitStatus;
     }
   }
 

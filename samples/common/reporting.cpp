@@ -79,8 +79,8 @@ void print_epoch_summary(const EpochResult& result, int64_t epochs) {
             << std::setprecision(4) << result.loss << "  train acc " << result.train_accuracy
             << "  test acc " << result.test_accuracy << "  " << std::setprecision(0)
             << result.samples_per_sec << " samples/s  " << std::setprecision(1)
-            << result.train_seconds << " s (+" << result.eval_seconds << " s eval)"
-            << std::defaultfloat;
+            << result.train_seconds << " s (+" << result.eval_seconds << " s eval)  "
+            << result.examples << " examples" << std::defaultfloat;
   if (result.loss_scale) {
     std::cout << "  loss scale " << std::setprecision(8) << *result.loss_scale << " ("
               << result.skipped_updates << " update" << (result.skipped_updates == 1 ? "" : "s")

@@ -72,10 +72,13 @@ struct EpochResult {
   std::optional<double> loss_scale = std::nullopt;
   int64_t skipped_updates = 0;
   int replicas = 1;
+  /// Training examples the epoch's steps took, over every worker (a resumed epoch counts its
+  /// steps before the stop too).
+  int64_t examples = 0;
 };
 
 /// "epoch 3/10: loss 0.3012  train acc 0.8891  test acc 0.8712  12345 samples/s  4.9 s (+0.3 s
-/// eval)".
+/// eval)  60000 examples".
 void print_epoch_summary(const EpochResult& result, int64_t epochs);
 
 /// The --metrics-json file: one JSON object per line per epoch, flushed as written. Does

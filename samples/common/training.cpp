@@ -1,22 +1,10 @@
-// Strategy choice, setup line, distributed evaluation and the Ctrl-C flag for the samples.
+// Strategy choice, setup line and distributed evaluation for the samples.
 #include "common/training.h"
 
 #include <algorithm>
-#include <atomic>
-#include <csignal>
 #include <iostream>
 
 namespace samples {
-
-namespace {
-
-// Written by the signal handler, read by the training loop: a lock-free atomic is safe in both.
-std::atomic<bool> g_interrupted{false};
-static_assert(std::atomic<bool>::is_always_lock_free);
-
-void on_sigint(int) { g_interrupted.store(true, std::memory_order_relaxed); }
-
-}  // namespace
 
 std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags) {
   const tandem::ClusterSpec cluster = tandem::ClusterResolver::from_environment();
@@ -111,6 +99,11 @@ void print_start(const std::optional<std::string>& restored, bool checkpointing,
   }
 }
 
+int64_t eval_batch(const tandem::Strategy& strategy) {
+  const int64_t workers = strategy.num_workers();
+  return (kEvalBatch + workers - 1) / workers * workers;
+}
+
 int64_t examples_in(const tandem::PerReplica<tandem::data::Batch>& batch) {
   int64_t examples = 0;
   for (const tandem::data::Batch& piece : batch) examples += piece.batch_size();
@@ -136,17 +129,5 @@ double evaluate(tandem::Strategy& strategy, const tandem::nn::Module& model,
   // Each worker evaluated its shard; result() adds up every worker's totals.
   return accuracy.result();
 }
-
-void install_interrupt_handler() {
-  struct sigaction action {};
-  action.sa_handler = on_sigint;
-  sigemptyset(&action.sa_mask);
-  // SA_RESETHAND: the handler runs once; a second Ctrl-C gets the default action (exit now).
-  // SA_RESTART: system calls the signal interrupts resume instead of failing with EINTR.
-  action.sa_flags = SA_RESETHAND | SA_RESTART;
-  sigaction(SIGINT, &action, nullptr);
-}
-
-bool interrupted() { return g_interrupted.load(std::memory_order_relaxed); }
 
 }  // namespace samples

@@ -1,6 +1,7 @@
 // The parts of the samples' training programs that are the same in every sample and not their
-// point: the strategy --replicas asks for, the setup line, evaluation on the test split, and
-// Ctrl-C (finish the step, save, exit 130).
+// point: the strategy --replicas asks for, the setup line, and evaluation on the test split.
+// SIGTERM and Ctrl-C are tandem::PreemptionCheckpointHandler's: every worker finishes the step,
+// the chief saves, and every worker exits with tandem::kPreemptedExitStatus (75).
 #pragma once
 
 #include <cstdint>
@@ -13,10 +14,13 @@
 
 namespace samples {
 
-/// Exit code after Ctrl-C (128 + SIGINT, what a shell reports for a process it interrupted).
-inline constexpr int kInterruptedExitCode = 130;
-/// Global batch of the test-split evaluation (split across the replicas like training batches).
+/// Global batch of the test-split evaluation (split across the replicas like training batches),
+/// before eval_batch rounds it to the workers.
 inline constexpr int64_t kEvalBatch = 1000;
+
+/// kEvalBatch rounded up to a multiple of the strategy's workers (each worker takes an equal
+/// part of every global batch): 1002 for 3 workers.
+int64_t eval_batch(const tandem::Strategy& strategy);
 
 /// MirroredStrategy::cpu(N) for --replicas N; otherwise MirroredStrategy's default choice (every
 /// GPU, else TANDEM_CPU_REPLICAS CPU replicas), which logs one line saying which and why.
@@ -55,11 +59,5 @@ int64_t steps_per_epoch(const tandem::data::DistributedDataset& train_data, cons
 double evaluate(tandem::Strategy& strategy, const tandem::nn::Module& model,
                 tandem::data::DistributedDataset& test_data,
                 tandem::metrics::SparseCategoricalAccuracy& accuracy);
-
-/// Makes the first SIGINT (Ctrl-C) only set a flag that interrupted() reads; a second one ends
-/// the process at once.
-void install_interrupt_handler();
-/// True once SIGINT arrived.
-bool interrupted();
 
 }  // namespace samples

@@ -42,7 +42,6 @@ td::nn::Sequential make_model() {
 
 int main(int argc, char** argv) {
   const samples::Flags flags = samples::parse_flags_or_exit(argc, argv, kInfo);
-  samples::install_interrupt_handler();
   try {
     return samples::train_image_classifier(kInfo, flags, make_model);
   } catch (const std::exception& error) {

@@ -1,8 +1,9 @@
 // fashion_mnist_mlp: the main job. Trains an MLP (784-256-128-10, ReLU) with Adam on
 // Fashion-MNIST, data-parallel with MirroredStrategy on every device present, written the way
 // docs/design.md §1 shows: a per-replica step that takes the ReplicaContext, strategy.run,
-// strategy.reduce, optimizer.apply_gradients(ctx, ...). Resumes from its checkpoints; Ctrl-C
-// finishes the step, saves and exits 130. Run from the repository root; --help lists the flags.
+// strategy.reduce, optimizer.apply_gradients(ctx, ...). Resumes from its checkpoints; SIGTERM or
+// Ctrl-C on any worker finishes the step, saves and exits 75 (every worker). Run from the
+// repository root; --help lists the flags.
 #include <cstdint>
 #include <cstdlib>
 #include <exception>
@@ -43,7 +44,7 @@ int train_and_evaluate(const samples::Flags& flags) {
                    .prefetch(2);
   auto dist_train = strategy.distribute_dataset(train);  // splits each global batch
   auto dist_test = strategy.distribute_dataset(
-      td::data::fashion_mnist(td::data::Split::kTest).batch(samples::kEvalBatch));
+      td::data::fashion_mnist(td::data::Split::kTest).batch(samples::eval_batch(strategy)));
 
   samples::set_precision(flags);  // the dtype policy the layers below are made under
   auto scope = strategy.scope();  // variables created while it lives are mirrored
@@ -86,8 +87,8 @@ int train_and_evaluate(const samples::Flags& flags) {
     return loss;
   };
 
-  // The metrics and the step counter are saved too, so that an epoch resumed after Ctrl-C
-  // reports all its steps.
+  // The metrics and the step counter are saved too, so that an epoch resumed after a stop
+  // reports all its steps (and its examples: train_loss counts them).
   int64_t step_in_epoch = 0;
   td::Checkpoint checkpoint(
       {{"model", &model},
@@ -101,6 +102,12 @@ int train_and_evaluate(const samples::Flags& flags) {
                                 {.max_to_keep = 3, .strategy = &strategy});
   // A build without HDF5 cannot write checkpoints; it trains without them.
   const bool checkpointing = td::build_info().hdf5;
+  // SIGTERM (a preemption; tandem-run passes its own on) or Ctrl-C on any worker: every worker
+  // finishes the step, the chief saves, and every worker exits with td::kPreemptedExitStatus.
+  td::PreemptionCheckpointHandler preemption(strategy, manager, {.exit_process = false});
+  const auto stop_requested = [&] {
+    return checkpointing ? preemption.save_checkpoint_if_preempted() : preemption.job_preempted();
+  };
   std::optional<std::string> restored;
   if (checkpointing && !flags.fresh) restored = manager.restore_or_initialize();
   samples::print_start(restored, checkpointing, flags, dist_train.epoch(), optimizer.iterations());
@@ -118,24 +125,31 @@ int train_and_evaluate(const samples::Flags& flags) {
       // This worker's examples times the workers (their shards are the same size).
       progress.step(++step_in_epoch, samples::examples_in(batch) * strategy.num_workers(), loss,
                     train_accuracy.result());
-      if (flags.step_limit_reached(step_in_epoch) || samples::interrupted()) break;
+      if (stop_requested()) {
+        // Mid-epoch: the data position, the metrics and the counters are saved with the weights.
+        progress.finish();
+        std::cout << "preempted: "
+                  << (preemption.saved() ? "saved " + *preemption.saved() : "stopped")
+                  << "; exiting with status " << td::kPreemptedExitStatus << std::endl;
+        return td::kPreemptedExitStatus;
+      }
+      if (flags.step_limit_reached(step_in_epoch)) break;
     }
     progress.finish();
-    if (samples::interrupted()) {
-      // Mid-epoch: the data position and the metrics are saved with the weights.
-      if (checkpointing) std::cout << "interrupted: saved " << manager.save().value() << "\n";
-      return samples::kInterruptedExitCode;
-    }
     if (dist_train.epoch() == static_cast<uint64_t>(epoch)) {
       dist_train.set_epoch(epoch + 1);  // --max-steps ended the epoch early
     }
 
-    samples::EpochResult result{.epoch = epoch + 1,
-                                .loss = train_loss.result(),
-                                .train_accuracy = train_accuracy.result(),
-                                .samples_per_sec = progress.samples_per_sec(),
-                                .train_seconds = progress.seconds(),
-                                .replicas = num_replicas};
+    samples::EpochResult result{
+        .epoch = epoch + 1,
+        .loss = train_loss.result(),
+        .train_accuracy = train_accuracy.result(),
+        .samples_per_sec = progress.samples_per_sec(),
+        .train_seconds = progress.seconds(),
+        .replicas = num_replicas,
+        // Every replica's loss values, of every worker: the examples the epoch trained on.
+
+        .examples = static_cast<int64_t>(train_loss.combined_state().count)};
     if (loss_scale) {
       result.loss_scale = loss_scale->loss_scale();
       result.skipped_updates = loss_scale->skipped_updates() - skipped_before;
@@ -152,9 +166,10 @@ int train_and_evaluate(const samples::Flags& flags) {
     step_in_epoch = 0;
     std::optional<std::string> saved;
     if (checkpointing) saved = manager.save();
-    if (samples::interrupted()) {  // Ctrl-C during the evaluation
-      if (saved) std::cout << "interrupted: saved " << *saved << "\n";
-      return samples::kInterruptedExitCode;
+    if (epoch + 1 < flags.epochs && preemption.job_preempted()) {  // a stop during the evaluation
+      std::cout << "preempted: " << (saved ? "saved " + *saved : "stopped")
+                << "; exiting with status " << td::kPreemptedExitStatus << std::endl;
+      return td::kPreemptedExitStatus;
     }
   }
 
@@ -170,7 +185,6 @@ int train_and_evaluate(const samples::Flags& flags) {
 
 int main(int argc, char** argv) {
   const samples::Flags flags = samples::parse_flags_or_exit(argc, argv, kInfo);
-  samples::install_interrupt_handler();
   try {
     return train_and_evaluate(flags);
   } catch (const std::exception& error) {

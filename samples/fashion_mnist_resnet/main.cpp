@@ -47,7 +47,6 @@ td::nn::Sequential make_model(bool sync_bn) {
 
 int main(int argc, char** argv) {
   const samples::Flags flags = samples::parse_flags_or_exit(argc, argv, kInfo);
-  samples::install_interrupt_handler();
   try {
     return samples::train_image_classifier(kInfo, flags, [&] { return make_model(flags.sync_bn); });
   } catch (const std::exception& error) {
