@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 
+#include "tandem/checkpoint/internal/file_image.h"
 #include "tandem/checkpoint/internal/file_io.h"
 #include "tandem/checkpoint/internal/gather.h"
 #include "tandem/checkpoint/internal/layout.h"
@@ -34,6 +35,8 @@ using detail::LayerWeights;
 using detail::tracked;
 using detail::tracked_loss_scale;
 using detail::tracked_one;
+using detail::FileImage;
+using detail::ImageGroup;
 
 namespace {
 
@@ -54,9 +57,9 @@ std::string utc_now() {
   return text;
 }
 
-void write_model(const h5::Group& root, const nn::Module* model,
+void write_model(const detail::ImageGroup& root, const nn::Module* model,
                  const std::map<std::string, Tensor>& on_read) {
-  const h5::Group group = root.create_group(kModelWeights);
+  const detail::ImageGroup group = root.create_group(kModelWeights);
   std::vector<std::string> layer_names;
   const std::vector<LayerWeights> layers = model ? layers_of(*model) : std::vector<LayerWeights>{};
   for (const LayerWeights& layer : layers) layer_names.push_back(layer.name);
@@ -66,7 +69,7 @@ void write_model(const h5::Group& root, const nn::Module* model,
   group.write_attr("backend", std::string("tensorflow"));
   group.write_attr("keras_version", std::string(kKerasVersion));
   for (const LayerWeights& layer : layers) {
-    const h5::Group layer_group = group.create_group(layer.name);
+    const detail::ImageGroup layer_group = group.create_group(layer.name);
     std::vector<std::string> weight_names;
     for (const Variable& v : layer.weights) {
       weight_names.push_back(keras_name(v.name()));
@@ -81,8 +84,8 @@ void write_model(const h5::Group& root, const nn::Module* model,
   }
 }
 
-void write_optimizer(const h5::Group& root, const optim::Optimizer& optimizer) {
-  const h5::Group group = root.create_group(kOptimizerWeights);
+void write_optimizer(const detail::ImageGroup& root, const optim::Optimizer& optimizer) {
+  const detail::ImageGroup group = root.create_group(kOptimizerWeights);
   std::vector<std::string> weight_names = {kIterationName};
   group.write_tensor(kIterationName, int64_scalar(optimizer.iterations()));
   for (const auto& [name, slot] : optimizer.slot_variables()) {
@@ -94,7 +97,7 @@ void write_optimizer(const h5::Group& root, const optim::Optimizer& optimizer) {
   group.write_attr_fixed("weight_names", weight_names);
 }
 
-void write_iterator_state(const h5::Group& group, const data::IteratorState& state) {
+void write_iterator_state(const detail::ImageGroup& group, const data::IteratorState& state) {
   std::vector<std::string> names;
   for (const auto& [name, values] : state.entries()) {
     names.push_back(name);
@@ -105,9 +108,9 @@ void write_iterator_state(const h5::Group& group, const data::IteratorState& sta
   group.write_attr_fixed("entry_names", names);
 }
 
-void write_training_state(const h5::Group& root, const std::vector<Checkpoint::Entry>& entries,
+void write_training_state(const detail::ImageGroup& root, const std::vector<Checkpoint::Entry>& entries,
                           int64_t global_step, const detail::GatheredState& gathered) {
-  const h5::Group group = root.create_group(kTrainingState);
+  const detail::ImageGroup group = root.create_group(kTrainingState);
   const data::DistributedDataset* first_data = tracked_one<data::DistributedDataset>(entries);
   std::map<std::string, int64_t> standard = {
       {"global_step", global_step},
@@ -123,14 +126,14 @@ void write_training_state(const h5::Group& root, const std::vector<Checkpoint::E
   for (const char* name : kStandardCounters) group.write_tensor(name, int64_scalar(standard[name]));
 
   for (const auto& [name, dataset] : tracked<data::DistributedDataset>(entries)) {
-    const h5::Group d = group.require_group("data/" + name);
+    const detail::ImageGroup d = group.require_group("data/" + name);
     d.write_attr("kind", std::string("distributed_dataset"));
     d.write_attr("num_replicas", dataset->num_replicas());
     d.write_attr("epoch", static_cast<int64_t>(dataset->epoch()));
     write_iterator_state(d, dataset->save());
   }
   for (const auto& [name, iterator] : tracked<data::Iterator>(entries)) {
-    const h5::Group d = group.require_group("data/" + name);
+    const detail::ImageGroup d = group.require_group("data/" + name);
     d.write_attr("kind", std::string("iterator"));
     d.write_attr("epoch", static_cast<int64_t>(iterator->epoch()));
     write_iterator_state(d, iterator->save());
@@ -148,7 +151,7 @@ void write_training_state(const h5::Group& root, const std::vector<Checkpoint::E
   for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
     // The per-replica (and per-worker) partial sums were gathered: the stored state is their SUM.
     const metrics::MetricState state = gathered.metrics.at(name);
-    const h5::Group m = group.require_group("metrics/" + name);
+    const detail::ImageGroup m = group.require_group("metrics/" + name);
     m.write_tensor("total", float64_scalar(state.total));
     m.write_tensor("count", float64_scalar(state.count));
     m.write_attr("metric_name", metric->name());
@@ -157,7 +160,7 @@ void write_training_state(const h5::Group& root, const std::vector<Checkpoint::E
   // Gradient accumulation: micro_step (0 at an update boundary) and, in the middle of an
   // accumulation, each variable's accumulator as the SUM over replicas of the replica-local
   // copies (only that sum is ever all-reduced, so a restore may put it on one replica).
-  const h5::Group accumulation = group.require_group("grad_accum");
+  const detail::ImageGroup accumulation = group.require_group("grad_accum");
   const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
   const int64_t micro_step = optimizer ? optimizer->micro_step() : 0;
   accumulation.write_tensor("micro_step", int64_scalar(micro_step));
@@ -171,7 +174,7 @@ void write_training_state(const h5::Group& root, const std::vector<Checkpoint::E
   // The loss scale and its counter (Keras's dynamic_scale and step_counter): replica 0's, as
   // every replica's copies are equal.
   if (const optim::LossScaleOptimizer* lso = tracked_loss_scale(entries)) {
-    const h5::Group loss_scale = group.require_group("loss_scale");
+    const detail::ImageGroup loss_scale = group.require_group("loss_scale");
     loss_scale.write_tensor("scale", lso->dynamic_scale_variable().copy(0));
     loss_scale.write_tensor("good_steps", lso->step_counter_variable().copy(0));
     loss_scale.write_attr("dynamic_growth_steps", lso->options().dynamic_growth_steps);
@@ -182,54 +185,41 @@ void write_training_state(const h5::Group& root, const std::vector<Checkpoint::E
 
 namespace detail {
 
-void write_gathered(const Checkpoint& checkpoint, const std::string& path,
-                    const GatheredState& gathered) {
+FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& gathered) {
   const std::vector<Checkpoint::Entry>& entries_ = checkpoint.entries();
   const nn::Module* model = tracked_one<nn::Module>(entries_);
   const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_);
-  const std::string temp = detail::temp_path_for(path);
-  try {
-    h5::File file = h5::File::create(temp);  // exclusive create: never reuses a stranger's file
-    detail::checkpoint_save_point("temp_created");
-    const h5::Group& root = file.root();
-    root.write_attr("tandem_format", std::string(kFormatName));
-    root.write_attr("tandem_format_version", kCheckpointFormatVersion);
-    root.write_attr("tandem_version", build_info().version);
-    root.write_attr("created_utc", utc_now());
-    root.write_attr("num_workers", static_cast<int64_t>(gathered.num_workers));
-    root.write_attr("num_replicas", gathered.num_replicas);
-    std::string backend = "cpu";
-    if (model) {
-      const std::vector<Variable> weights = model->weights();
-      if (!weights.empty() && weights.front().copy(0).device().is_cuda()) backend = "cuda";
-    }
-    root.write_attr("backend", backend);
-    root.write_attr("model_signature", checkpoint.model_signature());
-    // Every dataset with data carries Fletcher-32, scalars sit in checksummed object headers
-    // (hdf5_file.h); readers note files without this attribute (written before checksums).
-    root.write_attr("tandem_checksums", std::string(kChecksums));
-
-    write_model(root, model, gathered.on_read);
-    detail::checkpoint_save_point("model_weights");
-    if (optimizer) write_optimizer(root, *optimizer);
-    detail::checkpoint_save_point("optimizer_weights");
-    write_training_state(root, entries_, checkpoint.global_step(), gathered);
-    detail::checkpoint_save_point("training_state");
-    file.close();
-    detail::checkpoint_save_point("temp_closed");
-    // The bytes must reach the disk before the rename makes them the checkpoint: otherwise a
-    // power loss could leave `path` naming a file whose blocks were never written.
-    detail::fsync_file(temp);
-    detail::checkpoint_save_point("temp_synced");
-    detail::rename_file(temp, path);
-    // The rename is a change to the directory: fsync it so that the new name is durable.
-    detail::fsync_directory(std::filesystem::path(path).parent_path().string());
-    detail::checkpoint_save_point("renamed");
-  } catch (...) {
-    std::error_code ignored;
-    std::filesystem::remove(temp, ignored);
-    throw;
+  const auto image = std::make_shared<FileImage>();
+  const ImageGroup root(image);
+  root.write_attr("tandem_format", std::string(kFormatName));
+  root.write_attr("tandem_format_version", kCheckpointFormatVersion);
+  root.write_attr("tandem_version", build_info().version);
+  root.write_attr("created_utc", utc_now());
+  root.write_attr("num_workers", static_cast<int64_t>(gathered.num_workers));
+  root.write_attr("num_replicas", gathered.num_replicas);
+  std::string backend = "cpu";
+  if (model) {
+    const std::vector<Variable> weights = model->weights();
+    if (!weights.empty() && weights.front().copy(0).device().is_cuda()) backend = "cuda";
   }
+  root.write_attr("backend", backend);
+  root.write_attr("model_signature", checkpoint.model_signature());
+  // Every dataset with data carries Fletcher-32, scalars sit in checksummed object headers
+  // (hdf5_file.h); readers note files without this attribute (written before checksums).
+  root.write_attr("tandem_checksums", std::string(kChecksums));
+
+  write_model(root, model, gathered.on_read);
+  root.save_point("model_weights");
+  if (optimizer) write_optimizer(root, *optimizer);
+  root.save_point("optimizer_weights");
+  write_training_state(root, entries_, checkpoint.global_step(), gathered);
+  root.save_point("training_state");
+  return std::move(*image);
+}
+
+void write_gathered(const Checkpoint& checkpoint, const std::string& path,
+                    const GatheredState& gathered) {
+  write_image(snapshot_gathered(checkpoint, gathered), path);
 }
 
 }  // namespace detail

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "tandem/checkpoint/checkpoint.h"
+#include "tandem/checkpoint/internal/file_image.h"
 #include "tandem/core/workers.h"
 #include "tandem/metrics/metrics.h"
 #include "tandem/tensor/tensor.h"
@@ -38,5 +39,7 @@ GatheredState gather_state(const Checkpoint& checkpoint, WorkerGroup* workers);
 /// Checkpoint::write with the gathered state (what the chief of a multi-worker job writes).
 void write_gathered(const Checkpoint& checkpoint, const std::string& path,
                     const GatheredState& gathered);
+/// The file write_gathered writes, taken now into host memory (write it with write_image).
+FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& gathered);
 
 }  // namespace tandem::detail

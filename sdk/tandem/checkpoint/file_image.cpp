@@ -1,0 +1,153 @@
+// FileImage (internal/file_image.h): recording a checkpoint file in memory, and writing it.
+#include "tandem/checkpoint/internal/file_image.h"
+
+#include <filesystem>
+#include <map>
+
+#include "tandem/checkpoint/internal/file_io.h"
+#include "tandem/io/internal/hdf5_file.h"
+
+namespace tandem::detail {
+
+std::string ImageGroup::child(const std::string& name) const {
+  return path_.empty() ? name : path_ + "/" + name;
+}
+
+ImageOp& ImageGroup::add(ImageOp::Kind kind, const std::string& name) const {
+  ImageOp& op = image_->ops.emplace_back();
+  op.kind = kind;
+  op.group = path_;
+  op.name = name;
+  return op;
+}
+
+ImageGroup ImageGroup::create_group(const std::string& name) const {
+  add(ImageOp::Kind::kCreateGroup, name);
+  return ImageGroup(image_, child(name));
+}
+
+ImageGroup ImageGroup::require_group(const std::string& name) const {
+  add(ImageOp::Kind::kRequireGroup, name);
+  return ImageGroup(image_, child(name));
+}
+
+void ImageGroup::write_tensor(const std::string& name, const Tensor& tensor) const {
+  Tensor copy = tensor.to(Device::cpu()).clone();
+  image_->tensor_bytes += static_cast<int64_t>(copy.nbytes());
+  add(ImageOp::Kind::kTensor, name).tensor = std::move(copy);
+}
+
+void ImageGroup::write_u64(const std::string& name, const std::vector<uint64_t>& values,
+                           const Shape& shape) const {
+  ImageOp& op = add(ImageOp::Kind::kU64, name);
+  op.u64 = values;
+  op.shape = shape;
+  image_->tensor_bytes += static_cast<int64_t>(values.size() * sizeof(uint64_t));
+}
+
+void ImageGroup::write_attr(const std::string& name, const std::string& value) const {
+  add(ImageOp::Kind::kAttrString, name).text = value;
+}
+
+void ImageGroup::write_attr(const std::string& name, int64_t value) const {
+  add(ImageOp::Kind::kAttrInt, name).integer = value;
+}
+
+void ImageGroup::write_attr(const std::string& name, const std::vector<std::string>& values) const {
+  add(ImageOp::Kind::kAttrStrings, name).texts = values;
+}
+
+void ImageGroup::write_attr_fixed(const std::string& name,
+                                  const std::vector<std::string>& values) const {
+  add(ImageOp::Kind::kAttrFixedStrings, name).texts = values;
+}
+
+void ImageGroup::write_attr_of(const std::string& object, const std::string& name,
+                               const std::string& value) const {
+  ImageOp& op = add(ImageOp::Kind::kAttrOf, name);
+  op.object = object;
+  op.text = value;
+}
+
+void ImageGroup::save_point(std::string_view point) const {
+  add(ImageOp::Kind::kSavePoint, std::string(point));
+}
+
+namespace {
+
+void replay(const FileImage& image, const h5::Group& root) {
+  std::map<std::string, h5::Group> groups;  // by path, below the root
+  auto group = [&](const std::string& path) -> const h5::Group& {
+    if (path.empty()) return root;
+    const auto it = groups.find(path);
+    if (it != groups.end()) return it->second;
+    return groups.emplace(path, root.open_group(path)).first->second;
+  };
+  auto keep = [&](const std::string& path, h5::Group made) {
+    groups.erase(path);
+    groups.emplace(path, std::move(made));
+  };
+  for (const ImageOp& op : image.ops) {
+    using Kind = ImageOp::Kind;
+    const std::string child = op.group.empty() ? op.name : op.group + "/" + op.name;
+    switch (op.kind) {
+      case Kind::kCreateGroup:
+        keep(child, group(op.group).create_group(op.name));
+        break;
+      case Kind::kRequireGroup:
+        keep(child, group(op.group).require_group(op.name));
+        break;
+      case Kind::kTensor:
+        group(op.group).write_tensor(op.name, op.tensor);
+        break;
+      case Kind::kU64:
+        group(op.group).write_u64(op.name, op.u64, op.shape);
+        break;
+      case Kind::kAttrString:
+        group(op.group).write_attr(op.name, op.text);
+        break;
+      case Kind::kAttrInt:
+        group(op.group).write_attr(op.name, op.integer);
+        break;
+      case Kind::kAttrStrings:
+        group(op.group).write_attr(op.name, op.texts);
+        break;
+      case Kind::kAttrFixedStrings:
+        group(op.group).write_attr_fixed(op.name, op.texts);
+        break;
+      case Kind::kAttrOf:
+        group(op.group).write_attr_of(op.object, op.name, op.text);
+        break;
+      case Kind::kSavePoint:
+        checkpoint_save_point(op.name);
+        break;
+    }
+  }
+}
+
+}  // namespace
+
+void write_image(const FileImage& image, const std::string& path) {
+  const std::string temp = temp_path_for(path);
+  try {
+    h5::File file = h5::File::create(temp);  // exclusive create: never reuses a stranger's file
+    checkpoint_save_point("temp_created");
+    replay(image, file.root());
+    file.close();
+    checkpoint_save_point("temp_closed");
+    // The bytes must reach the disk before the rename makes them the checkpoint: otherwise a
+    // power loss could leave `path` naming a file whose blocks were never written.
+    fsync_file(temp);
+    checkpoint_save_point("temp_synced");
+    rename_file(temp, path);
+    // The rename is a change to the directory: fsync it so that the new name is durable.
+    fsync_directory(std::filesystem::path(path).parent_path().string());
+    checkpoint_save_point("renamed");
+  } catch (...) {
+    std::error_code ignored;
+    std::filesystem::remove(temp, ignored);
+    throw;
+  }
+}
+
+}  // namespace tandem::detail
