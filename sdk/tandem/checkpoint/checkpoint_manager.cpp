@@ -1,7 +1,9 @@
-// CheckpointManager: numbering, the `checkpoint` state file (TensorFlow CheckpointState text
-// format), rotation, the chief-only save protocol with its replica rendezvous, and restores that
-// fall back past damaged files.
+// CheckpointManager: rotation, the chief-only save protocol with its replica rendezvous and its
+// asynchronous writes, and restores that fall back past damaged files (the directory's files
+// and state file: state_file.cpp).
 #include "tandem/checkpoint/checkpoint_manager.h"
+
+#include <sched.h>
 
 #include <algorithm>
 #include <charconv>
@@ -11,11 +13,14 @@
 #include <fstream>
 #include <mutex>
 #include <sstream>
+#include <thread>
+#include <utility>
 
 #include "tandem/autograd/variable.h"
 #include "tandem/checkpoint/inspect.h"
 #include "tandem/checkpoint/internal/file_io.h"
 #include "tandem/checkpoint/internal/gather.h"
+#include "tandem/checkpoint/internal/state_file.h"
 #include "tandem/collectives/communicator.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/spans.h"
@@ -27,153 +32,34 @@ namespace tandem {
 
 namespace fs = std::filesystem;
 
-namespace {
-
-constexpr const char* kStateFileName = "checkpoint";
-
-/// N of "ckpt-N.h5", or std::nullopt for any other name.
-std::optional<int64_t> checkpoint_number(const std::string& file_name) {
-  if (!file_name.starts_with("ckpt-") || !file_name.ends_with(".h5")) return std::nullopt;
-  const std::string digits = file_name.substr(5, file_name.size() - 8);
-  int64_t value = 0;
-  const auto [end, error] = std::from_chars(digits.data(), digits.data() + digits.size(), value);
-  if (digits.empty() || error != std::errc() || end != digits.data() + digits.size() || value < 0)
-    return std::nullopt;
-  return value;
-}
-
-std::string checkpoint_file_name(int64_t step) { return "ckpt-" + std::to_string(step) + ".h5"; }
-
-/// The ckpt-N.h5 files of `directory` as (N, name), ascending in N.
-std::vector<std::pair<int64_t, std::string>> scan_checkpoints(const std::string& directory) {
-  std::vector<std::pair<int64_t, std::string>> found;
-  std::error_code ec;
-  for (const fs::directory_entry& entry : fs::directory_iterator(directory, ec)) {
-    const std::string name = entry.path().filename().string();
-    if (const auto n = checkpoint_number(name); n && entry.is_regular_file(ec))
-      found.emplace_back(*n, name);
-  }
-  std::sort(found.begin(), found.end());
-  return found;
-}
-
-// ---- the state file: TensorFlow's CheckpointState in protobuf text format -------------------
-
-struct StateFile {
-  std::string latest;            // model_checkpoint_path
-  std::vector<std::string> all;  // all_model_checkpoint_paths, oldest first
-};
-
-std::string quote(const std::string& text) {
-  std::string out = "\"";
-  for (char c : text) {
-    if (c == '"' || c == '\\') out += '\\';
-    out += c;
-  }
-  return out + "\"";
-}
-
-/// The value of `key: "value"`; std::nullopt when the line is not of that form.
-std::optional<std::string> unquote(const std::string& text) {
-  if (text.size() < 2 || text.front() != '"' || text.back() != '"') return std::nullopt;
-  std::string out;
-  for (size_t i = 1; i + 1 < text.size(); ++i) {
-    char c = text[i];
-    if (c == '\\' && i + 2 < text.size()) {
-      c = text[++i];
-      if (c == 'n') c = '\n';
-      if (c == 't') c = '\t';
-    }
-    out += c;
-  }
-  return out;
-}
-
-/// Parses `directory`/checkpoint; std::nullopt when it is missing or not in the format (other
-/// fields, such as TensorFlow's timestamps, are ignored).
-std::optional<StateFile> read_state_file(const std::string& directory) {
-  // Only a regular file: a FIFO in its place would block the read forever.
-  std::error_code ec;
-  if (!fs::is_regular_file(fs::path(directory) / kStateFileName, ec)) return std::nullopt;
-  std::ifstream in(fs::path(directory) / kStateFileName);
-  if (!in) return std::nullopt;
-  StateFile state;
-  std::string line;
-  while (std::getline(in, line)) {
-    const size_t first = line.find_first_not_of(" \t\r");
-    if (first == std::string::npos) continue;
-    const size_t colon = line.find(':', first);
-    if (colon == std::string::npos) return std::nullopt;
-    const std::string key = line.substr(first, colon - first);
-    std::string value = line.substr(colon + 1);
-    value.erase(0, value.find_first_not_of(" \t"));
-    value.erase(value.find_last_not_of(" \t\r") + 1);
-    if (key == "model_checkpoint_path" || key == "all_model_checkpoint_paths") {
-      const std::optional<std::string> text = unquote(value);
-      if (!text) return std::nullopt;
-      (key == "model_checkpoint_path" ? state.latest : state.all.emplace_back()) = *text;
-    }
-  }
-  if (state.latest.empty() && state.all.empty()) return std::nullopt;
-  return state;
-}
-
-std::string format_state_file(const std::vector<std::string>& kept) {
-  std::string text;
-  if (!kept.empty()) text += "model_checkpoint_path: " + quote(kept.back()) + "\n";
-  for (const std::string& name : kept) text += "all_model_checkpoint_paths: " + quote(name) + "\n";
-  return text;
-}
-
-std::string resolve(const std::string& directory, const std::string& name) {
-  const fs::path p(name);
-  return p.is_absolute() ? name : (fs::path(directory) / p).string();
-}
-
-/// The candidates to restore, newest first: the state file's target, then every ckpt-N.h5 by
-/// descending N. `note` says when the state file was missing.
-std::vector<std::string> restore_candidates(const std::string& directory, std::string* note) {
-  std::vector<std::string> candidates;
-  if (const std::optional<StateFile> state = read_state_file(directory)) {
-    const std::string latest = state->latest.empty() ? state->all.back() : state->latest;
-    candidates.push_back(resolve(directory, latest));
-  } else if (note != nullptr) {
-    std::error_code ec;
-    *note = fs::symlink_status(fs::path(directory) / kStateFileName, ec).type() !=
-                    fs::file_type::not_found
-                ? "its state file 'checkpoint' cannot be parsed"
-                : "it has no state file 'checkpoint'";
-  }
-  const auto found = scan_checkpoints(directory);
-  for (auto it = found.rbegin(); it != found.rend(); ++it) {
-    const std::string path = resolve(directory, it->second);
-    if (std::find(candidates.begin(), candidates.end(), path) == candidates.end())
-      candidates.push_back(path);
-  }
-  return candidates;
-}
-
-}  // namespace
-
-std::optional<std::string> latest_checkpoint(const std::string& directory) {
-  return latest_checkpoint(directory, nullptr);
-}
-
-std::optional<std::string> latest_checkpoint(const std::string& directory,
-                                             std::vector<std::string>* skipped) {
-  for (const std::string& candidate : restore_candidates(directory, nullptr)) {
-    const std::string why = verify_checkpoint(candidate);
-    if (why.empty()) return candidate;
-    if (skipped != nullptr) skipped->push_back(candidate + ": " + why);
-  }
-  return std::nullopt;
-}
+using detail::checkpoint_file_name;
+using detail::checkpoint_number;
+using detail::format_state_file;
+using detail::kStateFileName;
+using detail::read_state_file;
+using detail::resolve;
+using detail::restore_candidates;
+using detail::scan_checkpoints;
+using detail::StateFile;
 
 // ---- CheckpointManager ---------------------------------------------------------------------
 
 struct CheckpointManager::Impl {
   Impl(const Checkpoint& tracked, std::string dir, Options opts)
       : checkpoint(tracked), directory(std::move(dir)), options(opts) {}
+  ~Impl() {
+    finish_background();
+    if (background_error) {
+      try {
+        std::rethrow_exception(background_error);
+      } catch (const std::exception& e) {
+        TANDEM_LOG_ERROR("CheckpointManager: a background save failed and nobody waited for it: ",
+                         e.what());
+      } catch (...) {
+        TANDEM_LOG_ERROR("CheckpointManager: a background save failed and nobody waited for it");
+      }
+    }
+  }
 
   Checkpoint checkpoint;
   std::string directory;
@@ -181,6 +67,9 @@ struct CheckpointManager::Impl {
   std::vector<std::string> kept;     // file names in the directory, oldest first
   std::optional<int64_t> last_step;  // of the last checkpoint written or restored
   std::mutex save_mutex;             // one save at a time from outside replicas
+  // Options::async_save: the write in flight, and its error once it ended (read after join).
+  std::thread writer;
+  std::exception_ptr background_error;
 
   // The rendezvous of save() called by every replica inside strategy.run.
   std::mutex rendezvous_mutex;
@@ -198,11 +87,21 @@ struct CheckpointManager::Impl {
                                   format_state_file(kept));
   }
 
+  /// Joins the background write, if any (its error stays in background_error).
+  void finish_background() {
+    if (writer.joinable()) writer.join();
+  }
+  /// Joins the background write and raises its error, once.
+  void wait_background() {
+    finish_background();
+    if (std::exception_ptr error = std::exchange(background_error, nullptr))
+      std::rethrow_exception(error);
+  }
+
   std::optional<std::string> save_as_chief(std::optional<int64_t> requested_step,
                                            bool check_interval);
-  /// The chief's part of a save: the file, the state file, and rotation.
-  void write_and_rotate(const std::string& name, const std::string& path,
-                        const detail::GatheredState& gathered);
+  /// The chief's part of a save once the file is in place: the state file, and rotation.
+  void keep_and_rotate(const std::string& name);
   std::optional<std::string> save_collectively(std::optional<int64_t> step, bool check_interval,
                                                ReplicaBinding binding);
 };
@@ -264,13 +163,17 @@ CheckpointManager::~CheckpointManager() = default;
 
 const std::string& CheckpointManager::directory() const { return impl_->directory; }
 
+void CheckpointManager::wait() { impl_->wait_background(); }
+
 std::vector<std::string> CheckpointManager::checkpoints() const {
+  impl_->finish_background();
   std::vector<std::string> out;
   for (const std::string& name : impl_->kept) out.push_back(impl_->path_of(name));
   return out;
 }
 
 std::optional<std::string> CheckpointManager::latest_checkpoint() const {
+  impl_->finish_background();
   return tandem::latest_checkpoint(impl_->directory);
 }
 
@@ -299,6 +202,15 @@ std::optional<std::string> CheckpointManager::save_at(std::optional<int64_t> ste
 std::optional<std::string> CheckpointManager::Impl::save_as_chief(
     std::optional<int64_t> requested_step, bool check_interval) {
   const int64_t step = requested_step.value_or(checkpoint.global_step());
+  // An asynchronous save in flight ends first; its error is this save's.
+  std::exception_ptr previous_failure;
+  if (is_chief()) {
+    try {
+      wait_background();
+    } catch (...) {
+      previous_failure = std::current_exception();
+    }
+  }
   // In a multi-worker job every step below is taken by every worker together: the chief's
   // decision to skip holds for all (what each worker remembers of earlier saves may differ),
   // every worker sends its per-replica state, and every worker learns whether the chief's
@@ -307,11 +219,17 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
       options.strategy != nullptr && options.strategy->num_workers() > 1 ? worker_group() : nullptr;
   bool skip = check_interval && options.checkpoint_interval > 0 && last_step &&
               step - *last_step < options.checkpoint_interval;
+  bool previous_failed = previous_failure != nullptr;
   if (workers) {
-    std::vector<double> chief_skips = {is_chief() && skip ? 1.0 : 0.0};
-    workers->sum(chief_skips, "checkpoint save (every worker saves together)");
-    skip = chief_skips[0] > 0;
+    std::vector<double> decision = {is_chief() && skip ? 1.0 : 0.0, previous_failed ? 1.0 : 0.0};
+    workers->sum(decision, "checkpoint save (every worker saves together)");
+    skip = decision[0] > 0;
+    previous_failed = decision[1] > 0;
   }
+  if (previous_failure) std::rethrow_exception(previous_failure);
+  if (previous_failed)
+    TANDEM_THROW("CheckpointManager::save: the chief's previous background save failed (its ",
+                 "error is raised on the chief); the checkpoint before it is intact");
   if (skip) return std::nullopt;
   const std::string name = checkpoint_file_name(step);
   const std::string path = path_of(name);
@@ -321,7 +239,24 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
   std::exception_ptr failure;
   if (is_chief()) {
     try {
-      write_and_rotate(name, path, gathered);
+      detail::FileImage image = detail::snapshot_gathered(checkpoint, gathered);
+      if (options.async_save) {
+        writer = std::thread([this, name, path, image = std::move(image)] {
+          // SCHED_IDLE: the write runs only on cores the training leaves idle (the file is
+          // durable later; the steps meanwhile are not slowed down).
+          sched_param idle{};
+          sched_setscheduler(0, SCHED_IDLE, &idle);
+          try {
+            detail::write_image(image, path);
+            keep_and_rotate(name);
+          } catch (...) {
+            background_error = std::current_exception();
+          }
+        });
+      } else {
+        detail::write_image(image, path);
+        keep_and_rotate(name);
+      }
     } catch (...) {
       failure = std::current_exception();
     }
@@ -338,9 +273,7 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
   return path;
 }
 
-void CheckpointManager::Impl::write_and_rotate(const std::string& name, const std::string& path,
-                                               const detail::GatheredState& gathered) {
-  detail::write_gathered(checkpoint, path, gathered);
+void CheckpointManager::Impl::keep_and_rotate(const std::string& name) {
   kept.erase(std::remove(kept.begin(), kept.end(), name), kept.end());
   kept.push_back(name);
   write_state_file();
@@ -417,6 +350,7 @@ std::optional<std::string> CheckpointManager::Impl::save_collectively(std::optio
 }
 
 void CheckpointManager::restore(const std::string& path) {
+  impl_->wait_background();
   impl_->checkpoint.restore(path);
   impl_->last_step = impl_->checkpoint.global_step();
 }
@@ -444,6 +378,7 @@ std::vector<char> restore_message(const std::optional<std::string>& restored) {
 }  // namespace
 
 std::optional<std::string> CheckpointManager::restore_or_initialize() {
+  impl_->wait_background();
   const Strategy* strategy = impl_->options.strategy;
   if (strategy == nullptr || strategy->num_workers() == 1) return restore_locally();
   // Several workers: the chief picks and reads the checkpoint and sends the file to the others,

@@ -55,6 +55,14 @@ class CheckpointManager {
     int64_t checkpoint_interval = 0;
     /// The strategy whose chief writes; nullptr: this process is the chief (one process).
     const Strategy* strategy = nullptr;
+    /// Asynchronous saves: save() returns once the checkpoint is copied into host memory (the
+    /// weights, optimizer slots, data position, metrics, accumulators, loss scale: everything
+    /// it tracks, taken at that step); a background thread writes the file, checksums, syncs
+    /// and renames it, and only then moves the state file (the "latest" marker) and deletes
+    /// old checkpoints. The next save(), restore, restore_or_initialize and wait() first wait
+    /// for it, and raise its error if it failed (the error is never lost; the destructor logs
+    /// one nobody asked for). A crash at any moment leaves the previous checkpoint the newest.
+    bool async_save = false;
   };
 
   /// Manages `directory` (created if missing) for `checkpoint` (copied; its objects must outlive
@@ -93,6 +101,10 @@ class CheckpointManager {
   /// With a multi-worker Options::strategy, every worker calls it: the chief restores from its
   /// directory and sends the file to the others (their hosts need not see the directory).
   std::optional<std::string> restore_or_initialize();
+
+  /// Waits for a background write (Options::async_save) to be durable; raises its error if it
+  /// failed. Returns at once when none is in flight.
+  void wait();
 
   /// The checkpoint the state file names (tf's manager.latest_checkpoint), checked as in
   /// tandem::latest_checkpoint(directory).

@@ -75,6 +75,7 @@ bool PreemptionCheckpointHandler::job_preempted() const {
 bool PreemptionCheckpointHandler::save_checkpoint_if_preempted() {
   if (!job_preempted()) return false;
   saved_ = manager_.save({.step = std::nullopt, .check_interval = false});
+  manager_.wait();  // with asynchronous saves: durable before the job stops
   if (strategy_.is_chief())
     TANDEM_LOG_WARNING("preempted: a worker was asked to stop; saved ", saved_.value_or("nothing"),
                        "; every worker stops with exit status ", kPreemptedExitStatus);

@@ -42,7 +42,8 @@ class PreemptionCheckpointHandler {
   PreemptionCheckpointHandler& operator=(const PreemptionCheckpointHandler&) = delete;
 
   /// Call it where a step ends, on every worker (outside strategy.run). When any worker was
-  /// signalled: saves through the manager (every worker takes part; the chief writes) and
+  /// signalled: saves through the manager (every worker takes part; the chief writes, and
+  /// waits for the file to be durable when the manager saves asynchronously) and
   /// exits with kPreemptedExitStatus, or returns true with exit_process = false. Otherwise
   /// returns false.
   bool save_checkpoint_if_preempted();
