@@ -235,6 +235,45 @@ TEST_CASE("tandem-run leaves out a worker that keeps failing to start, down to -
   }
 }
 
+TEST_CASE("a killed worker is named by every survivor within 5 s, over shared memory and Gloo",
+          "[cpu][tools][launcher]") {
+  if (!have_fashion_mnist()) {
+    WARN("Fashion-MNIST is not installed; skipped");
+    return;
+  }
+  for (const std::string transport : {"shm", "tcp"}) {
+    INFO("TANDEM_WORKER_TRANSPORT=" << transport);
+    TempDir dir;
+    pid_t worker1 = 0;
+    std::chrono::steady_clock::time_point killed{};
+    std::vector<double> named_after;  // seconds from the kill to each survivor's message
+    const Run r = run(
+        {"/usr/bin/env", "TANDEM_WORKER_TRANSPORT=" + transport, kTandemRun, "--workers", "3",
+         "--max-restarts", "0", "--grace", "30", "--", kMlp, "--epochs", "2", "--checkpoint-dir",
+         dir.path},
+        [&](const std::string& line, pid_t) {
+          if (!worker1) worker1 = worker_pid(line, 1);
+          if (worker1 && killed == std::chrono::steady_clock::time_point{} &&
+              line.find("[worker 0] epoch 1/2  step 100/") != std::string::npos) {
+            kill(worker1, SIGKILL);
+            killed = std::chrono::steady_clock::now();
+          }
+          if (line.find("worker 1 (127.0.0.1:") != std::string::npos &&
+              line.find("is gone") != std::string::npos)
+            named_after.push_back(
+                std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count());
+        });
+    INFO(r.text());
+    REQUIRE(killed != std::chrono::steady_clock::time_point{});
+    CHECK(r.status == 128 + SIGKILL);
+    CHECK(r.has("[worker 0] fashion_mnist_mlp: "));
+    CHECK(r.has("[worker 2] fashion_mnist_mlp: "));
+    // Both survivors, each naming worker 1 and its address, well within 5 s.
+    REQUIRE(named_after.size() == 2);
+    for (const double seconds : named_after) CHECK(seconds < 5.0);
+  }
+}
+
 TEST_CASE("SIGTERM to a worker mid-epoch: saved, preempted, restarted, the same final weights",
           "[cpu][tools][launcher][slow]") {
   if (!have_fashion_mnist()) {
