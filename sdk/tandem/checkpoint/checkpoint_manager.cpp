@@ -3,7 +3,8 @@
 // and state file: state_file.cpp).
 #include "tandem/checkpoint/checkpoint_manager.h"
 
-#include <sched.h>
+#include <sys/resource.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <charconv>
@@ -48,7 +49,14 @@ struct CheckpointManager::Impl {
   Impl(const Checkpoint& tracked, std::string dir, Options opts)
       : checkpoint(tracked), directory(std::move(dir)), options(opts) {}
   ~Impl() {
-    finish_background();
+    if (writer.joinable()) {
+      {
+        const std::lock_guard<std::mutex> lock(writer_mutex);
+        stopping = true;  // the writer finishes a write in flight first
+      }
+      writer_cv.notify_all();
+      writer.join();
+    }
     if (background_error) {
       try {
         std::rethrow_exception(background_error);
@@ -67,9 +75,21 @@ struct CheckpointManager::Impl {
   std::vector<std::string> kept;     // file names in the directory, oldest first
   std::optional<int64_t> last_step;  // of the last checkpoint written or restored
   std::mutex save_mutex;             // one save at a time from outside replicas
-  // Options::async_save: the write in flight, and its error once it ended (read after join).
+  // Options::async_save: one writer thread, started by the first such save, writes the image
+  // of `pending` and keeps the error of a write that failed; all under writer_mutex.
+  struct PendingWrite {
+    detail::FileImage image;
+    std::string name, path;
+    int64_t step = 0;
+  };
   std::thread writer;
+  std::mutex writer_mutex;
+  std::condition_variable writer_cv;
+  std::optional<PendingWrite> pending;  // handed over, not yet taken by the writer
+  bool writing = false;                 // a write is pending or in flight
+  bool stopping = false;
   std::exception_ptr background_error;
+  std::optional<int64_t> last_written_step;  // the last_step of the last write that succeeded
 
   // The rendezvous of save() called by every replica inside strategy.run.
   std::mutex rendezvous_mutex;
@@ -87,15 +107,58 @@ struct CheckpointManager::Impl {
                                   format_state_file(kept));
   }
 
-  /// Joins the background write, if any (its error stays in background_error).
+  /// Waits for the background write, if any (its error stays in background_error).
   void finish_background() {
-    if (writer.joinable()) writer.join();
+    std::unique_lock<std::mutex> lock(writer_mutex);
+    writer_cv.wait(lock, [&] { return !writing; });
   }
-  /// Joins the background write and raises its error, once.
+  /// Waits for the background write and raises its error, once (the interval then counts
+  /// from the last checkpoint that was written).
   void wait_background() {
-    finish_background();
-    if (std::exception_ptr error = std::exchange(background_error, nullptr))
+    std::unique_lock<std::mutex> lock(writer_mutex);
+    writer_cv.wait(lock, [&] { return !writing; });
+    if (std::exception_ptr error = std::exchange(background_error, nullptr)) {
+      last_step = last_written_step;
       std::rethrow_exception(error);
+    }
+  }
+  /// Hands `write` to the writer thread (started on first use). The previous write has ended.
+  void submit(PendingWrite write) {
+    {
+      const std::lock_guard<std::mutex> lock(writer_mutex);
+      pending = std::move(write);
+      writing = true;
+    }
+    if (!writer.joinable()) writer = std::thread([this] { writer_loop(); });
+    writer_cv.notify_all();
+  }
+  void writer_loop() {
+    // The lowest priority of the normal class (nice 19): the writes take mostly what the
+    // training leaves, yet always progress (SCHED_IDLE could starve the thread while it holds
+    // HDF5's library lock, which the input pipeline's HDF5 reads need too).
+    setpriority(PRIO_PROCESS, static_cast<id_t>(gettid()), 19);
+    std::unique_lock<std::mutex> lock(writer_mutex);
+    for (;;) {
+      writer_cv.wait(lock, [&] { return pending.has_value() || stopping; });
+      if (!pending) return;  // stopping, nothing left to write
+      PendingWrite write = std::move(*pending);
+      pending.reset();
+      lock.unlock();
+      std::exception_ptr error;
+      try {
+        detail::write_image(write.image, write.path);
+        keep_and_rotate(write.name);
+      } catch (...) {
+        error = std::current_exception();
+      }
+      lock.lock();
+      if (error)
+        background_error = error;
+      else
+        last_written_step = write.step;
+      writing = false;
+      writer_cv.notify_all();
+    }
   }
 
   std::optional<std::string> save_as_chief(std::optional<int64_t> requested_step,
@@ -241,18 +304,8 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
     try {
       detail::FileImage image = detail::snapshot_gathered(checkpoint, gathered);
       if (options.async_save) {
-        writer = std::thread([this, name, path, image = std::move(image)] {
-          // SCHED_IDLE: the write runs only on cores the training leaves idle (the file is
-          // durable later; the steps meanwhile are not slowed down).
-          sched_param idle{};
-          sched_setscheduler(0, SCHED_IDLE, &idle);
-          try {
-            detail::write_image(image, path);
-            keep_and_rotate(name);
-          } catch (...) {
-            background_error = std::current_exception();
-          }
-        });
+        last_written_step = last_step;  // before this write (the writer is idle here)
+        submit({std::move(image), name, path, step});
       } else {
         detail::write_image(image, path);
         keep_and_rotate(name);
@@ -350,7 +403,8 @@ std::optional<std::string> CheckpointManager::Impl::save_collectively(std::optio
 }
 
 void CheckpointManager::restore(const std::string& path) {
-  impl_->wait_background();
+  // A background write in flight ends first (its error, if any, stays for save() or wait()).
+  impl_->finish_background();
   impl_->checkpoint.restore(path);
   impl_->last_step = impl_->checkpoint.global_step();
 }
@@ -378,7 +432,8 @@ std::vector<char> restore_message(const std::optional<std::string>& restored) {
 }  // namespace
 
 std::optional<std::string> CheckpointManager::restore_or_initialize() {
-  impl_->wait_background();
+  // A background write in flight ends first (its error, if any, stays for save() or wait()).
+  impl_->finish_background();
   const Strategy* strategy = impl_->options.strategy;
   if (strategy == nullptr || strategy->num_workers() == 1) return restore_locally();
   // Several workers: the chief picks and reads the checkpoint and sends the file to the others,

@@ -24,7 +24,18 @@ std::atomic<bool> g_installed{false};
 struct sigaction g_previous_term {};
 struct sigaction g_previous_int {};
 
-extern "C" void on_stop_signal(int) { g_signalled.store(true, std::memory_order_relaxed); }
+std::atomic<int> g_interrupts{0};
+
+// SIGTERM may come several times (a scheduler signals every process of the job, and tandem-run
+// passes its own on): each only sets the flag. A second SIGINT (Ctrl-C twice) ends the program
+// at once: the default action, restored and raised (both async-signal-safe).
+extern "C" void on_stop_signal(int signal) {
+  g_signalled.store(true, std::memory_order_relaxed);
+  if (signal == SIGINT && g_interrupts.fetch_add(1, std::memory_order_relaxed) >= 1) {
+    std::signal(SIGINT, SIG_DFL);
+    std::raise(SIGINT);
+  }
+}
 
 }  // namespace
 
@@ -35,12 +46,11 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(const Strategy& strateg
   TANDEM_CHECK(!g_installed.exchange(true), "PreemptionCheckpointHandler: another one is alive in ",
                "this process; make one per training loop");
   g_signalled.store(false, std::memory_order_relaxed);
+  g_interrupts.store(0, std::memory_order_relaxed);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
-  // SA_RESETHAND: the handler runs once; a second signal of the kind has its default action
-  // (a second Ctrl-C ends the program at once). SA_RESTART: interrupted system calls resume.
-  action.sa_flags = SA_RESETHAND | SA_RESTART;
+  action.sa_flags = SA_RESTART;  // interrupted system calls resume
   sigaction(SIGTERM, &action, &g_previous_term);
   sigaction(SIGINT, &action, &g_previous_int);
 }
@@ -74,6 +84,12 @@ bool PreemptionCheckpointHandler::job_preempted() const {
 
 bool PreemptionCheckpointHandler::save_checkpoint_if_preempted() {
   if (!job_preempted()) return false;
+  // An earlier background save that failed must not stop this one (it is reported here).
+  try {
+    manager_.wait();
+  } catch (const std::exception& e) {
+    TANDEM_LOG_ERROR("preemption: an earlier background save had failed: ", e.what());
+  }
   saved_ = manager_.save({.step = std::nullopt, .check_interval = false});
   manager_.wait();  // with asynchronous saves: durable before the job stops
   if (strategy_.is_chief())

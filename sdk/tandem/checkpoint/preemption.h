@@ -32,9 +32,9 @@ struct PreemptionOptions {
 
 class PreemptionCheckpointHandler {
  public:
-  /// Installs handlers for SIGTERM and SIGINT that only set a flag (a second signal of the
-  /// same kind has its default action: a second Ctrl-C ends the program at once); the
-  /// destructor puts the previous handlers back. One handler at a time per process.
+  /// Installs handlers for SIGTERM and SIGINT that only set a flag (any number of SIGTERMs;
+  /// a second Ctrl-C ends the program at once); the destructor puts the previous handlers
+  /// back. One handler at a time per process.
   PreemptionCheckpointHandler(const Strategy& strategy, CheckpointManager& manager,
                               const PreemptionOptions& options = {});
   ~PreemptionCheckpointHandler();

@@ -19,6 +19,8 @@
 
 namespace tandem {
 
+using detail::FileImage;
+using detail::ImageGroup;
 using detail::is_standard_counter;
 using detail::kChecksums;
 using detail::keras_name;
@@ -35,8 +37,6 @@ using detail::LayerWeights;
 using detail::tracked;
 using detail::tracked_loss_scale;
 using detail::tracked_one;
-using detail::FileImage;
-using detail::ImageGroup;
 
 namespace {
 
@@ -108,8 +108,9 @@ void write_iterator_state(const detail::ImageGroup& group, const data::IteratorS
   group.write_attr_fixed("entry_names", names);
 }
 
-void write_training_state(const detail::ImageGroup& root, const std::vector<Checkpoint::Entry>& entries,
-                          int64_t global_step, const detail::GatheredState& gathered) {
+void write_training_state(const detail::ImageGroup& root,
+                          const std::vector<Checkpoint::Entry>& entries, int64_t global_step,
+                          const detail::GatheredState& gathered) {
   const detail::ImageGroup group = root.create_group(kTrainingState);
   const data::DistributedDataset* first_data = tracked_one<data::DistributedDataset>(entries);
   std::map<std::string, int64_t> standard = {

@@ -102,6 +102,12 @@ std::optional<Options> parse(int argc, char** argv) {
                    value.c_str());
       return std::nullopt;
     }
+    // Within what an int and a duration hold (and not NaN) before any cast.
+    if (!(number >= 0 && number <= 1e6)) {
+      std::fprintf(stderr, "tandem-run: %s %s is out of range [0, 1000000]\n", arg.c_str(),
+                   value.c_str());
+      return std::nullopt;
+    }
     const bool whole = number == static_cast<int>(number);
     if (arg == "--workers" && whole && number >= 1) {
       o.workers = static_cast<int>(number);
@@ -155,6 +161,16 @@ void install_signals() {
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;
   for (const int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaction(s, &action, nullptr);
+}
+
+/// Reads the signals that came in (without waiting); true when one asks tandem-run to stop.
+bool stop_signal_pending() {
+  bool stop = false;
+  unsigned char signals[64];
+  ssize_t n;
+  while ((n = read(g_signal_pipe[0], signals, sizeof(signals))) > 0)
+    for (ssize_t k = 0; k < n; ++k) stop = stop || signals[k] != SIGCHLD;
+  return stop;
 }
 
 // ---- what the workers are told ---------------------------------------------------------------
@@ -255,7 +271,9 @@ void emit(const Worker& w, Stream& s, const char* data, size_t size) {
 
 void drain(Worker& w, Stream& s) {
   char buffer[65536];
-  for (;;) {
+  // At most a few reads per wakeup: a worker that writes without pause must not keep the loop
+  // from signals, reaping and the kill timer.
+  for (int reads = 0; reads < 16; ++reads) {
     const ssize_t n = read(s.fd, buffer, sizeof(buffer));
     if (n > 0) {
       emit(w, s, buffer, static_cast<size_t>(n));
@@ -302,6 +320,9 @@ pid_t start_worker(const Options& o, Worker& w, const std::string& config, int a
     if (getppid() != parent) _exit(1);
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
+    // Not the terminal: a worker in a background process group reading it would stop.
+    const int null_fd = open("/dev/null", O_RDONLY);
+    if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     struct sigaction action {};
     action.sa_handler = SIG_DFL;
     for (const int s : {SIGCHLD, SIGTERM, SIGINT, SIGHUP}) sigaction(s, &action, nullptr);
@@ -412,6 +433,9 @@ Outcome supervise(const Options& o, std::vector<Worker>& workers, Clock::time_po
         if (w.pid != pid || !w.running) continue;
         w.running = false;
         w.status = status;
+        // What the worker started and left behind (its process group) ends with it: nothing
+        // may hold its output open, or keep running into the next attempt.
+        kill(-w.pid, SIGKILL);
         const bool ok = WIFEXITED(status) && WEXITSTATUS(status) == 0;
         const bool preempted =
             WIFEXITED(status) && WEXITSTATUS(status) == tandem::kPreemptedExitStatus;
@@ -473,7 +497,16 @@ int main(int argc, char** argv) {
     std::fflush(stdout);
   };
 
+  bool previous_saved = true;  // the previous attempt's workers all saved (preempted)
   for (int attempt = 0;; ++attempt) {
+    // A stop asked for between attempts: no new workers (they would die before they could
+    // install their handlers).
+    if (stop_signal_pending()) {
+      summary("stopped", previous_saved ? "asked to stop before the restart; every worker had "
+                                          "saved and stopped"
+                                        : "asked to stop before the restart");
+      return previous_saved ? tandem::kPreemptedExitStatus : 1;
+    }
     const std::vector<int> ports = free_ports(static_cast<int>(slots.size()));
     const std::string token = random_token();
     std::vector<Worker> workers(slots.size());
@@ -501,11 +534,13 @@ int main(int argc, char** argv) {
         return outcome.all_saved ? tandem::kPreemptedExitStatus : 1;
       case Outcome::kPreempted:
         ++preemptions;
+        previous_saved = true;
         std::fprintf(stderr,
                      "tandem-run: the workers saved and stopped (preempted); restarting "
                      "them (not counted as a failure)\n");
         continue;
       case Outcome::kFailed:
+        previous_saved = false;
         break;
     }
     last_failure =
