@@ -42,6 +42,9 @@ using Clock = std::chrono::steady_clock;
 
 constexpr int kExitUsage = 2;
 constexpr int kStartFailuresToLeaveOut = 2;  // failures at start in a row that leave a worker out
+// Seconds the other workers get to notice a failed worker and exit by themselves (they raise,
+// naming it, within milliseconds) before SIGTERM.
+constexpr double kSelfStopSeconds = 2.0;
 
 struct Options {
   int workers = 0;
@@ -365,20 +368,39 @@ struct Outcome {
 Outcome supervise(const Options& o, std::vector<Worker>& workers, Clock::time_point started,
                   bool& stop_requested) {
   Outcome outcome;
-  bool stopping = false;      // SIGTERM sent to the workers
+  bool stopping = false;      // the workers are being stopped
+  bool term_pending = false;  // SIGTERM at term_at for workers still running
   bool kill_pending = false;  // SIGKILL at kill_at for workers still running
-  Clock::time_point kill_at = Clock::now();
+  Clock::time_point term_at = Clock::now(), kill_at = Clock::now();
+  const auto after = [](double seconds) {
+    return Clock::now() +
+           std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(seconds));
+  };
   auto signal_all = [&](int signal) {
     for (const Worker& w : workers)
       if (w.running) kill(-w.pid, signal);
   };
-  auto begin_stop = [&] {
-    if (stopping) return;
-    stopping = true;
+  auto terminate_now = [&] {
+    term_pending = false;
     signal_all(SIGTERM);
     kill_pending = true;
-    kill_at = Clock::now() + std::chrono::duration_cast<Clock::duration>(
-                                 std::chrono::duration<double>(o.grace_seconds));
+    kill_at = after(o.grace_seconds);
+  };
+  // `at_once`: SIGTERM now (tandem-run was asked to stop). Otherwise (a worker failed) the
+  // others first get kSelfStopSeconds to notice the loss and exit by themselves, saying which
+  // worker they lost: a SIGTERM could end them before they print it.
+  auto begin_stop = [&](bool at_once) {
+    if (stopping) {
+      if (at_once && term_pending) terminate_now();
+      return;
+    }
+    stopping = true;
+    if (at_once) {
+      terminate_now();
+    } else {
+      term_pending = true;
+      term_at = after(std::min(kSelfStopSeconds, o.grace_seconds));
+    }
   };
   for (;;) {
     bool any_open = false;
@@ -394,10 +416,11 @@ Outcome supervise(const Options& o, std::vector<Worker>& workers, Clock::time_po
           streams.emplace_back(&w, s);
         }
     int timeout_ms = 1000;
-    if (kill_pending) {
-      const auto left =
-          std::chrono::duration_cast<std::chrono::milliseconds>(kill_at - Clock::now());
-      timeout_ms = static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1000));
+    for (const auto& [pending, at] : {std::pair{term_pending, term_at}, {kill_pending, kill_at}}) {
+      if (!pending) continue;
+      const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - Clock::now());
+      timeout_ms =
+          std::min(timeout_ms, static_cast<int>(std::clamp<int64_t>(left.count(), 0, 1000)));
     }
     const int ready = poll(fds.data(), fds.size(), timeout_ms);
     if (ready < 0 && errno != EINTR) {
@@ -419,7 +442,7 @@ Outcome supervise(const Options& o, std::vector<Worker>& workers, Clock::time_po
             const char* name = sigabbrev_np(signals[k]);
             std::fprintf(stderr, "tandem-run: SIG%s: asking every worker to save and stop\n",
                          name ? name : "NAL");
-            begin_stop();
+            begin_stop(/*at_once=*/true);
           }
         }
       }
@@ -449,12 +472,16 @@ Outcome supervise(const Options& o, std::vector<Worker>& workers, Clock::time_po
                        "the other workers\n",
                        w.slot, static_cast<int>(pid), outcome.seconds,
                        describe_status(status).c_str());
-          begin_stop();
+          begin_stop(/*at_once=*/false);
         }
         if (!ok) outcome.all_saved = outcome.all_saved && preempted;
+        if (!ok && stopping && outcome.slot != w.slot)
+          std::fprintf(stderr, "tandem-run: worker %d (pid %d) ended: %s\n", w.slot,
+                       static_cast<int>(pid), describe_status(status).c_str());
         if (preempted && outcome.kind == Outcome::kFinished) outcome.kind = Outcome::kPreempted;
       }
     }
+    if (term_pending && Clock::now() >= term_at) terminate_now();
     if (kill_pending && Clock::now() >= kill_at) {
       for (const Worker& w : workers)
         if (w.running)
