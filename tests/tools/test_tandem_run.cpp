@@ -11,14 +11,15 @@
 
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <cctype>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <functional>
 #include <mutex>
 #include <random>
-#include <regex>
 #include <string>
+#include <string_view>
 #include <thread>
 #include <vector>
 
@@ -101,11 +102,21 @@ std::vector<std::string> with_script(std::vector<std::string> options, const std
   return options;
 }
 
+/// The digits at the start of `text` as a number; -1 when it does not start with one. (No
+/// std::regex here: GCC 12 warns inside its std::function under the sanitizer build.)
+long leading_number(std::string_view text) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  return digits == 0 ? -1 : std::stol(std::string(text.substr(0, digits)));
+}
+
 /// The pid tandem-run reports for worker `slot` in an "attempt N: started" line; 0 if none.
 pid_t worker_pid(const std::string& line, int slot) {
-  const std::regex pattern("worker " + std::to_string(slot) + " pid ([0-9]+)");
-  std::smatch match;
-  return std::regex_search(line, match, pattern) ? static_cast<pid_t>(std::stol(match[1])) : 0;
+  const std::string key = "worker " + std::to_string(slot) + " pid ";
+  const size_t at = line.find(key);
+  if (at == std::string::npos) return 0;
+  const long pid = leading_number(std::string_view(line).substr(at + key.size()));
+  return pid > 0 ? static_cast<pid_t>(pid) : 0;
 }
 
 /// The model weights of a checkpoint, as the sample's MLP.
@@ -119,13 +130,18 @@ std::vector<std::vector<float>> mlp_weights(const std::string& checkpoint) {
   return out;
 }
 
-/// The examples each epoch summary of worker 0 reports, in order.
+/// The examples each epoch summary of worker 0 reports ("[worker 0] epoch 2/3: ... 60000
+/// examples"), in order.
 std::vector<long> examples_per_epoch(const Run& r) {
   std::vector<long> out;
-  const std::regex pattern(R"(\[worker 0\] epoch \d+/\d+: .* (\d+) examples)");
-  std::smatch match;
-  for (const std::string& line : r.lines)
-    if (std::regex_search(line, match, pattern)) out.push_back(std::stol(match[1]));
+  for (const std::string& line : r.lines) {
+    if (!line.starts_with("[worker 0] epoch ") || !line.ends_with(" examples")) continue;
+    const size_t colon = line.find(": ");
+    if (colon == std::string::npos || line.find("/") > colon) continue;
+    const std::string_view head(line.data(), line.size() - std::string_view(" examples").size());
+    const size_t space = head.rfind(' ');
+    if (space != std::string_view::npos) out.push_back(leading_number(head.substr(space + 1)));
+  }
   return out;
 }
 
@@ -133,12 +149,13 @@ std::vector<long> examples_per_epoch(const Run& r) {
 std::string newest_checkpoint(const std::string& dir) {
   std::string best;
   long best_step = -1;
-  const std::regex pattern(R"(ckpt-(\d+)\.h5)");
-  std::smatch match;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const std::string name = entry.path().filename().string();
-    if (std::regex_match(name, match, pattern) && std::stol(match[1]) > best_step) {
-      best_step = std::stol(match[1]);
+    if (!name.starts_with("ckpt-") || !name.ends_with(".h5")) continue;
+    const std::string_view middle = std::string_view(name).substr(5, name.size() - 8);
+    const long step = leading_number(middle);
+    if (step >= 0 && std::to_string(step) == middle && step > best_step) {
+      best_step = step;
       best = entry.path().string();
     }
   }
