@@ -5,168 +5,23 @@
 // weights bitwise those of an uninterrupted run and every epoch counting 60000 examples;
 // SIGTERM to tandem-run stops the job saved (75) and a second tandem-run resumes it; kill -9
 // of workers at random moments still finishes the job with the uninterrupted run's weights.
+// Several machines: test_tandem_run_nodes.cpp.
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <catch2/catch.hpp>
-#include <cctype>
 #include <chrono>
-#include <cstdio>
-#include <filesystem>
-#include <functional>
 #include <mutex>
 #include <random>
 #include <string>
-#include <string_view>
 #include <thread>
 #include <vector>
 
 #include "tandem/tandem.h"
+#include "tools/launcher_test_util.h"
 
-namespace td = tandem;
-namespace fs = std::filesystem;
-
-namespace {
-
-const std::string kTandemRun = TANDEM_RUN_TOOL;
-const std::string kMlp =
-    std::string(TANDEM_BINARY_DIR) + "/samples/fashion_mnist_mlp/fashion_mnist_mlp";
-
-struct TempDir {
-  TempDir() {
-    std::string pattern = (fs::temp_directory_path() / "tandem_run_XXXXXX").string();
-    path = mkdtemp(pattern.data());
-  }
-  ~TempDir() {
-    std::error_code ignored;
-    fs::remove_all(path, ignored);
-  }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-  std::string path;
-};
-
-struct Run {
-  int status = -1;  // exit status, or 128 + signal
-  std::vector<std::string> lines;
-  std::string text() const {
-    std::string out;
-    for (const std::string& l : lines) out += l + "\n";
-    return out;
-  }
-  bool has(const std::string& fragment) const { return text().find(fragment) != std::string::npos; }
-};
-
-/// Runs `args` (stdout and stderr together) and calls on_line(line, pid) for each line as it
-/// comes; returns the exit status and the lines.
-Run run(const std::vector<std::string>& args,
-        const std::function<void(const std::string&, pid_t)>& on_line = {}) {
-  int pipe_fds[2];
-  REQUIRE(pipe(pipe_fds) == 0);
-  const pid_t pid = fork();
-  REQUIRE(pid >= 0);
-  if (pid == 0) {
-    dup2(pipe_fds[1], STDOUT_FILENO);
-    dup2(pipe_fds[1], STDERR_FILENO);
-    close(pipe_fds[0]);
-    close(pipe_fds[1]);
-    std::vector<char*> argv;
-    for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-    argv.push_back(nullptr);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
-  close(pipe_fds[1]);
-  Run result;
-  FILE* in = fdopen(pipe_fds[0], "r");
-  char buffer[8192];
-  while (std::fgets(buffer, sizeof(buffer), in)) {
-    std::string line(buffer);
-    if (!line.empty() && line.back() == '\n') line.pop_back();
-    result.lines.push_back(line);
-    if (on_line) on_line(line, pid);
-  }
-  std::fclose(in);
-  int status = 0;
-  waitpid(pid, &status, 0);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
-}
-
-/// tandem-run's command line for `options` and a shell script as the program.
-std::vector<std::string> with_script(std::vector<std::string> options, const std::string& script) {
-  options.insert(options.begin(), kTandemRun);
-  for (const char* part : {"--", "/bin/sh", "-c"}) options.emplace_back(part);
-  options.push_back(script);
-  return options;
-}
-
-/// The digits at the start of `text` as a number; -1 when it does not start with one. (No
-/// std::regex here: GCC 12 warns inside its std::function under the sanitizer build.)
-long leading_number(std::string_view text) {
-  size_t digits = 0;
-  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
-  return digits == 0 ? -1 : std::stol(std::string(text.substr(0, digits)));
-}
-
-/// The pid tandem-run reports for worker `slot` in an "attempt N: started" line; 0 if none.
-pid_t worker_pid(const std::string& line, int slot) {
-  const std::string key = "worker " + std::to_string(slot) + " pid ";
-  const size_t at = line.find(key);
-  if (at == std::string::npos) return 0;
-  const long pid = leading_number(std::string_view(line).substr(at + key.size()));
-  return pid > 0 ? static_cast<pid_t>(pid) : 0;
-}
-
-/// The model weights of a checkpoint, as the sample's MLP.
-std::vector<std::vector<float>> mlp_weights(const std::string& checkpoint) {
-  td::nn::Sequential model({td::nn::Flatten(), td::nn::Dense(256, td::nn::Activation::kRelu),
-                            td::nn::Dense(128, td::nn::Activation::kRelu), td::nn::Dense(10)});
-  model.build({28, 28});
-  td::load_weights(model, checkpoint);
-  std::vector<std::vector<float>> out;
-  for (const td::Variable& v : model.weights()) out.push_back(v.value().to_vector<float>());
-  return out;
-}
-
-/// The examples each epoch summary of worker 0 reports ("[worker 0] epoch 2/3: ... 60000
-/// examples"), in order.
-std::vector<long> examples_per_epoch(const Run& r) {
-  std::vector<long> out;
-  for (const std::string& line : r.lines) {
-    if (!line.starts_with("[worker 0] epoch ") || !line.ends_with(" examples")) continue;
-    const size_t colon = line.find(": ");
-    if (colon == std::string::npos || line.find("/") > colon) continue;
-    const std::string_view head(line.data(), line.size() - std::string_view(" examples").size());
-    const size_t space = head.rfind(' ');
-    if (space != std::string_view::npos) out.push_back(leading_number(head.substr(space + 1)));
-  }
-  return out;
-}
-
-/// The newest ckpt-N.h5 of a directory ("" when none).
-std::string newest_checkpoint(const std::string& dir) {
-  std::string best;
-  long best_step = -1;
-  for (const auto& entry : fs::directory_iterator(dir)) {
-    const std::string name = entry.path().filename().string();
-    if (!name.starts_with("ckpt-") || !name.ends_with(".h5")) continue;
-    const std::string_view middle = std::string_view(name).substr(5, name.size() - 8);
-    const long step = leading_number(middle);
-    if (step >= 0 && std::to_string(step) == middle && step > best_step) {
-      best_step = step;
-      best = entry.path().string();
-    }
-  }
-  return best;
-}
-
-bool have_fashion_mnist() {
-  return fs::exists(std::string(td::data::kFashionMnistDirectory) + "/train-images-idx3-ubyte.gz");
-}
-
-}  // namespace
+using namespace tandem::launcher_testing;  // NOLINT: the tests' own helpers
 
 TEST_CASE("tandem-run gives each worker its TF_CONFIG and prefixes its lines",
           "[cpu][tools][launcher]") {
@@ -218,6 +73,15 @@ TEST_CASE("tandem-run restarts every worker after a failure, up to --max-restart
     const Run r = run({kTandemRun, "--workers", "2", "--min-workers", "3", "--", "true"});
     CHECK(r.status == 2);
     CHECK(r.has("--min-workers 3 is more than --workers 2"));
+    CHECK(run({kTandemRun, "--workers", "1", "--rdzv", "127.0.0.1:29400", "--", "true"})
+              .has("needs --rdzv, --nodes and --node-rank together"));
+    CHECK(run({kTandemRun, "--workers", "1", "--rdzv", "127.0.0.1:29400", "--nodes", "2",
+               "--node-rank", "2", "--", "true"})
+              .has("--node-rank 2 is not below --nodes' maximum 2"));
+    CHECK(run({kTandemRun, "--workers", "1", "--rdzv", "127.0.0.1", "--", "true"})
+              .has("--rdzv needs HOST:PORT, got \"127.0.0.1\""));
+    CHECK(run({kTandemRun, "--workers", "1", "--nodes", "3:2", "--", "true"})
+              .has("--nodes needs A:B with 1 <= A <= B, got \"3:2\""));
   }
 }
 

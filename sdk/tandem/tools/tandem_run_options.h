@@ -9,6 +9,8 @@
 namespace tandem::run {
 
 inline constexpr int kExitUsage = 2;
+/// With --nodes A:B, seconds the rendezvous waits for more machines once A have come.
+inline constexpr double kLastCallSeconds = 5;
 
 struct Options {
   int workers = 0;
@@ -17,6 +19,13 @@ struct Options {
   double grace_seconds = 10;
   double start_window_seconds = 60;
   std::vector<std::string> command;
+  // Several machines (tandem_run_nodes.h): "" on one machine.
+  std::string rendezvous;  // --rdzv HOST:PORT, node 0 serving it
+  std::string rendezvous_host;
+  int rendezvous_port = 0;
+  int min_nodes = 0, max_nodes = 0;  // --nodes A:B (or N)
+  int node_rank = -1;
+  double join_timeout_seconds = 600;
 };
 
 /// Prints the usage to `out`; returns `status`.
