@@ -12,13 +12,16 @@
 #include <algorithm>
 #include <array>
 #include <chrono>
+#include <condition_variable>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <limits>
 #include <mutex>
 #include <sstream>
 #include <thread>
 
+#include "tandem/collectives/internal/process_watch.h"
 #include "tandem/collectives/internal/tensor_bytes.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/spans.h"
@@ -127,7 +130,51 @@ struct MpiWorld::Impl {
     return header;
   }
   std::vector<MPI_Request> arrival_requests;
-  std::vector<char> pack;  // staging for several tensors of one dtype
+  std::vector<char> pack;              // staging for several tensors of one dtype
+  std::vector<ProcessIdentity> peers;  // every worker's process, to name one that died
+
+  // A blocking MPI call cannot be abandoned: while one runs, a thread watches the other
+  // workers' processes, so that one on this machine that dies during it is named at once (the
+  // call itself then waits until mpirun ends the job).
+  struct Watch {
+    std::mutex mutex;
+    std::condition_variable wake;
+    bool stop = false;
+    bool active = false;  // a blocking call runs
+    Clock::time_point since;
+    std::string label;
+    uint64_t call = 0;
+    int workers = 0;
+  } watch;
+  std::thread watcher;
+
+  void watch_peers(int rank) {
+    std::unique_lock<std::mutex> lock(watch.mutex);
+    bool reported = false;
+    while (!watch.stop) {
+      watch.wake.wait_for(lock, std::chrono::milliseconds(20));
+      if (!watch.active || reported || Clock::now() - watch.since < std::chrono::milliseconds(20))
+        continue;
+      for (size_t peer = 0; peer < peers.size() && !reported; ++peer) {
+        if (static_cast<int>(peer) == rank || !process_ended(peers[peer])) continue;
+        TANDEM_LOG_ERROR(watch.label, " #", watch.call, " across ", watch.workers,
+                         " workers: worker ", peer, " (", peers[peer].host, ", pid ",
+                         peers[peer].pid,
+                         ") is gone: its process ended during the exchange (it exited, crashed "
+                         "or was killed); Open MPI cannot abandon the call, mpirun ends the job");
+        reported = true;
+      }
+    }
+  }
+  void stop_watching() {
+    if (!watcher.joinable()) return;
+    {
+      std::lock_guard<std::mutex> lock(watch.mutex);
+      watch.stop = true;
+    }
+    watch.wake.notify_all();
+    watcher.join();
+  }
 };
 
 std::shared_ptr<MpiWorld> MpiWorld::instance() {
@@ -148,6 +195,7 @@ std::shared_ptr<MpiWorld> MpiWorld::instance() {
 }
 
 void MpiWorld::finalize() {
+  impl_->stop_watching();
   int finalized = 0;
   MPI_Finalized(&finalized);
   if (finalized) return;
@@ -180,9 +228,25 @@ MpiWorld::MpiWorld() : impl_(std::make_unique<Impl>()) {
   MPI_Comm_size(impl_->data, &size_);
   impl_->incoming.assign(static_cast<size_t>(size_),
                          std::vector<char>(kArrivalHeaderBytes + kEagerBytes, 0));
+  // Who every worker is: a worker on this machine that dies is then named within
+  // milliseconds (mpirun ends the job soon after), not after the collective timeout.
+  const ProcessIdentity me = this_process();
+  impl_->peers.resize(static_cast<size_t>(size_));
+  check_mpi(MPI_Allgather(&me, sizeof(me), MPI_BYTE, impl_->peers.data(), sizeof(me), MPI_BYTE,
+                          impl_->data),
+            "allgather of the workers' processes");
+  bool neighbours = false;
+  for (int peer = 0; peer < size_; ++peer)
+    neighbours = neighbours ||
+                 (peer != rank_ && impl_->peers[static_cast<size_t>(peer)].machine == me.machine &&
+                  me.machine != 0);
+  if (neighbours) impl_->watcher = std::thread([this] { impl_->watch_peers(rank_); });
 }
 
-MpiWorld::~MpiWorld() { finalize(); }
+MpiWorld::~MpiWorld() {
+  impl_->stop_watching();
+  finalize();
+}
 
 uint64_t MpiWorld::arrive(const char* label, std::initializer_list<int64_t> parameters,
                           const void* payload, size_t bytes) {
@@ -226,6 +290,7 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
   bool data_done = request == nullptr;
   bool arrivals_done = m.arrival_requests.empty();
   int spins = 0;
+  auto next_look = start;
   while (!(data_done && arrivals_done)) {
     int flag = 0;
     if (!data_done) {
@@ -248,7 +313,22 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
       arrivals_done = flag != 0;
     }
     if (data_done && arrivals_done) break;
-    if (Clock::now() > deadline) {
+    const auto now = Clock::now();
+    if (!arrivals_done && now - start > std::chrono::milliseconds(20) && now >= next_look) {
+      next_look = now + std::chrono::milliseconds(20);
+      for (int peer = 0; peer < size_; ++peer) {
+        const ProcessIdentity& who = m.peers[static_cast<size_t>(peer)];
+        if (peer == rank_ || m.received_call(peer) == static_cast<int64_t>(call) ||
+            !process_ended(who))
+          continue;
+        broken_ = true;
+        TANDEM_THROW(label, " #", call, " across ", size_, " workers: worker ", peer, " (",
+                     who.host, ", pid ", who.pid,
+                     ") is gone: its process ended before it arrived (it exited, crashed or was "
+                     "killed)");
+      }
+    }
+    if (now > deadline) {
       broken_ = true;
       std::ostringstream missing;
       int count = 0;
@@ -291,7 +371,22 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
   if (!different.empty()) raise_different_call(label, call, size_, different, rank_);
 }
 
-void MpiWorld::run_blocking(int code, uint64_t call, const char* label) {
+void MpiWorld::run_blocking(const std::function<int()>& mpi_call, uint64_t call,
+                            const char* label) {
+  Impl::Watch& watch = impl_->watch;
+  if (impl_->watcher.joinable()) {
+    std::lock_guard<std::mutex> lock(watch.mutex);
+    watch.active = true;
+    watch.since = Clock::now();
+    watch.label = label;
+    watch.call = call;
+    watch.workers = size_;
+  }
+  const int code = mpi_call();
+  if (impl_->watcher.joinable()) {
+    std::lock_guard<std::mutex> lock(watch.mutex);
+    watch.active = false;
+  }
   if (code == MPI_SUCCESS) return;
   broken_ = true;
   TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_, ": ",
@@ -342,9 +437,12 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
       waiting.end();
       profile::Span moving(profile::Phase::kCommData, track);
       moving.set_bytes(static_cast<int64_t>(bytes));
-      run_blocking(MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), mpi_type(dtype),
-                                 mpi_op(op, dtype), impl_->data),
-                   call, label);
+      run_blocking(
+          [&] {
+            return MPI_Allreduce(MPI_IN_PLACE, buffer, static_cast<int>(count), mpi_type(dtype),
+                                 mpi_op(op, dtype), impl_->data);
+          },
+          call, label);
     }
   });
   if (op == ReduceOp::kMean)
@@ -363,8 +461,11 @@ void MpiWorld::broadcast(std::vector<Tensor>& tensors, int root, const char* lab
                  " bytes for one broadcast");
     const uint64_t call = arrive(label, {static_cast<int64_t>(t.nbytes()), root});
     wait(nullptr, call, label);
-    run_blocking(MPI_Bcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, impl_->data),
-                 call, label);
+    run_blocking(
+        [&] {
+          return MPI_Bcast(t.raw_data(), static_cast<int>(t.nbytes()), MPI_BYTE, root, impl_->data);
+        },
+        call, label);
   }
 }
 
@@ -379,8 +480,11 @@ std::vector<std::vector<char>> MpiWorld::all_gather(const std::vector<char>& min
   const auto size = static_cast<int64_t>(mine.size());
   const uint64_t call = arrive(label, {});
   wait(nullptr, call, label);
-  run_blocking(MPI_Allgather(&size, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, impl_->data),
-               call, label);
+  run_blocking(
+      [&] {
+        return MPI_Allgather(&size, 1, MPI_INT64_T, sizes.data(), 1, MPI_INT64_T, impl_->data);
+      },
+      call, label);
   // MPI counts are ints: every worker sees the same sizes, so all refuse together.
   int64_t sum = 0;
   for (int64_t s : sizes) sum += s;
@@ -398,9 +502,12 @@ std::vector<std::vector<char>> MpiWorld::all_gather(const std::vector<char>& min
   }
   const int length = static_cast<int>(size);
   std::vector<char> all(static_cast<size_t>(std::max(total, 1)));
-  run_blocking(MPI_Allgatherv(mine.data(), length, MPI_BYTE, all.data(), lengths.data(),
-                              offsets.data(), MPI_BYTE, impl_->data),
-               call, label);
+  run_blocking(
+      [&] {
+        return MPI_Allgatherv(mine.data(), length, MPI_BYTE, all.data(), lengths.data(),
+                              offsets.data(), MPI_BYTE, impl_->data);
+      },
+      call, label);
   for (int k = 0; k < size_; ++k) {
     const auto i = static_cast<size_t>(k);
     out[i].resize(static_cast<size_t>(lengths[i]));

@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "tandem/collectives/communicator.h"
+#include "tandem/collectives/internal/process_watch.h"
 #include "tandem/collectives/internal/reduce_in_order.h"
 #include "tandem/collectives/internal/tensor_bytes.h"
 #include "tandem/core/dtype.h"
@@ -66,33 +67,6 @@ struct alignas(64) Peer {
 
 long futex(std::atomic<uint32_t>* word, int op, uint32_t value, const timespec* timeout) {
   return ::syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), op, value, timeout, nullptr, 0);
-}
-
-/// Field 22 of /proc/PID/stat (the start time, in clock ticks since boot), and whether the
-/// process is still running (not gone, not a zombie waiting for its parent).
-bool process_state(int pid, uint64_t* start_time) {
-  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
-  std::string text;
-  if (!std::getline(in, text)) return false;
-  const size_t name_end = text.rfind(')');
-  if (name_end == std::string::npos || name_end + 2 >= text.size()) return false;
-  std::istringstream fields(text.substr(name_end + 2));
-  std::string state;
-  fields >> state;
-  std::string skip;
-  for (int field = 4; field < 22 && fields >> skip; ++field) {
-  }
-  uint64_t start = 0;
-  fields >> start;
-  if (start_time) *start_time = start;
-  return state != "Z" && state != "X" && state != "x";
-}
-
-std::string namespace_id(const char* kind) {
-  struct stat info {};
-  const std::string path = std::string("/proc/self/ns/") + kind;
-  if (::stat(path.c_str(), &info) != 0) return "?";
-  return std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino);
 }
 
 std::string to_string(const std::vector<char>& bytes) { return {bytes.begin(), bytes.end()}; }

@@ -3,6 +3,7 @@
 // arrival check that names missing workers). Built only with MPI.
 #pragma once
 
+#include <functional>
 #include <initializer_list>
 #include <memory>
 #include <string>
@@ -67,8 +68,9 @@ class MpiWorld final : public WorkerCollectives {
   /// Waits for `request` and for the arrivals of call `call`; raises naming the missing workers
   /// after the timeout, the workers whose call differs from this one, or the MPI error.
   void wait(void* request, uint64_t call, const char* label);
-  /// Raises naming the call when a blocking MPI call returned an error code.
-  void run_blocking(int code, uint64_t call, const char* label);
+  /// Runs a blocking MPI call (watching the peers' processes meanwhile, see Impl::Watch) and
+  /// raises naming the call when it returns an error code.
+  void run_blocking(const std::function<int()>& mpi_call, uint64_t call, const char* label);
 
   std::unique_ptr<Impl> impl_;
   int rank_ = 0;

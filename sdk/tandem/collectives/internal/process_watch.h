@@ -1,0 +1,33 @@
+// Telling, from one worker process, whether another on the same machine still runs: the
+// shared-memory world and the MPI world name a worker that died instead of waiting for it
+// until the collective timeout.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+namespace tandem::collectives {
+
+/// Field 22 of /proc/PID/stat (the start time, in clock ticks since boot), and whether the
+/// process is still running (not gone, not a zombie waiting for its parent).
+bool process_state(int pid, uint64_t* start_time);
+
+/// "dev:inode" of /proc/self/ns/<kind> ("pid", "ipc", "net"); "?" without procfs.
+std::string namespace_id(const char* kind);
+
+/// A process, as other processes see it: fixed-size, so that workers can exchange it as bytes.
+struct ProcessIdentity {
+  int32_t pid = 0;
+  uint64_t start_time = 0;
+  uint64_t machine = 0;  // a hash of the kernel's boot id and the pid namespace
+  char host[64] = {};    // the host name, for messages
+};
+
+/// This process.
+ProcessIdentity this_process();
+
+/// True when `other` is a process of this machine and pid namespace that has ended (a process
+/// elsewhere, or one this process cannot see, is never "ended").
+bool process_ended(const ProcessIdentity& other);
+
+}  // namespace tandem::collectives

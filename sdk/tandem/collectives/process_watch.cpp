@@ -1,0 +1,68 @@
+// Telling whether another worker process still runs (internal/process_watch.h).
+#include "tandem/collectives/internal/process_watch.h"
+
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+
+#include "tandem/core/threading.h"
+
+namespace tandem::collectives {
+
+bool process_state(int pid, uint64_t* start_time) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string text;
+  if (!std::getline(in, text)) return false;
+  const size_t name_end = text.rfind(')');
+  if (name_end == std::string::npos || name_end + 2 >= text.size()) return false;
+  std::istringstream fields(text.substr(name_end + 2));
+  std::string state;
+  fields >> state;
+  std::string skip;
+  for (int field = 4; field < 22 && fields >> skip; ++field) {
+  }
+  uint64_t start = 0;
+  fields >> start;
+  if (start_time) *start_time = start;
+  return state != "Z" && state != "X" && state != "x";
+}
+
+std::string namespace_id(const char* kind) {
+  struct stat info {};
+  const std::string path = std::string("/proc/self/ns/") + kind;
+  if (::stat(path.c_str(), &info) != 0) return "?";
+  return std::to_string(info.st_dev) + ":" + std::to_string(info.st_ino);
+}
+
+namespace {
+
+uint64_t fnv1a(const std::string& text) {
+  uint64_t hash = 1469598103934665603ull;
+  for (const unsigned char c : text) hash = (hash ^ c) * 1099511628211ull;
+  return hash;
+}
+
+}  // namespace
+
+ProcessIdentity this_process() {
+  ProcessIdentity me;
+  me.pid = static_cast<int32_t>(::getpid());
+  process_state(me.pid, &me.start_time);
+  const std::string pid_namespace = namespace_id("pid");
+  // Without procfs nothing can be checked: a machine hash of 0 matches no one.
+  me.machine = pid_namespace == "?" ? 0 : fnv1a(kernel_identity() + "|pid " + pid_namespace);
+  ::gethostname(me.host, sizeof(me.host) - 1);
+  return me;
+}
+
+bool process_ended(const ProcessIdentity& other) {
+  static const ProcessIdentity me = this_process();
+  if (me.machine == 0 || other.machine != me.machine || other.pid <= 0) return false;
+  uint64_t started = 0;
+  return !process_state(other.pid, &started) || started != other.start_time;
+}
+
+}  // namespace tandem::collectives

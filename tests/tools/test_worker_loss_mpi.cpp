@@ -1,0 +1,91 @@
+// Under mpirun, a worker killed mid-epoch is named with its host and pid by every survivor
+// within 5 s (a survivor waiting for its arrival, or in a blocking MPI call with it, sees that its
+// process has ended), before mpirun ends the job. Workers on other machines are not
+// watched this way: there mpirun's own message names the rank and the node.
+#include <signal.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <catch2/catch.hpp>
+#include <cctype>
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "tandem/tandem.h"
+#include "tools/launcher_test_util.h"
+
+using namespace tandem::launcher_testing;  // NOLINT: the tests' own helpers
+
+namespace {
+
+/// The children of `parent`, oldest first (the ranks mpirun started on this machine).
+std::vector<pid_t> children_of(pid_t parent) {
+  std::vector<std::pair<unsigned long long, pid_t>> found;
+  for (const auto& entry : fs::directory_iterator("/proc")) {
+    const std::string name = entry.path().filename().string();
+    if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+    std::ifstream in(entry.path() / "stat");
+    std::string text;
+    if (!std::getline(in, text)) continue;
+    const size_t close = text.rfind(')');
+    if (close == std::string::npos) continue;
+    std::istringstream fields(text.substr(close + 2));
+    std::string state, skip;
+    long ppid = 0;
+    unsigned long long start = 0;
+    fields >> state >> ppid;
+    for (int field = 5; field < 22 && fields >> skip; ++field) {
+    }
+    fields >> start;
+    if (ppid == parent) found.emplace_back(start, static_cast<pid_t>(std::stol(name)));
+  }
+  std::sort(found.begin(), found.end());
+  std::vector<pid_t> out;
+  for (const auto& [start, pid] : found) out.push_back(pid);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("under mpirun a killed worker is named by every survivor within 5 s",
+          "[cpu][tools][mpi]") {
+#if !TANDEM_WITH_MPI
+  WARN("this build has no Open MPI; skipped");
+  return;
+#endif
+  if (!have_fashion_mnist()) {
+    WARN("Fashion-MNIST is not installed; skipped");
+    return;
+  }
+  TempDir dir;
+  pid_t victim = 0;
+  std::chrono::steady_clock::time_point killed{};
+  std::vector<double> named_after;  // seconds from the kill to each survivor's message
+  const Run r =
+      run({"/usr/bin/env", "OMPI_ALLOW_RUN_AS_ROOT=1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1",
+           "OMPI_MCA_rmaps_base_oversubscribe=1", "mpirun", "-np", "3", kMlp, "--epochs", "20",
+           "--checkpoint-dir", dir.path},
+          [&](const std::string& line, pid_t mpirun) {
+            // After the first epoch (progress lines end in \r without a terminal).
+            if (!victim && line.find("epoch 1/20: ") != std::string::npos) {
+              const std::vector<pid_t> ranks = children_of(mpirun);
+              if (ranks.size() == 3 && kill(ranks[1], SIGKILL) == 0) {
+                victim = ranks[1];
+                killed = std::chrono::steady_clock::now();
+              }
+            }
+            if (victim && line.find(", pid " + std::to_string(victim) +
+                                    ") is gone: its process ended") != std::string::npos)
+              named_after.push_back(
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - killed).count());
+          });
+  INFO(r.text());
+  REQUIRE(victim > 0);
+  CHECK(r.status != 0);
+  REQUIRE(named_after.size() == 2);
+  for (const double seconds : named_after) CHECK(seconds < 5.0);
+}
