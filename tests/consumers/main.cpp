@@ -1,5 +1,7 @@
-// Uses an installed Tandem: y = sum(x * x) has the gradient 2x. Exits non-zero when the
-// installed headers, library or its dependencies do not give that answer.
+// A user's program, built against Tandem each way a project can depend on it (tests/consumers/:
+// find_package after an install, FetchContent or add_subdirectory, pkg-config from a Makefile):
+// y = sum(x * x) has the gradient 2x. Exits non-zero when the headers, the library or its
+// dependencies do not give that answer.
 #include <cmath>
 #include <cstdlib>
 #include <iostream>
@@ -11,7 +13,7 @@ namespace td = tandem;
 
 int main() {
   try {
-    std::cout << "Tandem " << td::build_info().version << " (installed)\n";
+    std::cout << "Tandem " << td::build_info().version << "\n";
     td::Tensor x = td::Tensor::from_vector<float>({1.0f, -2.0f, 3.0f}, {3});
     td::GradientTape tape;
     tape.watch(x);
