@@ -49,6 +49,7 @@
 #include "tandem/optim/schedules.h"
 #include "tandem/optim/sgd.h"
 #include "tandem/profile/profiler.h"
+#include "tandem/summary/summary_writer.h"
 #include "tandem/tensor/allocator.h"
 #include "tandem/tensor/random.h"
 #include "tandem/tensor/tensor.h"
