@@ -129,6 +129,10 @@ Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
       const std::string_view v = value();
       if (v.empty()) bad_value(flag, v, "a file name");
       flags.metrics_json = std::string(v);
+    } else if (flag == "--tensorboard") {
+      const std::string_view v = value();
+      if (v.empty()) bad_value(flag, v, "a directory");
+      flags.tensorboard = std::string(v);
     } else if (flag == "--profile") {
       const std::string_view v = value();
       if (v.empty()) bad_value(flag, v, "a file name");
@@ -198,6 +202,10 @@ std::string usage(const SampleInfo& info) {
       << "  --metrics-json FILE       write one JSON object per line per epoch: epoch, loss,\n"
       << "                            train_accuracy, test_accuracy, samples_per_sec, replicas,\n"
       << "                            epoch_seconds (appended to when the run resumes)\n"
+      << "  --tensorboard DIR         write TensorBoard event files into DIR (the chief): each\n"
+      << "                            epoch's loss, accuracies, learning rate, samples/s and\n"
+      << "                            where each replica's time went (the profiler's breakdown,\n"
+      << "                            speed-up, efficiency, advice); tensorboard --logdir DIR\n"
       << "  --profile FILE            record the step timeline: at each epoch's end print where\n"
       << "                            each replica's time went (input, compute, waiting for\n"
       << "                            peers, communication, optimizer) with advice; write a\n"

@@ -45,6 +45,7 @@ struct Flags {
   bool fresh = false;
   /// JSON-lines file of per-epoch metrics; empty: none.
   std::string metrics_json;
+  std::string tensorboard;  ///< --tensorboard DIR: TensorBoard event files (the chief writes)
   /// Chrome trace of the step timeline, with a breakdown and advice printed at each epoch's end;
   /// empty: TANDEM_PROFILE's file, or no profiling.
   std::string profile;

@@ -122,4 +122,24 @@ void MetricsLog::write(const EpochResult& result) {
   if (!out_.good()) throw std::runtime_error("--metrics-json: writing \"" + path_ + "\" failed");
 }
 
+TensorBoardLog::TensorBoardLog(const std::string& logdir) {
+  if (!logdir.empty()) writer_ = std::make_unique<tandem::summary::Writer>(logdir);
+}
+
+void TensorBoardLog::write(const EpochResult& result, double learning_rate) {
+  if (!writer_) return;
+  const int64_t step = result.epoch;
+  writer_->scalar("epoch/loss", step, result.loss);
+  writer_->scalar("epoch/train_accuracy", step, result.train_accuracy);
+  writer_->scalar("epoch/test_accuracy", step, result.test_accuracy);
+  writer_->scalar("epoch/learning_rate", step, learning_rate);
+  writer_->scalar("epoch/samples_per_sec", step, result.samples_per_sec);
+  writer_->scalar("epoch/replicas", step, result.replicas);
+  if (result.loss_scale) {
+    writer_->scalar("epoch/loss_scale", step, *result.loss_scale);
+    writer_->scalar("epoch/skipped_updates", step, static_cast<double>(result.skipped_updates));
+  }
+  writer_->flush();
+}
+
 }  // namespace samples

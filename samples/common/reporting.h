@@ -6,8 +6,11 @@
 #include <chrono>
 #include <cstdint>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <string>
+
+#include "tandem/summary/summary_writer.h"
 
 namespace samples {
 
@@ -93,6 +96,24 @@ class MetricsLog {
  private:
   std::string path_;
   std::ofstream out_;
+};
+
+/// The --tensorboard folder: each epoch's figures as TensorBoard scalars (tags under "epoch/",
+/// at the epoch's number), written by the chief. Does nothing when the folder is empty. The
+/// profiler writes its breakdown into the same writer (writer(), epoch()).
+class TensorBoardLog {
+ public:
+  explicit TensorBoardLog(const std::string& logdir);
+  /// The writer, or null without --tensorboard.
+  tandem::summary::Writer* writer() const { return writer_.get(); }
+  /// The epoch under way (1-based; set_epoch at its start): the step the figures are written at.
+  int64_t epoch() const { return epoch_; }
+  void set_epoch(int64_t epoch) { epoch_ = epoch; }
+  void write(const EpochResult& result, double learning_rate);
+
+ private:
+  std::unique_ptr<tandem::summary::Writer> writer_;
+  int64_t epoch_ = 0;
 };
 
 }  // namespace samples

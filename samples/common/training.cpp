@@ -2,6 +2,7 @@
 #include "common/training.h"
 
 #include <algorithm>
+#include <cstdlib>
 #include <iostream>
 
 namespace samples {
@@ -46,11 +47,19 @@ std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags) {
 }
 
 std::unique_ptr<tandem::profile::Profiler> make_profiler(const Flags& flags,
-                                                         const tandem::Strategy& strategy) {
-  if (flags.profile.empty()) return tandem::profile::Profiler::from_environment(strategy);
+                                                         const tandem::Strategy& strategy,
+                                                         const TensorBoardLog& tensorboard) {
+  const char* environment = std::getenv("TANDEM_PROFILE");
+  std::string trace = flags.profile;
+  if (trace.empty() && environment != nullptr) trace = environment;
+  if (trace.empty() && !tensorboard.writer()) return nullptr;
+  // With only --tensorboard the breakdown goes to TensorBoard, not to the terminal.
   return std::make_unique<tandem::profile::Profiler>(
-      strategy,
-      tandem::profile::ProfilerOptions{.trace_file = flags.profile, .print_summaries = true});
+      strategy, tandem::profile::ProfilerOptions{
+                    .trace_file = trace,
+                    .print_summaries = !trace.empty(),
+                    .tensorboard = tensorboard.writer(),
+                    .tensorboard_step = [&tensorboard] { return tensorboard.epoch(); }});
 }
 
 void set_precision(const Flags& flags) {

@@ -10,6 +10,7 @@
 #include <string>
 
 #include "common/flags.h"
+#include "common/reporting.h"
 #include "tandem/tandem.h"
 
 namespace samples {
@@ -26,10 +27,12 @@ int64_t eval_batch(const tandem::Strategy& strategy);
 /// GPU, else TANDEM_CPU_REPLICAS CPU replicas), which logs one line saying which and why.
 std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags);
 
-/// The step-timeline profiler of --profile FILE (else of TANDEM_PROFILE), or null. It must end
-/// before the strategy does.
+/// The step-timeline profiler of --profile FILE (else of TANDEM_PROFILE; with --tensorboard
+/// too, writing each epoch's breakdown into `tensorboard`'s writer), or null. It must end before
+/// the strategy does.
 std::unique_ptr<tandem::profile::Profiler> make_profiler(const Flags& flags,
-                                                         const tandem::Strategy& strategy);
+                                                         const tandem::Strategy& strategy,
+                                                         const TensorBoardLog& tensorboard);
 
 /// Prints the replicas and their devices, the thread budget, the global batch and the learning
 /// rate on one line; with gradient accumulation (accumulation_steps > 1) a second line gives the

@@ -32,7 +32,10 @@ int train_and_evaluate(const samples::Flags& flags) {
   const std::unique_ptr<td::Strategy> strategy_owner = samples::make_strategy(flags);
   td::Strategy& strategy = *strategy_owner;
   // --profile: where each step's time went, printed at each epoch's end (ends before the strategy).
-  const std::unique_ptr<td::profile::Profiler> profiler = samples::make_profiler(flags, strategy);
+  // --tensorboard: each epoch's figures and the profiler's breakdown, as TensorBoard scalars.
+  samples::TensorBoardLog tensorboard(flags.tensorboard);
+  const std::unique_ptr<td::profile::Profiler> profiler =
+      samples::make_profiler(flags, strategy, tensorboard);
   const int num_replicas = strategy.num_replicas_in_sync();
   const int64_t global_batch = flags.per_replica_batch * num_replicas;
   const double learning_rate = flags.scaled_learning_rate(num_replicas);
@@ -119,6 +122,7 @@ int train_and_evaluate(const samples::Flags& flags) {
   std::optional<double> final_test_accuracy;
   for (auto epoch = static_cast<int64_t>(dist_train.epoch()); epoch < flags.epochs; ++epoch) {
     samples::Progress progress(epoch + 1, flags.epochs, steps_per_epoch);
+    tensorboard.set_epoch(epoch + 1);
     for (const auto& batch : dist_train) {  // td::PerReplica<td::data::Batch>
       td::PerReplica<td::Tensor> losses = strategy.run(train_step, batch);
       const float loss = strategy.reduce(td::ReduceOp::kSum, losses).item<float>();
@@ -160,6 +164,7 @@ int train_and_evaluate(const samples::Flags& flags) {
     result.eval_seconds = eval_time.seconds();
     samples::print_epoch_summary(result, flags.epochs);
     metrics_log.write(result);
+    tensorboard.write(result, optimizer.current_learning_rate());
     final_test_accuracy = result.test_accuracy;
     train_loss.reset_state();
     train_accuracy.reset_state();

@@ -298,7 +298,8 @@ TEST_CASE("fashion_mnist_mlp --help names every flag", "[cpu][samples]") {
   for (const char* flag :
        {"--epochs", "--per-replica-batch", "--replicas", "--learning-rate", "--seed",
         "--lr-scaling", "--checkpoint-dir", "--fresh", "--metrics-json", "--max-steps",
-        "--accumulation-steps", "--precision", "--gradient-compression", "--help"}) {
+        "--accumulation-steps", "--precision", "--gradient-compression", "--tensorboard",
+        "--help"}) {
     INFO("flag " << flag);
     CHECK(help.output.find(flag) != std::string::npos);
   }

@@ -242,3 +242,54 @@ TEST_CASE("summary: only worker 0's replica 0 writes", "[cpu][summary]") {
   td::set_process_replica_offset(offset);
   CHECK_FALSE(fs::exists(other.path + "/logs"));
 }
+
+TEST_CASE("the samples' --tensorboard: each epoch's figures and the profiler's breakdown",
+          "[cpu][summary][samples]") {
+  const std::string python = tensorboard_python();
+  const std::string mlp =
+      std::string(TANDEM_BINARY_DIR) + "/samples/fashion_mnist_mlp/fashion_mnist_mlp";
+  if (python.empty() || !fs::exists(mlp) ||
+      !fs::exists(std::string(td::data::kFashionMnistDirectory) + "/train-images-idx3-ubyte.gz")) {
+    WARN("needs the tensorboard-venv, the MLP sample and Fashion-MNIST; skipped");
+    return;
+  }
+  TempDir dir;
+  const std::string command = mlp + " --epochs 2 --max-steps 30 --replicas 2 --fresh" +
+                              " --checkpoint-dir " + dir.path + "/ckpt --metrics-json " + dir.path +
+                              "/metrics.json --tensorboard " + dir.path + "/logs > " + dir.path +
+                              "/out.txt 2>&1";
+  REQUIRE(std::system(command.c_str()) == 0);
+  const Read read = read_with_tensorboard(python, dir.path + "/logs");
+  REQUIRE(read.status == 0);
+  std::string all;
+  for (const std::string& line : read.lines) all += line + "\n";
+  INFO(all);
+  auto value_of = [&](const std::string& kind, const std::string& tag, int step) {
+    const std::string head = kind + " " + tag + " " + std::to_string(step) + " ";
+    for (const std::string& line : read.lines)
+      if (line.starts_with(head)) return line.substr(head.size());
+    return std::string("(missing)");
+  };
+  std::ifstream metrics(dir.path + "/metrics.json");
+  for (int epoch = 1; epoch <= 2; ++epoch) {
+    INFO("epoch " << epoch);
+    for (const char* tag : {"epoch/loss", "epoch/train_accuracy", "epoch/test_accuracy",
+                            "epoch/learning_rate", "epoch/samples_per_sec", "profile/step_ms",
+                            "profile/share/compute", "profile/share/comm_data", "profile/speedup",
+                            "profile/efficiency", "profile/replica_0/compute_ms",
+                            "profile/replica_1/compute_ms", "profile/replica_1/comm_wait_ms"}) {
+      INFO(tag);
+      CHECK(value_of("scalar", tag, epoch) != "(missing)");
+    }
+    CHECK(value_of("text", "profile/advice", epoch) != "(missing)");
+    CHECK(value_of("scalar", "epoch/learning_rate", epoch) == py_repr(0.001f));
+    // The loss TensorBoard shows is the one --metrics-json has (as a float).
+    std::string line;
+    REQUIRE(std::getline(metrics, line));
+    const size_t at = line.find("\"loss\": ");
+    REQUIRE(at != std::string::npos);
+    const double loss = std::strtod(line.c_str() + at + 8, nullptr);
+    CHECK(std::fabs(std::strtod(value_of("scalar", "epoch/loss", epoch).c_str(), nullptr) - loss) <=
+          1e-6 * std::fabs(loss) + 1e-6);
+  }
+}

@@ -258,6 +258,11 @@ struct Profiler::Impl {
                       " (a dataset's epoch ended) ", summary.to_string());
     steps_summarised += summary.steps;
     summaries.push_back(summary);
+    if (options.tensorboard) {
+      const int64_t step = options.tensorboard_step ? options.tensorboard_step()
+                                                    : static_cast<int64_t>(summaries.size());
+      write_summary(*options.tensorboard, step, summary);
+    }
     return summary;
   }
 };
@@ -305,6 +310,36 @@ Profiler::~Profiler() {
     TANDEM_LOG_ERROR("profile: the trace was not written: ", e.what());
   }
   g_profiler_alive.store(false);
+}
+
+void write_summary(summary::Writer& writer, int64_t step, const Summary& summary) {
+  writer.scalar("profile/step_ms", step, summary.step_ms_mean);
+  writer.scalar("profile/step_ms_median", step, summary.step_ms_median);
+  const std::pair<const char*, double> shares[] = {
+      {"input", summary.input_share},           {"compute", summary.compute_share},
+      {"comm_wait", summary.comm_wait_share},   {"comm_data", summary.comm_data_share},
+      {"optimizer", summary.optimizer_share},   {"host_sync", summary.host_sync_share},
+      {"checkpoint", summary.checkpoint_share}, {"other", summary.other_share}};
+  for (const auto& [part, share] : shares)
+    writer.scalar(std::string("profile/share/") + part, step, share);
+  writer.scalar("profile/speedup", step, summary.speedup);
+  writer.scalar("profile/efficiency", step, summary.efficiency);
+  for (const ReplicaBreakdown& r : summary.per_replica) {
+    const std::string prefix = "profile/replica_" + std::to_string(r.replica) + "/";
+    const std::pair<const char*, double> parts[] = {
+        {"compute_ms", r.compute_ms},     {"input_ms", r.input_ms},
+        {"comm_wait_ms", r.comm_wait_ms}, {"comm_data_ms", r.comm_data_ms},
+        {"optimizer_ms", r.optimizer_ms}, {"host_sync_ms", r.host_sync_ms},
+        {"other_ms", r.other_ms}};
+    for (const auto& [part, ms] : parts) writer.scalar(prefix + part, step, ms);
+  }
+  if (summary.loss_scale > 0) {
+    writer.scalar("profile/loss_scale", step, summary.loss_scale);
+    writer.scalar("profile/skipped_updates", step, static_cast<double>(summary.skipped_updates));
+  }
+  std::string advice;
+  for (const Advice& a : summary.advice) advice += "- **" + a.rule + "**: " + a.message + "\n";
+  writer.text("profile/advice", step, advice.empty() ? "no advice" : advice);
 }
 
 Summary Profiler::end_epoch() { return impl_->summarise_new(take_events()); }

@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -13,6 +14,7 @@
 #include "tandem/core/spans.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/profile/summary.h"
+#include "tandem/summary/summary_writer.h"
 
 namespace tandem::profile {
 
@@ -30,7 +32,22 @@ struct ProfilerOptions {
   std::string trace_file;
   /// Print each epoch's summary (stderr, info level) when the epoch ends.
   bool print_summaries = true;
+  /// Also write each epoch's summary into this TensorBoard writer (which must outlive the
+  /// profiler; the chief's writes): the step time, each part's share, the speed-up and
+  /// efficiency, every replica's breakdown, the loss scale and skipped updates, and the advice
+  /// as text (tags under "profile/", write_summary below).
+  summary::Writer* tensorboard = nullptr;
+  /// The step each epoch's summary is written at; unset: how many epochs this profiler has
+  /// summarised (1, 2, ...). The samples pass their epoch number, which a resumed run continues.
+  std::function<int64_t()> tensorboard_step = {};
 };
+
+/// Writes `summary` into `writer` at `step`: profile/step_ms (mean), profile/step_ms_median,
+/// profile/share/{input,compute,comm_wait,comm_data,optimizer,host_sync,checkpoint,other},
+/// profile/speedup, profile/efficiency, profile/replica_<i>/{compute,input,comm_wait,comm_data,
+/// optimizer,host_sync,other}_ms, profile/loss_scale and profile/skipped_updates (with a loss
+/// scale), and the advice as text (profile/advice).
+void write_summary(summary::Writer& writer, int64_t step, const Summary& summary);
 
 /// Records the timeline of `strategy`'s steps while it lives. Off (no profiler), recording costs
 /// one flag read per span. One profiler at a time. With MultiWorkerMirroredStrategy every worker
