@@ -1,6 +1,7 @@
 // tandem-run on several machines (--rdzv, --nodes, --node-rank): workers numbered across the
-// machines, a failure on one stopping and restarting all, a duplicate --node-rank refused, too
-// few machines within --join-timeout; and with the MLP sample on two "machines" (network
+// machines, a failure on one stopping and restarting all, a duplicate --node-rank refused, the
+// job going on with --nodes 1:2 without a machine that does not come back, too few machines
+// within --join-timeout; and with the MLP sample on two "machines" (network
 // namespaces joined by a veth pair), one killed mid-epoch and restarted rejoins, and the job
 // ends with the weights of an uninterrupted run.
 #include <signal.h>
@@ -145,6 +146,28 @@ TEST_CASE("tandem-run on several machines: one numbering, a failure anywhere res
               "the job (machine 1 (127.0.0.1))"));
     CHECK(exit_status(first) == 0);
     CHECK(exit_status(rendezvous) == 0);
+  }
+  SECTION("with --nodes 1:2 the job goes on without a machine that does not come back") {
+    const pid_t second = spawn(machine(1, "1:2", {}, "exec sleep 60"), dir.file("machine1.log"));
+    bool killed = false;
+    const Run r =
+        run(machine(0, "1:2", {}, "[ $TANDEM_RUN_ATTEMPT = 0 ] && exec sleep 60; echo done"),
+            [&](const std::string& line, pid_t) {
+              // Machine 1 goes away (its worker ends with its tandem-run).
+              if (!killed && line.find("tandem-run: attempt 1: machine 0") == 0) {
+                kill(second, SIGKILL);
+                killed = true;
+              }
+            });
+    INFO(r.text());
+    REQUIRE(killed);
+    CHECK(exit_status(second) == 128 + SIGKILL);
+    CHECK(r.status == 0);
+    CHECK(r.has("tandem-run: attempt 2: machine 0 (127.0.0.1) started 1 of 1 workers"));
+    CHECK(r.has("[worker 0] done"));
+    CHECK(r.lines.back() ==
+          "tandem-run: finished: the job ended on 1 worker on 1 machine; 1 of 3 restarts used "
+          "(last failure: machine 1 (127.0.0.1) lost), 0 preemptions, 1 machine lost (1)");
   }
   SECTION("fewer machines than --nodes' minimum within --join-timeout: the job fails") {
     const Run r = run(machine(0, "2:3", {"--join-timeout", "1"}, "true"));

@@ -2,8 +2,8 @@
 // per machine, each starting its --workers N. They meet at a rendezvous that node 0 serves (a
 // process of its own, ending with node 0's tandem-run) and that decides for the whole job:
 //
-//   - a round (an attempt) starts when B machines have joined, or A and no other has come
-//     within kLastCallSeconds; the machines' workers are numbered by node rank, each on a free
+//   - a round (an attempt) starts when B machines have joined, or kLastCallSeconds after the
+//     A-th has joined; the machines' workers are numbered by node rank, each on a free
 //     port of the address its machine reaches the rendezvous from, and get one job token;
 //   - a failed worker, or a machine that goes away (its connection closes), stops the round:
 //     every other machine stops its workers, and all of them join the next round, up to

@@ -97,8 +97,6 @@ class Rendezvous {
       m.address = words[3];
       m.ports = split(words[4], ',');
       m.joined = true;
-      if (!running_ && !quorum_at_ && joined() >= static_cast<size_t>(o_.min_nodes))
-        quorum_at_ = Clock::now();
     } else if (what == "FAILED" && words.size() >= 3 && m.in_round) {
       const size_t text = line.find(' ', line.find(' ') + 1) + 1;
       fail(m, line.substr(text), std::atoi(words[1].c_str()));
@@ -135,12 +133,17 @@ class Rendezvous {
 
   void maybe_start() {
     const size_t count = joined();
+    // The last call for more machines runs from the moment A have joined.
+    if (count < static_cast<size_t>(o_.min_nodes)) {
+      quorum_at_.reset();
+    } else if (!quorum_at_) {
+      quorum_at_ = Clock::now();
+    }
     const bool enough =
         count >= static_cast<size_t>(o_.max_nodes) ||
-        (quorum_at_ && count >= static_cast<size_t>(o_.min_nodes) &&
+        (quorum_at_ &&
          Clock::now() >= *quorum_at_ + std::chrono::duration_cast<Clock::duration>(
                                            std::chrono::duration<double>(kLastCallSeconds)));
-    if (count < static_cast<size_t>(o_.min_nodes)) quorum_at_.reset();
     if (!enough) {
       const double waited = std::chrono::duration<double>(Clock::now() - round_opened_).count();
       if (waited > o_.join_timeout_seconds) {
