@@ -200,6 +200,18 @@ TEST_CASE("summary: TensorBoard skips damaged and truncated event files", "[cpu]
         std::vector<std::string>{"scalar loss 0 1.0", "scalar loss 1 2.0", "scalar loss 2 3.0"});
 }
 
+TEST_CASE("summary: two writers of one folder never share a file", "[cpu][summary]") {
+  TempDir dir;
+  td::summary::Writer train(dir.path), eval(dir.path);
+  train.scalar("loss", 1, 0.5);
+  eval.scalar("accuracy", 1, 0.9);
+  train.flush();
+  eval.flush();
+  REQUIRE(!train.current_file().empty());
+  CHECK(train.current_file() != eval.current_file());
+  CHECK(event_files(dir.path).size() == 2);
+}
+
 TEST_CASE("summary: only worker 0's replica 0 writes", "[cpu][summary]") {
   TempDir dir;
   {

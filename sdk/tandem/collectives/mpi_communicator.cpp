@@ -5,6 +5,8 @@
 #include "tandem/collectives/internal/mpi_communicator.h"
 
 // The C API only (Open MPI's C++ bindings do not build warning-free).
+#include <unistd.h>
+
 #define OMPI_SKIP_MPICXX 1
 #define MPICH_SKIP_MPICXX 1
 #include <mpi.h>
@@ -147,6 +149,7 @@ struct MpiWorld::Impl {
     int workers = 0;
   } watch;
   std::thread watcher;
+  pid_t watcher_process = 0;  // the process that started it
 
   void watch_peers(int rank) {
     std::unique_lock<std::mutex> lock(watch.mutex);
@@ -168,6 +171,11 @@ struct MpiWorld::Impl {
   }
   void stop_watching() {
     if (!watcher.joinable()) return;
+    // A forked child has no watcher thread, only its handle: nothing to stop there.
+    if (::getpid() != watcher_process) {
+      watcher.detach();
+      return;
+    }
     {
       std::lock_guard<std::mutex> lock(watch.mutex);
       watch.stop = true;
@@ -240,7 +248,10 @@ MpiWorld::MpiWorld() : impl_(std::make_unique<Impl>()) {
     neighbours = neighbours ||
                  (peer != rank_ && impl_->peers[static_cast<size_t>(peer)].machine == me.machine &&
                   me.machine != 0);
-  if (neighbours) impl_->watcher = std::thread([this] { impl_->watch_peers(rank_); });
+  if (neighbours) {
+    impl_->watcher_process = ::getpid();
+    impl_->watcher = std::thread([this] { impl_->watch_peers(rank_); });
+  }
 }
 
 MpiWorld::~MpiWorld() {
@@ -382,10 +393,18 @@ void MpiWorld::run_blocking(const std::function<int()>& mpi_call, uint64_t call,
     watch.call = call;
     watch.workers = size_;
   }
-  const int code = mpi_call();
-  if (impl_->watcher.joinable()) {
-    std::lock_guard<std::mutex> lock(watch.mutex);
-    watch.active = false;
+  struct EndWatch {
+    Impl& impl;
+    ~EndWatch() {
+      if (!impl.watcher.joinable()) return;
+      std::lock_guard<std::mutex> lock(impl.watch.mutex);
+      impl.watch.active = false;
+    }
+  };
+  int code = MPI_SUCCESS;
+  {
+    const EndWatch end{*impl_};
+    code = mpi_call();
   }
   if (code == MPI_SUCCESS) return;
   broken_ = true;

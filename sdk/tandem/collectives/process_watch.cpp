@@ -4,6 +4,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -30,6 +31,16 @@ bool process_state(int pid, uint64_t* start_time) {
   return state != "Z" && state != "X" && state != "x";
 }
 
+bool process_gone(int pid, uint64_t start_time) {
+  const std::string path = "/proc/" + std::to_string(pid) + "/stat";
+  if (::access(path.c_str(), F_OK) != 0) return errno == ENOENT;
+  uint64_t started = 0;
+  std::ifstream probe(path);
+  if (!probe) return false;  // there, but unreadable: not known to have ended
+  probe.close();
+  return !process_state(pid, &started) || started != start_time;
+}
+
 std::string namespace_id(const char* kind) {
   struct stat info {};
   const std::string path = std::string("/proc/self/ns/") + kind;
@@ -52,8 +63,15 @@ ProcessIdentity this_process() {
   me.pid = static_cast<int32_t>(::getpid());
   process_state(me.pid, &me.start_time);
   const std::string pid_namespace = namespace_id("pid");
-  // Without procfs nothing can be checked: a machine hash of 0 matches no one.
-  me.machine = pid_namespace == "?" ? 0 : fnv1a(kernel_identity() + "|pid " + pid_namespace);
+  // /proc must be this pid namespace's (unshare -p without a new /proc shows another's): its
+  // entry for this process has this process's pid.
+  std::ifstream self("/proc/self/stat");
+  long pid_in_proc = 0;
+  self >> pid_in_proc;
+  // Without a usable procfs nothing can be checked: a machine hash of 0 matches no one.
+  me.machine = pid_namespace == "?" || pid_in_proc != me.pid
+                   ? 0
+                   : fnv1a(kernel_identity() + "|pid " + pid_namespace);
   ::gethostname(me.host, sizeof(me.host) - 1);
   return me;
 }
@@ -61,8 +79,7 @@ ProcessIdentity this_process() {
 bool process_ended(const ProcessIdentity& other) {
   static const ProcessIdentity me = this_process();
   if (me.machine == 0 || other.machine != me.machine || other.pid <= 0) return false;
-  uint64_t started = 0;
-  return !process_state(other.pid, &started) || started != other.start_time;
+  return process_gone(other.pid, other.start_time);
 }
 
 }  // namespace tandem::collectives

@@ -339,8 +339,7 @@ void SharedMemoryWorld::arrive(const char* label) {
              false);
       }
       if (peer.arrivals.load(std::memory_order_acquire) >= number) continue;
-      uint64_t started = 0;
-      if (!process_state(peer.pid, &started) || started != peer.start_time) {
+      if (process_gone(peer.pid, peer.start_time)) {
         fail(detail::str_cat(label, " #", calls_, " across ", workers, " workers: ", describe(w),
                              " is gone: its process ", peer.pid,
                              " ended before it arrived (it exited, crashed or was killed)"),

@@ -4,6 +4,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
 #include <cmath>
@@ -22,6 +23,10 @@ namespace fs = std::filesystem;
 
 namespace {
 
+// Numbers the event files of this process: two writers of one folder in the same second
+// (training and evaluation, say) never pick the same name.
+std::atomic<int> g_files{0};
+
 double wall_time() {
   return std::chrono::duration<double>(std::chrono::system_clock::now().time_since_epoch()).count();
 }
@@ -35,8 +40,7 @@ struct Writer::Impl {
   FILE* file = nullptr;
   std::string path;
   int64_t file_bytes = 0;  // of the current file, written or pending
-  int files = 0;
-  std::string pending;  // records not yet handed to the file
+  std::string pending;     // records not yet handed to the file
   std::chrono::steady_clock::time_point last_flush = std::chrono::steady_clock::now();
 
   void open_next() {
@@ -49,12 +53,12 @@ struct Writer::Impl {
     char host[256] = {};
     ::gethostname(host, sizeof(host) - 1);
     char counter[16];
-    std::snprintf(counter, sizeof(counter), "%04d", files++);
+    std::snprintf(counter, sizeof(counter), "%04d", g_files.fetch_add(1));
     const double now = wall_time();
     path = (fs::path(logdir) / ("events.out.tfevents." + std::to_string(static_cast<int64_t>(now)) +
                                 "." + host + "." + std::to_string(::getpid()) + "." + counter))
                .string();
-    file = std::fopen(path.c_str(), "wb");
+    file = std::fopen(path.c_str(), "wbx");  // never over another writer's file
     TANDEM_CHECK(file != nullptr, "summary::Writer: cannot create \"", path,
                  "\": ", std::strerror(errno));
     pending = detail::tfrecord(detail::file_version_event(now));
@@ -80,10 +84,17 @@ struct Writer::Impl {
     if (!file || pending.empty()) return;
     const size_t written = std::fwrite(pending.data(), 1, pending.size(), file);
     const bool flushed = std::fflush(file) == 0;
+    const int error = errno;
     const size_t size = pending.size();
     pending.clear();
-    TANDEM_CHECK(written == size && flushed, "summary::Writer: writing \"", path,
-                 "\" failed: ", std::strerror(errno));
+    if (written != size || !flushed) {
+      // A record cut short would hide every later one from TensorBoard: the next record
+      // starts a new file.
+      std::fclose(file);
+      file = nullptr;
+      TANDEM_THROW("summary::Writer: writing \"", path, "\" failed: ", std::strerror(error),
+                   "; the records written before are intact, the next goes to a new file");
+    }
   }
 };
 

@@ -62,7 +62,18 @@ int connect_to(const std::string& host, int port, double timeout_seconds, std::s
   }
   const int one = 1;
   setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
+  keep_alive(fd);
   return fd;
+}
+
+void keep_alive(int fd) {
+  const int on = 1, idle = 10, interval = 5, probes = 4;
+  const unsigned timeout_ms = 30000;  // unacknowledged data for this long also ends it
+  setsockopt(fd, SOL_SOCKET, SO_KEEPALIVE, &on, sizeof(on));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPIDLE, &idle, sizeof(idle));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPINTVL, &interval, sizeof(interval));
+  setsockopt(fd, IPPROTO_TCP, TCP_KEEPCNT, &probes, sizeof(probes));
+  setsockopt(fd, IPPROTO_TCP, TCP_USER_TIMEOUT, &timeout_ms, sizeof(timeout_ms));
 }
 
 namespace {

@@ -12,6 +12,9 @@ namespace tandem::run {
 int listen_on_port(int port, std::string* error);
 /// A connection to host:port within `timeout_seconds`, or -1 with `error` set.
 int connect_to(const std::string& host, int port, double timeout_seconds, std::string* error);
+/// TCP keepalive probes, so that a machine gone without closing its connection (powered off,
+/// cut off) is noticed within about 30 s.
+void keep_alive(int fd);
 /// The IPv4 address this end (or the other end) of a connection has.
 std::string local_address(int fd);
 std::string peer_address(int fd);
@@ -29,6 +32,8 @@ class Lines {
   ~Lines() { close(); }
 
   int fd() const { return fd_; }
+  /// A complete line was read and not yet taken.
+  bool buffered() const { return buffer_.find('\n') != std::string::npos; }
   bool open() const { return fd_ >= 0; }
   /// Sends `line` and a newline; false when the connection is gone.
   bool send(const std::string& line);

@@ -5,6 +5,7 @@
 #include <poll.h>
 #include <signal.h>
 #include <sys/prctl.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -21,6 +22,21 @@
 namespace tandem::run {
 
 namespace {
+
+pid_t g_rendezvous = 0;  // node 0: the rendezvous process
+
+/// Node 0, after the job's end: the rendezvous exits once it has told every machine (it ends
+/// with this process, and a machine it had not told yet would wait for it in vain).
+void wait_for_rendezvous() {
+  if (g_rendezvous <= 0) return;
+  const Clock::time_point give_up = after(10.0);
+  while (Clock::now() < give_up) {
+    int status = 0;
+    const pid_t done = waitpid(g_rendezvous, &status, WNOHANG);
+    if (done == g_rendezvous || (done < 0 && errno == ECHILD)) return;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
 
 /// Starts the rendezvous (node 0): the port is taken here, so that a second job on it fails now.
 bool start_rendezvous(const Options& o) {
@@ -58,6 +74,7 @@ bool start_rendezvous(const Options& o) {
     std::perror("tandem-run: fork");
     return false;
   }
+  g_rendezvous = pid;
   return true;
 }
 
@@ -112,8 +129,9 @@ class RendezvousLink final : public Link {
  public:
   explicit RendezvousLink(Lines& lines) : lines_(lines) {}
   int fd() const override { return lines_.fd(); }
+  bool ready() const override { return !reported_ && (lines_.buffered() || !lines_.open()); }
   std::string on_readable() override {
-    const bool open = lines_.fill();
+    const bool open = lines_.open() && lines_.fill();
     std::string reason;
     while (const std::optional<std::string> line = lines_.next())
       if (line->starts_with("STOP ") && reason.empty()) reason = line->substr(5);
@@ -121,6 +139,7 @@ class RendezvousLink final : public Link {
       lines_.close();
       if (reason.empty()) reason = "the rendezvous is gone (machine 0 stopped)";
     }
+    reported_ = reported_ || !lines_.open();
     return reason;
   }
   void worker_failed(const std::string& what, int status) override {
@@ -129,6 +148,7 @@ class RendezvousLink final : public Link {
 
  private:
   Lines& lines_;
+  bool reported_ = false;  // the close was reported
 };
 
 const char* ended_word(const Outcome& outcome) {
@@ -179,6 +199,7 @@ int run_nodes(const Options& o) {
     if (!line) continue;  // the rendezvous went away: reach it again
     const std::vector<std::string> words = split(*line, ' ');
     if (words[0] == "EXIT" && words.size() >= 2) {
+      wait_for_rendezvous();
       std::printf("tandem-run: %s\n", line->substr(line->find(' ', 5) + 1).c_str());
       std::fflush(stdout);
       return std::atoi(words[1].c_str());

@@ -61,8 +61,9 @@ class Rendezvous {
  private:
   void accept_machines() {
     for (;;) {
-      const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC);
+      const int fd = accept4(listener_, nullptr, nullptr, SOCK_CLOEXEC | SOCK_NONBLOCK);
       if (fd < 0) return;
+      keep_alive(fd);
       Machine m;
       m.link = Lines(fd);
       m.address = peer_address(fd);
@@ -86,7 +87,9 @@ class Rendezvous {
     if (what == "JOIN" && words.size() == 5) {
       const int rank = std::atoi(words[1].c_str());
       for (const Machine& other : machines_) {
-        if (&other == &m || other.rank != rank || !(other.joined || other.in_round)) continue;
+        if (&other == &m || other.rank != rank || !other.link.open() ||
+            !(other.joined || other.in_round))
+          continue;
         m.link.send("REFUSE --node-rank " + std::to_string(rank) + " is already in the job (" +
                     name(other) + ")");
         m.link.close();
@@ -102,6 +105,7 @@ class Rendezvous {
       fail(m, line.substr(text), std::atoi(words[1].c_str()));
     } else if (what == "ENDED" && words.size() == 2 && m.in_round) {
       m.ended = words[1];
+      ended_.push_back(m.ended);
     }
   }
 
@@ -114,6 +118,7 @@ class Rendezvous {
       fail(m, name(m) + " lost", 1);
       failure_is_loss_ = true;
       m.ended = "lost";
+      ended_.push_back(m.ended);
     }
   }
 
@@ -160,6 +165,19 @@ class Rendezvous {
     std::sort(round.begin(), round.end(),
               [](const Machine* a, const Machine* b) { return a->rank < b->rank; });
     if (round.size() > static_cast<size_t>(o_.max_nodes)) round.resize(o_.max_nodes);
+    // A machine that reached the rendezvous through the loopback interface (HOST a name that
+    // /etc/hosts maps to 127.0.1.1, say) would give the others an address they cannot reach.
+    for (const Machine* m : round) {
+      if (!m->address.starts_with("127.") || round.size() == 1) continue;
+      for (const Machine* other : round) {
+        if (other->address.starts_with("127.")) continue;
+        finish(1, "failed: " + name(*m) + " reaches the rendezvous at " + o_.rendezvous +
+                      " through the loopback interface, so " + name(*other) +
+                      " could not reach its workers; give --rdzv an address of machine 0 that "
+                      "every machine uses (not a name /etc/hosts maps to 127.0.1.1)");
+        return;
+      }
+    }
     std::string cluster;
     for (const Machine* m : round)
       for (const std::string& port : m->ports)
@@ -181,6 +199,7 @@ class Rendezvous {
     workers_ = first;
     machines_in_round_ = round.size();
     running_ = true;
+    ended_.clear();
     failure_.clear();
     failure_is_loss_ = false;
   }
@@ -193,12 +212,19 @@ class Rendezvous {
 
   void decide() {
     running_ = false;
-    bool preempted = false, stopped = false;
-    for (Machine& m : machines_) {
-      preempted = preempted || m.ended == "preempted";
-      stopped = stopped || m.ended == "stopped";
-      if (m.ended == "failed" && failure_.empty()) fail(m, name(m) + ": a worker failed", 1);
-      m.in_round = false;
+    // From what the machines reported (a machine that reported and then left is gone from
+    // machines_ by now, its report is not).
+    bool preempted = false, stopped = false, failed = false;
+    for (const std::string& kind : ended_) {
+      preempted = preempted || kind == "preempted";
+      stopped = stopped || kind == "stopped";
+      failed = failed || kind == "failed";
+    }
+    ended_.clear();
+    for (Machine& m : machines_) m.in_round = false;
+    if (failed && failure_.empty()) {
+      failure_ = "a worker failed";
+      failure_status_ = 1;
     }
     ++attempt_;
     if (failure_.empty() && !preempted && !stopped) {
@@ -242,6 +268,9 @@ class Rendezvous {
         " restarts used (last failure: " + last_failure_ + "), " +
         plural(preemptions_, "preemption") + ", " + plural(lost_ranks.size(), "machine") + " lost" +
         (lost.empty() ? "" : " (" + lost + ")");
+    // Node 0 last: its tandem-run ends this process when it exits.
+    std::stable_sort(machines_.begin(), machines_.end(),
+                     [](const Machine& a, const Machine& b) { return a.rank > b.rank; });
     for (Machine& m : machines_) m.link.send("EXIT " + std::to_string(status) + " " + line);
     done_ = true;
   }
@@ -258,6 +287,7 @@ class Rendezvous {
   int attempt_ = 0, restarts_ = 0, preemptions_ = 0;
   size_t workers_ = 0, machines_in_round_ = 0;
   std::vector<int> seen_, last_round_;  // node ranks in any round, in the last one
+  std::vector<std::string> ended_;      // the round's ENDED kinds (and "lost"), as they came
 };
 
 }  // namespace

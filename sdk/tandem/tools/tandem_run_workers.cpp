@@ -206,7 +206,7 @@ void start_worker(const Options& o, Worker& w, const std::string& config, int at
     dup2(out[1], STDOUT_FILENO);
     dup2(err[1], STDERR_FILENO);
     // Not the terminal: a worker in a background process group reading it would stop.
-    const int null_fd = open("/dev/null", O_RDONLY);
+    const int null_fd = open("/dev/null", O_RDONLY | O_CLOEXEC);
     if (null_fd >= 0) dup2(null_fd, STDIN_FILENO);
     struct sigaction action {};
     action.sa_handler = SIG_DFL;
@@ -286,7 +286,7 @@ Outcome supervise(const Options& o, std::vector<Worker>& workers, Clock::time_po
           fds.push_back({s->fd, POLLIN, 0});
           streams.emplace_back(&w, s);
         }
-    int timeout_ms = 1000;
+    int timeout_ms = link && link->ready() ? 0 : 1000;
     for (const auto& [pending, at] : {std::pair{term_pending, term_at}, {kill_pending, kill_at}}) {
       if (!pending) continue;
       const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(at - Clock::now());
@@ -301,7 +301,7 @@ Outcome supervise(const Options& o, std::vector<Worker>& workers, Clock::time_po
     for (size_t i = first_stream; ready > 0 && i < fds.size(); ++i)
       if (fds[i].revents)
         drain(*streams[i - first_stream].first, *streams[i - first_stream].second);
-    if (link && ready > 0 && fds[1].revents) {
+    if (link && ((ready > 0 && fds[1].revents) || link->ready())) {
       const std::string reason = link->on_readable();
       if (!reason.empty() && outcome.kind != Outcome::kFailed && !stopping) {
         // Another machine's worker failed (or the rendezvous is gone): these workers lose a

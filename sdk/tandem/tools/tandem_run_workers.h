@@ -74,6 +74,9 @@ class Link {
   virtual ~Link() = default;
   /// A descriptor to poll for reading.
   virtual int fd() const = 0;
+  /// Something came already (read with an earlier message, or the other end closed): call
+  /// on_readable() without waiting for the descriptor.
+  virtual bool ready() const { return false; }
   /// Reads what came; returns a reason to stop the workers here ("" to go on).
   virtual std::string on_readable() = 0;
   /// A worker here failed (`what` names it; `status`: what tandem-run would exit with): tell

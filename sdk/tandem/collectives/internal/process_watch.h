@@ -12,6 +12,11 @@ namespace tandem::collectives {
 /// process is still running (not gone, not a zombie waiting for its parent).
 bool process_state(int pid, uint64_t* start_time);
 
+/// True when process `pid`, which started at `start_time` (field 22), has ended: its /proc entry
+/// is gone, it is a zombie, or the pid now belongs to a process started later. A /proc entry
+/// that cannot be read for another reason (no descriptors left, hidepid) is not an end.
+bool process_gone(int pid, uint64_t start_time);
+
 /// "dev:inode" of /proc/self/ns/<kind> ("pid", "ipc", "net"); "?" without procfs.
 std::string namespace_id(const char* kind);
 

@@ -37,7 +37,9 @@ class ProtoWriter {
 /// tensorflow.HistogramProto's fields.
 struct Histogram {
   double min = 0, max = 0, num = 0, sum = 0, sum_squares = 0;
-  std::vector<double> bucket_limit, bucket;  ///< bucket i counts values <= bucket_limit[i]
+  /// Bucket i counts the values from bucket_limit[i-1] (min for the first) up to, not
+  /// including, bucket_limit[i] (the last includes max).
+  std::vector<double> bucket_limit, bucket;
 };
 
 /// Encoded tensorflow.Event messages.
