@@ -138,7 +138,11 @@ TEST_CASE("tandem-run on several machines: one numbering, a failure anywhere res
     const pid_t first = spawn(machine(1, "2", {}, "sleep 5"), dir.file("machine1.log"));
     const pid_t rendezvous =
         spawn(machine(0, "2", {"--join-timeout", "20"}, "sleep 5"), dir.file("machine0.log"));
-    std::this_thread::sleep_for(std::chrono::milliseconds(700));
+    // Once the round has started (both in it), a second machine 1 comes.
+    const auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (file_text(dir.file("machine1.log")).find("attempt 1: machine 1") == std::string::npos &&
+           std::chrono::steady_clock::now() < give_up)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
     const Run r = run(machine(1, "2", {}, "true"));
     INFO(r.text());
     CHECK(r.status == 1);
