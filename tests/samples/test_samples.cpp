@@ -295,11 +295,10 @@ TEST_CASE("fashion_mnist_mlp --help names every flag", "[cpu][samples]") {
   const Result help = run(kMlp + " --help");
   INFO(help.output);
   REQUIRE(help.exit_code == 0);
-  for (const char* flag :
-       {"--epochs", "--per-replica-batch", "--replicas", "--learning-rate", "--seed",
-        "--lr-scaling", "--checkpoint-dir", "--fresh", "--metrics-json", "--max-steps",
-        "--accumulation-steps", "--precision", "--gradient-compression", "--tensorboard",
-        "--help"}) {
+  for (const char* flag : {"--epochs", "--per-replica-batch", "--replicas", "--learning-rate",
+                           "--seed", "--lr-scaling", "--checkpoint-dir", "--fresh",
+                           "--metrics-json", "--max-steps", "--accumulation-steps", "--precision",
+                           "--gradient-compression", "--tensorboard", "--help"}) {
     INFO("flag " << flag);
     CHECK(help.output.find(flag) != std::string::npos);
   }
