@@ -102,7 +102,7 @@ std::string py_repr(double value) {
 
 }  // namespace
 
-TEST_CASE("summary: CRC-32C, TFRecord framing and protocol buffer fields", "[cpu][summary]") {
+TEST_CASE("CRC-32C, TFRecord framing and protocol buffer fields", "[cpu][summary]") {
   // The CRC-32C check value, and RFC 3720's 32 zero bytes.
   CHECK(ev::crc32c("123456789") == 0xE3069283u);
   CHECK(ev::crc32c(std::string(32, '\0')) == 0x8A9136AAu);
@@ -121,7 +121,7 @@ TEST_CASE("summary: CRC-32C, TFRecord framing and protocol buffer fields", "[cpu
   CHECK(hex(f.data()) == "150000803f090000000000000040");
 }
 
-TEST_CASE("summary: TensorBoard's reader finds every tag, step and value", "[cpu][summary]") {
+TEST_CASE("TensorBoard's reader finds every tag, step and value", "[cpu][summary]") {
   const std::string python = tensorboard_python();
   if (python.empty()) {
     WARN("no tensorboard-venv in the build folder (scripts/tensorboard-venv); skipped");
@@ -160,7 +160,7 @@ TEST_CASE("summary: TensorBoard's reader finds every tag, step and value", "[cpu
   CHECK(got == expected);
 }
 
-TEST_CASE("summary: TensorBoard skips damaged and truncated event files", "[cpu][summary]") {
+TEST_CASE("TensorBoard skips damaged and truncated event files", "[cpu][summary]") {
   const std::string python = tensorboard_python();
   if (python.empty()) {
     WARN("no tensorboard-venv in the build folder (scripts/tensorboard-venv); skipped");
@@ -200,7 +200,7 @@ TEST_CASE("summary: TensorBoard skips damaged and truncated event files", "[cpu]
         std::vector<std::string>{"scalar loss 0 1.0", "scalar loss 1 2.0", "scalar loss 2 3.0"});
 }
 
-TEST_CASE("summary: two writers of one folder never share a file", "[cpu][summary]") {
+TEST_CASE("two writers of one folder never share a file", "[cpu][summary]") {
   TempDir dir;
   td::summary::Writer train(dir.path), eval(dir.path);
   train.scalar("loss", 1, 0.5);
@@ -212,7 +212,7 @@ TEST_CASE("summary: two writers of one folder never share a file", "[cpu][summar
   CHECK(event_files(dir.path).size() == 2);
 }
 
-TEST_CASE("summary: only worker 0's replica 0 writes", "[cpu][summary]") {
+TEST_CASE("only worker 0's replica 0 writes", "[cpu][summary]") {
   TempDir dir;
   {
     td::summary::Writer writer(dir.path);
