@@ -53,3 +53,58 @@
 #include "tandem/tensor/allocator.h"
 #include "tandem/tensor/random.h"
 #include "tandem/tensor/tensor.h"
+
+/// \namespace tandem
+/// Tandem's public API: tensors (Tensor, DType, Shape, Device), variables and GradientTape, the
+/// strategies (MirroredStrategy, MultiWorkerMirroredStrategy, OneDeviceStrategy) with
+/// ReplicaContext and PerReplica, compute_average_loss, and checkpoints (Checkpoint,
+/// CheckpointManager). The layers below have namespaces of their own.
+///
+/// \namespace tandem::autograd
+/// Gradient recording details that ops and custom gradients use (the public entry point is
+/// tandem::GradientTape).
+///
+/// \namespace tandem::collectives
+/// Collective communication between replicas and workers: the Communicator interface, its
+/// in-process back end, and ReduceOp.
+///
+/// \namespace tandem::collectives::in_process
+/// The in-process back end's tuning knobs (replicas that are threads of one process).
+///
+/// \namespace tandem::cuda
+/// Process-wide CUDA settings (TF32 GEMMs).
+///
+/// \namespace tandem::data
+/// The input pipeline: Dataset (sources and tf.data-style transformations), Iterator, Batch,
+/// and the Fashion-MNIST, IDX and HDF5 readers.
+///
+/// \namespace tandem::losses
+/// Losses with Keras's numerics: per-example functions and the Loss classes that reduce them.
+///
+/// \namespace tandem::metrics
+/// Keras-style streaming metrics whose state is summed across replicas and workers.
+///
+/// \namespace tandem::nn
+/// Layers and models (Module handles over ModuleImpl classes), activations, initialisers and
+/// dtype policies, with Keras's names, numerics and defaults.
+///
+/// \namespace tandem::ops
+/// Every tensor op, forward and backward: element-wise math, reductions, matmul and
+/// convolution, shape ops, neural-network ops and comparisons.
+///
+/// \namespace tandem::optim
+/// Optimizers (SGD, Adam, AdamW, LossScaleOptimizer), their options, gradient clipping and
+/// learning-rate schedules.
+///
+/// \namespace tandem::optim::schedules
+/// Learning-rate schedules as pure functions of the update step (Keras's formulas).
+///
+/// \namespace tandem::philox
+/// The Philox4x32-10 counter-based generator behind Generator, shared by host and device.
+///
+/// \namespace tandem::profile
+/// The step timeline (Profiler): where each replica's time went, as a Chrome trace and a
+/// per-epoch breakdown with advice.
+///
+/// \namespace tandem::summary
+/// TensorBoard summaries (Writer): scalars, histograms and text, written by the chief alone.

@@ -8,6 +8,8 @@
 
 namespace tandem::nn {
 
+/// The activation a Dense, Conv2D or ActivationLayer applies: kNone (identity, Keras's
+/// "linear"), kRelu, kSigmoid, kTanh, kGelu (exact erf form) or kSoftmax (over the last axis).
 enum class Activation { kNone, kRelu, kSigmoid, kTanh, kGelu, kSoftmax };
 
 /// Applies `activation` (kGelu is the exact erf form, Keras' default; kSoftmax is over the last

@@ -22,18 +22,25 @@ using Padding = ops::Padding;
 
 /// A 2-D size (height, width); one integer means the same for both, as in Keras.
 struct Size2 {
+  /// The same size for both axes (Keras's `kernel_size=3`); implicit, so `3` converts.
   Size2(int64_t both) : h(both), w(both) {}  // NOLINT(google-explicit-constructor): Keras style
+  /// `height` rows by `width` columns.
   Size2(int64_t height, int64_t width) : h(height), w(width) {}
+  /// {h, w}, as the ops take window sizes and strides.
   std::array<int64_t, 2> array() const { return {h, w}; }
   friend bool operator==(const Size2& a, const Size2& b) { return a.h == b.h && a.w == b.w; }
+  /// Height: the size along axis H of an NHWC tensor.
   int64_t h;
+  /// Width: the size along axis W.
   int64_t w;
 };
 
 // ---- Dense -----------------------------------------------------------------------------------
 
+/// Dense's implementation; reach it through Dense::layer().
 class DenseImpl : public ModuleImpl {
  public:
+  /// See Dense's constructor.
   DenseImpl(int64_t units, Activation activation, bool use_bias);
   std::string type_name() const override { return "Dense"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
@@ -41,11 +48,15 @@ class DenseImpl : public ModuleImpl {
   /// Any rank >= 2 whose last axis is the built input size (like Keras' InputSpec).
   void check_input(const Tensor& x) const override;
 
+  /// The output size: the last axis of the output.
   int64_t units() const { return units_; }
+  /// The activation applied after the bias (Activation::kNone for none).
   Activation activation() const { return activation_; }
+  /// Whether the layer has a bias.
   bool use_bias() const { return use_bias_; }
   /// "<name>/kernel" [in, units] and "<name>/bias" [units] (undefined without bias); built only.
   const Variable& kernel() const;
+  /// See kernel().
   const Variable& bias() const;
 
  protected:
@@ -62,32 +73,48 @@ class DenseImpl : public ModuleImpl {
 /// y = activation(x @ kernel + bias) over the last axis of x.
 class Dense : public Module {
  public:
+  /// The implementation class (what Module::as<Dense>() casts to).
   using Impl = DenseImpl;
+  /// A layer of `units` outputs, its kernel Glorot-uniform and its bias zero (Keras's defaults);
+  /// built from the first input's last axis.
   explicit Dense(int64_t units, Activation activation = Activation::kNone, bool use_bias = true);
+  /// Wraps an existing implementation (another handle to the same layer).
   explicit Dense(std::shared_ptr<DenseImpl> impl);
+  /// The implementation: units(), activation(), use_bias().
   DenseImpl& layer() const { return static_cast<DenseImpl&>(impl()); }
+  /// "<name>/kernel", [in, units]; built layers only.
   const Variable& kernel() const { return layer().kernel(); }
+  /// "<name>/bias", [units]; undefined without bias; built layers only.
   const Variable& bias() const { return layer().bias(); }
 };
 
 // ---- Conv2D ----------------------------------------------------------------------------------
 
+/// Conv2D's implementation; reach it through Conv2D::layer().
 class Conv2DImpl : public ModuleImpl {
  public:
+  /// See Conv2D's constructor.
   Conv2DImpl(int64_t filters, Size2 kernel_size, Size2 strides, Padding padding,
              Activation activation, bool use_bias);
   std::string type_name() const override { return "Conv2D"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   Tensor call(const Tensor& x, bool training) override;
 
+  /// The number of output channels.
   int64_t filters() const { return filters_; }
+  /// The window's height and width.
   Size2 kernel_size() const { return kernel_size_; }
+  /// The window's step along H and W.
   Size2 strides() const { return strides_; }
+  /// kValid (no padding) or kSame (output size ceil(input / stride)).
   Padding padding() const { return padding_; }
+  /// The activation applied after the bias (Activation::kNone for none).
   Activation activation() const { return activation_; }
+  /// Whether the layer has a bias.
   bool use_bias() const { return use_bias_; }
   /// "<name>/kernel" [kh, kw, in, filters] and "<name>/bias" [filters]; built only.
   const Variable& kernel() const;
+  /// See kernel().
   const Variable& bias() const;
 
  protected:
@@ -108,12 +135,19 @@ class Conv2DImpl : public ModuleImpl {
 /// activation. Glorot fans: kh*kw*in and kh*kw*filters.
 class Conv2D : public Module {
  public:
+  /// The implementation class (what Module::as<Conv2D>() casts to).
   using Impl = Conv2DImpl;
+  /// `filters` output channels from a `kernel_size` window moved by `strides`; kernel
+  /// Glorot-uniform, bias zero (Keras's defaults).
   Conv2D(int64_t filters, Size2 kernel_size, Size2 strides = 1, Padding padding = Padding::kValid,
          Activation activation = Activation::kNone, bool use_bias = true);
+  /// Wraps an existing implementation (another handle to the same layer).
   explicit Conv2D(std::shared_ptr<Conv2DImpl> impl);
+  /// The implementation: filters(), kernel_size(), strides(), padding(), ...
   Conv2DImpl& layer() const { return static_cast<Conv2DImpl&>(impl()); }
+  /// "<name>/kernel", [kh, kw, in, filters]; built layers only.
   const Variable& kernel() const { return layer().kernel(); }
+  /// "<name>/bias", [filters]; undefined without bias; built layers only.
   const Variable& bias() const { return layer().bias(); }
 };
 
@@ -123,8 +157,11 @@ class Conv2D : public Module {
 class Pool2DImpl : public ModuleImpl {
  public:
   Shape compute_output_shape(const Shape& input_shape) const override;
+  /// The window's height and width.
   Size2 pool_size() const { return pool_size_; }
+  /// The window's step along H and W (pool_size() when constructed with 0).
   Size2 strides() const { return strides_; }
+  /// kValid (windows inside the input only) or kSame (output size ceil(input / stride)).
   Padding padding() const { return padding_; }
 
  protected:
@@ -138,8 +175,10 @@ class Pool2DImpl : public ModuleImpl {
   Padding padding_;
 };
 
+/// MaxPool2D's implementation.
 class MaxPool2DImpl : public Pool2DImpl {
  public:
+  /// See MaxPool2D's constructor.
   MaxPool2DImpl(Size2 pool_size, Size2 strides, Padding padding);
   std::string type_name() const override { return "MaxPooling2D"; }
   Tensor call(const Tensor& x, bool training) override;
@@ -148,14 +187,18 @@ class MaxPool2DImpl : public Pool2DImpl {
 /// Max pooling over NHWC inputs (Keras MaxPooling2D; its default name is max_pooling2d).
 class MaxPool2D : public Module {
  public:
+  /// The implementation class (what Module::as<MaxPool2D>() casts to).
   using Impl = MaxPool2DImpl;
   /// `strides` 0 (the default) means pool_size, as Keras' strides=None.
   explicit MaxPool2D(Size2 pool_size = 2, Size2 strides = 0, Padding padding = Padding::kValid);
+  /// Wraps an existing implementation (another handle to the same layer).
   explicit MaxPool2D(std::shared_ptr<MaxPool2DImpl> impl);
 };
 
+/// AvgPool2D's implementation.
 class AvgPool2DImpl : public Pool2DImpl {
  public:
+  /// See AvgPool2D's constructor.
   AvgPool2DImpl(Size2 pool_size, Size2 strides, Padding padding);
   std::string type_name() const override { return "AveragePooling2D"; }
   Tensor call(const Tensor& x, bool training) override;
@@ -166,9 +209,11 @@ class AvgPool2DImpl : public Pool2DImpl {
 /// the image, as TensorFlow does.
 class AvgPool2D : public Module {
  public:
+  /// The implementation class (what Module::as<AvgPool2D>() casts to).
   using Impl = AvgPool2DImpl;
   /// `strides` 0 (the default) means pool_size, as Keras' strides=None.
   explicit AvgPool2D(Size2 pool_size = 2, Size2 strides = 0, Padding padding = Padding::kValid);
+  /// Wraps an existing implementation (another handle to the same layer).
   explicit AvgPool2D(std::shared_ptr<AvgPool2DImpl> impl);
 };
 /// Keras's other name for the layer.
@@ -181,9 +226,14 @@ using AveragePooling2D = AvgPool2D;
 /// module's call, `add_({y, shortcut})` reads as Keras's `Add()([y, shortcut])`.
 class Add {
  public:
+  /// `name` is the layer's Keras name (only descriptive: Add has no weights).
   explicit Add(std::string name = "add") : name_(std::move(name)) {}
+  /// The name given to the constructor.
   const std::string& name() const { return name_; }
+  /// Keras class name: "Add".
   std::string type_name() const { return "Add"; }
+  /// inputs[0] + inputs[1] + ...; raises for fewer than two inputs, inputs of different
+  /// dtypes, or shapes that do not broadcast. Records on active gradient tapes.
   Tensor operator()(const std::vector<Tensor>& inputs) const;
 
  private:
@@ -192,14 +242,19 @@ class Add {
 
 // ---- Embedding -------------------------------------------------------------------------------
 
+/// Embedding's implementation.
 class EmbeddingImpl : public ModuleImpl {
  public:
+  /// See Embedding's constructor.
   EmbeddingImpl(int64_t input_dim, int64_t output_dim);
   std::string type_name() const override { return "Embedding"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   Tensor call(const Tensor& indices, bool training) override;
+  /// The number of rows: indices lie in [0, input_dim).
   int64_t input_dim() const { return input_dim_; }
+  /// The length of each row: the size of the output's last axis.
   int64_t output_dim() const { return output_dim_; }
+  /// "<name>/embeddings", [input_dim, output_dim]; built layers only.
   const Variable& embeddings() const { return embeddings_; }
 
  protected:
@@ -218,9 +273,13 @@ class EmbeddingImpl : public ModuleImpl {
 /// the same result bit for bit (docs/layers.md).
 class Embedding : public Module {
  public:
+  /// The implementation class (what Module::as<Embedding>() casts to).
   using Impl = EmbeddingImpl;
+  /// A table of `input_dim` rows of `output_dim` values.
   Embedding(int64_t input_dim, int64_t output_dim);
+  /// Wraps an existing implementation (another handle to the same layer).
   explicit Embedding(std::shared_ptr<EmbeddingImpl> impl);
+  /// "<name>/embeddings", [input_dim, output_dim]; built layers only.
   const Variable& embeddings() const { return layer().embeddings(); }
 
  private:
@@ -229,8 +288,10 @@ class Embedding : public Module {
 
 // ---- Flatten ---------------------------------------------------------------------------------
 
+/// Flatten's implementation.
 class FlattenImpl : public ModuleImpl {
  public:
+  /// A Flatten layer (Keras auto-name "flatten").
   FlattenImpl();
   std::string type_name() const override { return "Flatten"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
@@ -240,15 +301,20 @@ class FlattenImpl : public ModuleImpl {
 /// [N, d1, d2, ...] -> [N, d1 * d2 * ...].
 class Flatten : public Module {
  public:
+  /// The implementation class (what Module::as<Flatten>() casts to).
   using Impl = FlattenImpl;
+  /// A Flatten layer; it has no weights.
   Flatten();
+  /// Wraps an existing implementation (another handle to the same layer).
   explicit Flatten(std::shared_ptr<FlattenImpl> impl);
 };
 
 // ---- Dropout ---------------------------------------------------------------------------------
 
+/// Dropout's implementation.
 class DropoutImpl : public ModuleImpl {
  public:
+  /// See Dropout's constructor.
   explicit DropoutImpl(double rate);
   std::string type_name() const override { return "Dropout"; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
@@ -256,7 +322,9 @@ class DropoutImpl : public ModuleImpl {
   /// A standalone Dropout reseeds its own streams; inside a Sequential the model's seed rules.
   void set_seed(uint64_t seed) override;
   void set_random_source(std::shared_ptr<ReplicaGenerators> source) override;
+  /// The fraction of values dropped while training, in [0, 1).
   double rate() const { return rate_; }
+  /// The per-replica random streams the masks are drawn from.
   ReplicaGenerators& generators() const { return *generators_; }
 
  private:
@@ -268,13 +336,17 @@ class DropoutImpl : public ModuleImpl {
 /// The mask comes from the calling replica's stream of the model's ReplicaGenerators.
 class Dropout : public Module {
  public:
+  /// The implementation class (what Module::as<Dropout>() casts to).
   using Impl = DropoutImpl;
+  /// Drops each value with probability `rate`, in [0, 1), while training.
   explicit Dropout(double rate);
+  /// Wraps an existing implementation (another handle to the same layer).
   explicit Dropout(std::shared_ptr<DropoutImpl> impl);
 };
 
 // ---- GlobalAveragePooling2D -----------------------------------------------------------------
 
+/// GlobalAveragePooling2D's implementation.
 class GlobalAveragePooling2DImpl : public ModuleImpl {
  public:
   GlobalAveragePooling2DImpl() : ModuleImpl("global_average_pooling2d") {}
@@ -287,20 +359,26 @@ class GlobalAveragePooling2DImpl : public ModuleImpl {
 /// The mean over the two spatial axes of NHWC inputs: [N, H, W, C] -> [N, C].
 class GlobalAveragePooling2D : public Module {
  public:
+  /// The implementation class (what Module::as<GlobalAveragePooling2D>() casts to).
   using Impl = GlobalAveragePooling2DImpl;
+  /// A GlobalAveragePooling2D layer; it has no weights.
   GlobalAveragePooling2D();
+  /// Wraps an existing implementation (another handle to the same layer).
   explicit GlobalAveragePooling2D(std::shared_ptr<GlobalAveragePooling2DImpl> impl);
 };
 
 // ---- Activation ------------------------------------------------------------------------------
 
+/// ActivationLayer's implementation.
 class ActivationLayerImpl : public ModuleImpl {
  public:
+  /// See ActivationLayer's constructor.
   explicit ActivationLayerImpl(Activation activation)
       : ModuleImpl("activation"), activation_(activation) {}
   std::string type_name() const override { return "Activation"; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
   Tensor call(const Tensor& x, bool training) override;
+  /// The function applied element-wise.
   Activation activation() const { return activation_; }
 
  private:
@@ -311,8 +389,11 @@ class ActivationLayerImpl : public ModuleImpl {
 /// `activation` element-wise, e.g. after a BatchNormalization.
 class ActivationLayer : public Module {
  public:
+  /// The implementation class (what Module::as<ActivationLayer>() casts to).
   using Impl = ActivationLayerImpl;
+  /// A layer that applies `activation`; it has no weights.
   explicit ActivationLayer(Activation activation);
+  /// Wraps an existing implementation (another handle to the same layer).
   explicit ActivationLayer(std::shared_ptr<ActivationLayerImpl> impl);
 };
 

@@ -61,6 +61,7 @@ class ModuleImpl {
   /// The layer's dtype policy (taken from nn::global_policy() when the layer was made); set
   /// before build.
   void set_dtype_policy(const Policy& policy);
+  /// The layer's dtype policy (float32 unless set or taken from the global policy).
   const Policy& dtype_policy() const { return policy_; }
   /// The dtype the layer computes in: its floating inputs and variables are cast to it.
   DType compute_dtype() const { return policy_.compute_dtype(); }
@@ -70,6 +71,7 @@ class ModuleImpl {
   /// own with every layer it holds). Default: handed to the add_child() modules.
   virtual void set_random_source(std::shared_ptr<ReplicaGenerators> source);
 
+  /// The layer's name ("dense_1"): given by set_name(), by its model, or default_name().
   const std::string& name() const { return name_; }
   /// The Keras auto-name prefix ("dense", "conv2d", "max_pooling2d", ...).
   const std::string& default_name() const { return default_name_; }
@@ -77,14 +79,18 @@ class ModuleImpl {
   void set_name(std::string name);
   /// Gives the module a name chosen by its model (Keras auto-naming).
   void set_auto_name(std::string name);
+  /// True when set_name() named the module (its model then keeps that name).
   bool has_explicit_name() const { return explicit_name_; }
   /// The dtype of the layer's variables (dtype_policy().variable_dtype()).
   DType dtype() const { return policy_.variable_dtype(); }
+  /// The seed set by set_seed() (kDefaultSeed unless set).
   uint64_t seed() const { return seed_; }
 
+  /// True once build() has created the variables.
   bool built() const { return built_.load(std::memory_order_acquire); }
   /// Input and output shapes without the batch axis (valid once built).
   const Shape& input_shape() const;
+  /// See input_shape().
   const Shape& output_shape() const;
 
   /// Creates the variables for inputs of `input_shape` (without batch), drawing initial values
@@ -96,6 +102,7 @@ class ModuleImpl {
   Tensor forward(const Tensor& x, bool training);
 
  protected:
+  /// `default_name` is the Keras auto-name prefix ("dense"), also the name until one is given.
   explicit ModuleImpl(std::string default_name);
   /// Creates this module's variables; called once, by build().
   virtual void build_variables(const Shape& input_shape, Generator& generator);
@@ -122,6 +129,7 @@ class ModuleImpl {
   /// its variables are "<scope>/<name>/<short name>". Set by the container before it builds
   /// this module (build_child, Sequential).
   void set_scope(std::string scope);
+  /// The path set by set_scope() ("" until then).
   const std::string& scope() const { return scope_; }
   /// True once a containing module set the scope (the module is not a model's top).
   bool is_scoped() const { return scoped_; }
@@ -178,6 +186,7 @@ class Module {
   /// Wraps an implementation (how custom layers become Modules).
   explicit Module(std::shared_ptr<ModuleImpl> impl);
 
+  /// False for a default-constructed handle.
   bool defined() const { return impl_ != nullptr; }
   /// Keras layer name ("dense", "dense_1", ...): auto-assigned by the Sequential the layer is
   /// added to, "<prefix>" for a standalone layer, or the name given with set_name().
@@ -193,9 +202,11 @@ class Module {
   void build(const Shape& input_shape);
   /// The same, drawing initial values from `generator` (advanced as values are drawn).
   void build(const Shape& input_shape, Generator& generator);
+  /// True once the module's variables exist (after build() or the first call).
   bool built() const;
   /// Seeds weight initialisation (and, for a Sequential, its dropout streams). Before build.
   void set_seed(uint64_t seed);
+  /// The seed weights are initialised from (kDefaultSeed unless set).
   uint64_t seed() const;
   /// dtype of the variables and the computation (default float32; float64 for gradient
   /// checks). Before build. A Sequential sets it on every layer.
@@ -204,7 +215,9 @@ class Module {
   /// `dtype=` argument of a layer). Before build. Layers take nn::global_policy() when made; a
   /// Sequential's own policy does not change its layers'.
   void set_dtype_policy(const Policy& policy);
+  /// The same by name ("mixed_bfloat16"); raises for an unknown name.
   void set_dtype_policy(std::string_view name) { set_dtype_policy(Policy(name)); }
+  /// The module's dtype policy.
   const Policy& dtype_policy() const;
 
   /// Runs the module on x (leading batch axis); builds it first if needed. `training` turns
@@ -213,10 +226,13 @@ class Module {
 
   /// Shapes without the batch axis (valid once built).
   const Shape& input_shape() const;
+  /// See input_shape().
   const Shape& output_shape() const;
   /// Every variable in Keras order (per layer: kernel, bias).
   std::vector<Variable> weights() const;
+  /// The weights() that an optimizer updates (batch norm's moving statistics are not).
   std::vector<Variable> trainable_variables() const;
+  /// The other weights() (batch norm's moving mean and variance).
   std::vector<Variable> non_trainable_variables() const;
   /// Number of scalars in weights().
   int64_t count_params() const;
@@ -227,16 +243,20 @@ class Module {
   /// Trainable / Non-trainable params with their sizes. Print it: std::cout << m.summary().
   std::string summary() const;
 
+  /// The implementation; raises on an undefined handle.
   ModuleImpl& impl() const;
+  /// The shared implementation pointer (null for an undefined handle).
   const std::shared_ptr<ModuleImpl>& ptr() const { return impl_; }
   /// This module as the handle type `Handle` (e.g. model.children()[1].as<Dense>()); raises
   /// when the module is of another type.
   template <typename Handle>
   Handle as() const;
 
+  /// True when both handles alias the same module.
   friend bool operator==(const Module& a, const Module& b) { return a.impl_ == b.impl_; }
 
  protected:
+  /// The module this handle aliases (null when undefined).
   std::shared_ptr<ModuleImpl> impl_;
 };
 

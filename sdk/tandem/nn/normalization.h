@@ -15,13 +15,16 @@
 
 namespace tandem::nn {
 
+/// BatchNormalization's options, Keras's arguments with Keras's defaults:
+/// `BatchNormalization({.momentum = 0.9, .synchronized = true})`.
 struct BatchNormalizationOptions {
   /// moving = moving * momentum + batch statistic * (1 - momentum) (Keras's default 0.99).
   double momentum = 0.99;
   /// Added to the variance before its square root (Keras's default 1e-3).
   double epsilon = 1e-3;
-  /// Learn beta (added) and gamma (multiplied).
+  /// Learn beta, the offset added after normalizing ("<name>/beta", zeros at first).
   bool center = true;
+  /// Learn gamma, the factor applied after normalizing ("<name>/gamma", ones at first).
   bool scale = true;
   /// Statistics over the global batch (every replica and worker) instead of the replica's.
   bool synchronized = false;
@@ -32,8 +35,10 @@ struct BatchNormalizationOptions {
   Activation activation = Activation::kNone;
 };
 
+/// BatchNormalization's implementation; reach it through BatchNormalization::layer().
 class BatchNormalizationImpl : public ModuleImpl {
  public:
+  /// See BatchNormalization's constructor.
   explicit BatchNormalizationImpl(const BatchNormalizationOptions& options);
   std::string type_name() const override { return "BatchNormalization"; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
@@ -47,12 +52,16 @@ class BatchNormalizationImpl : public ModuleImpl {
   /// by ActivationLayer(kRelu).
   Tensor call_then_relu(const Tensor& x, bool training);
 
+  /// The options the layer was made with.
   const BatchNormalizationOptions& options() const { return options_; }
   /// "<name>/gamma", "<name>/beta" (undefined without scale / center), "<name>/moving_mean",
   /// "<name>/moving_variance" (synchronized on read, aggregated by their mean); built only.
   const Variable& gamma() const { return gamma_; }
+  /// See gamma().
   const Variable& beta() const { return beta_; }
+  /// See gamma().
   const Variable& moving_mean() const { return moving_mean_; }
+  /// See gamma().
   const Variable& moving_variance() const { return moving_variance_; }
 
  protected:
@@ -68,24 +77,32 @@ class BatchNormalizationImpl : public ModuleImpl {
 /// y = gamma * (x - mean) / sqrt(variance + epsilon) + beta over the last axis (Keras's axis=-1).
 class BatchNormalization : public Module {
  public:
+  /// The implementation class (what Module::as<BatchNormalization>() casts to).
   using Impl = BatchNormalizationImpl;
+  /// A batch normalization layer; its variables are sized by the input's last axis at build.
   explicit BatchNormalization(const BatchNormalizationOptions& options = {});
+  /// Wraps an existing implementation (another handle to the same layer).
   explicit BatchNormalization(std::shared_ptr<BatchNormalizationImpl> impl);
+  /// The implementation: options(), gamma(), beta(), moving_mean(), moving_variance().
   BatchNormalizationImpl& layer() const { return static_cast<BatchNormalizationImpl&>(impl()); }
 };
 
 // ---- LayerNormalization ------------------------------------------------------------------------
 
+/// LayerNormalization's options, Keras's arguments with Keras's defaults.
 struct LayerNormalizationOptions {
   /// Added to the variance before its square root (Keras's default 1e-3).
   double epsilon = 1e-3;
-  /// Learn beta (added) and gamma (multiplied).
+  /// Learn beta, the offset added after normalizing ("<name>/beta", zeros at first).
   bool center = true;
+  /// Learn gamma, the factor applied after normalizing ("<name>/gamma", ones at first).
   bool scale = true;
 };
 
+/// LayerNormalization's implementation.
 class LayerNormalizationImpl : public ModuleImpl {
  public:
+  /// See LayerNormalization's constructor.
   explicit LayerNormalizationImpl(const LayerNormalizationOptions& options);
   std::string type_name() const override { return "LayerNormalization"; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
@@ -93,6 +110,7 @@ class LayerNormalizationImpl : public ModuleImpl {
   /// features; the same in training and inference, no state, and nothing shared between
   /// replicas. 16-bit inputs in float32, as Keras.
   Tensor call(const Tensor& x, bool training) override;
+  /// The options the layer was made with.
   const LayerNormalizationOptions& options() const { return options_; }
 
  protected:
@@ -107,8 +125,11 @@ class LayerNormalizationImpl : public ModuleImpl {
 /// each example (Keras's axis=-1); weights "<name>/gamma", "<name>/beta".
 class LayerNormalization : public Module {
  public:
+  /// The implementation class (what Module::as<LayerNormalization>() casts to).
   using Impl = LayerNormalizationImpl;
+  /// A layer normalization layer; its variables are sized by the input's last axis at build.
   explicit LayerNormalization(const LayerNormalizationOptions& options = {});
+  /// Wraps an existing implementation (another handle to the same layer).
   explicit LayerNormalization(std::shared_ptr<LayerNormalizationImpl> impl);
 };
 

@@ -12,6 +12,8 @@
 
 namespace tandem::nn {
 
+/// A dtype policy (keras.mixed_precision.Policy): the dtype a layer's variables are created in
+/// and the dtype it computes in. Compared by name.
 class Policy {
  public:
   /// "float32" (the default), "float64", "mixed_bfloat16" or "mixed_float16"; raises naming
@@ -20,6 +22,7 @@ class Policy {
   /// The policy that creates and computes in `dtype` ("float32" or "float64").
   static Policy of(DType dtype);
 
+  /// The policy's Keras name ("mixed_bfloat16").
   const std::string& name() const { return name_; }
   /// The dtype variables are created in.
   DType variable_dtype() const { return variable_dtype_; }
@@ -42,6 +45,7 @@ class Policy {
 /// once, in the log, when this CPU computes that dtype no faster than float32 (no AVX512-BF16
 /// or AMX for bfloat16; float16 is always emulated on the CPU).
 void set_global_policy(const Policy& policy);
+/// The same by name ("mixed_bfloat16"); raises for an unknown name.
 void set_global_policy(std::string_view name);
 /// The current global policy ("float32" unless set).
 Policy global_policy();

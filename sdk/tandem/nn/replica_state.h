@@ -22,8 +22,11 @@ namespace tandem::nn {
 template <typename T>
 class ReplicaLocal {
  public:
+  /// Makes replica `replica`'s slot when it is first used.
   using Factory = std::function<T(int replica)>;
+  /// Slots are default-constructed.
   ReplicaLocal() = default;
+  /// Slots are made by `factory`.
   explicit ReplicaLocal(Factory factory) : factory_(std::move(factory)) {}
   ReplicaLocal(const ReplicaLocal&) = delete;
   ReplicaLocal& operator=(const ReplicaLocal&) = delete;
@@ -69,8 +72,10 @@ class ReplicaLocal {
 /// Sequential share one ReplicaGenerators and draw from it in call order.
 class ReplicaGenerators {
  public:
+  /// Streams under `seed`; replica r's generator is Generator(seed, r + 1).
   explicit ReplicaGenerators(uint64_t seed = 0);
 
+  /// The seed of every replica's stream (the last reseed()'s).
   uint64_t seed() const { return seed_; }
   /// Restarts every replica's stream from `seed`.
   void reseed(uint64_t seed);

@@ -11,8 +11,10 @@
 
 namespace tandem::nn {
 
+/// Sequential's implementation.
 class SequentialImpl : public ModuleImpl {
  public:
+  /// See Sequential's constructor.
   explicit SequentialImpl(std::vector<Module> layers);
   std::string type_name() const override { return "Sequential"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
@@ -33,6 +35,7 @@ class SequentialImpl : public ModuleImpl {
 
   /// Appends a layer, giving it the next free Keras auto-name unless it was named explicitly.
   void add(Module layer);
+  /// The per-replica dropout streams the model's layers share.
   ReplicaGenerators& generators() const { return *generators_; }
 
  protected:
@@ -51,13 +54,18 @@ class SequentialImpl : public ModuleImpl {
 /// Dropout layers draw from generators(): replica r uses Generator(seed, 1 + r).
 class Sequential : public Module {
  public:
+  /// The implementation class (what Module::as<Sequential>() casts to).
   using Impl = SequentialImpl;
+  /// A model of `layers`, run in order: `Sequential({Flatten(), Dense(10)})`.
   Sequential(std::initializer_list<Module> layers);
+  /// The same from a vector; empty by default (add layers with add()).
   explicit Sequential(std::vector<Module> layers = {});
+  /// Wraps an existing implementation (another handle to the same model).
   explicit Sequential(std::shared_ptr<SequentialImpl> impl);
 
   /// Appends a layer (before build).
   void add(Module layer);
+  /// The layers, in order (handles: they alias the model's layers).
   std::vector<Module> layers() const { return children(); }
   /// Layer `index` in order; raises when out of range.
   Module layer(size_t index) const;
