@@ -24,13 +24,18 @@ enum class DType : uint8_t {
 size_t dtype_size(DType dtype);
 /// "float32", "int64", ...
 std::string_view dtype_name(DType dtype);
+/// float32, float64, bfloat16 or float16.
 bool is_floating(DType dtype);
 /// bfloat16 or float16.
 inline bool is_half(DType dtype) { return dtype == DType::kBFloat16 || dtype == DType::kFloat16; }
+/// Writes dtype_name(dtype).
 std::ostream& operator<<(std::ostream& out, DType dtype);
 
+/// The DType of the C++ type T, in `value`; defined for float, double, int32_t, int64_t,
+/// uint8_t, bool, bfloat16 and float16. Read it as dtype_of<T>.
 template <typename T>
 struct DTypeOf;
+/// \cond INTERNAL
 template <> struct DTypeOf<float> { static constexpr DType value = DType::kFloat32; };
 template <> struct DTypeOf<double> { static constexpr DType value = DType::kFloat64; };
 template <> struct DTypeOf<int32_t> { static constexpr DType value = DType::kInt32; };
@@ -40,10 +45,11 @@ template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; 
 template <> struct DTypeOf<bfloat16> { static constexpr DType value = DType::kBFloat16; };
 template <> struct DTypeOf<float16> { static constexpr DType value = DType::kFloat16; };
 
+/// The DType of the C++ type T: `dtype_of<float>` is DType::kFloat32.
 template <typename T>
 inline constexpr DType dtype_of = DTypeOf<T>::value;
 
-/// Calls fn.template operator()<T>() with T the C++ type of dtype (every type, the 16-bit
+/// Calls `fn.template operator()<T>()` with T the C++ type of dtype (every type, the 16-bit
 /// floating types included: for storage, fills and casts).
 template <typename Fn>
 decltype(auto) dispatch_dtype(DType dtype, Fn&& fn) {

@@ -44,14 +44,17 @@ TANDEM_HD_INLINE uint32_t shift_right_rounded(uint32_t value, int shift) {
 
 /// bfloat16: the upper half of a float32's bits.
 struct bfloat16 {
+  /// The value's 16 bits (a float32's upper half).
   uint16_t bits = 0;
 
+  /// The bfloat16 whose bits are `bits`.
   static TANDEM_HD_INLINE bfloat16 from_bits(uint16_t bits) {
     bfloat16 value;
     value.bits = bits;
     return value;
   }
   bfloat16() = default;
+  /// `value` rounded to nearest, ties to even; NaN stays a (quiet) NaN.
   TANDEM_HD_INLINE explicit bfloat16(float value) {
     const uint32_t f = detail::float_bits(value);
     // The low 16 bits decide: above half rounds up, half rounds to the even upper half (adding
@@ -62,6 +65,7 @@ struct bfloat16 {
     const uint32_t quiet_nan = (f >> 16) | 0x0040u;  // sign and top payload kept
     bits = static_cast<uint16_t>((f & 0x7fffffffu) > 0x7f800000u ? quiet_nan : rounded);
   }
+  /// The exact float32 value.
   TANDEM_HD_INLINE operator float() const {  // NOLINT: implicit, as a float would widen
     return detail::bits_float(static_cast<uint32_t>(bits) << 16);
   }
@@ -69,14 +73,18 @@ struct bfloat16 {
 
 /// float16: IEEE 754 binary16.
 struct float16 {
+  /// The value's 16 bits: sign, 5-bit exponent, 10-bit mantissa.
   uint16_t bits = 0;
 
+  /// The float16 whose bits are `bits`.
   static TANDEM_HD_INLINE float16 from_bits(uint16_t bits) {
     float16 value;
     value.bits = bits;
     return value;
   }
   float16() = default;
+  /// `value` rounded to nearest, ties to even: past the largest finite value (65504) it rounds
+  /// to infinity, below half the smallest subnormal to zero; NaN stays a (quiet) NaN.
   TANDEM_HD_INLINE explicit float16(float value) {
     const uint32_t f = detail::float_bits(value);
     const uint32_t sign = (f >> 16) & 0x8000u;
@@ -107,6 +115,7 @@ struct float16 {
     const int shift = -exponent - 14 + 13;  // 14..24
     bits = static_cast<uint16_t>(sign | detail::shift_right_rounded(significand, shift));
   }
+  /// The exact float32 value.
   TANDEM_HD_INLINE operator float() const {  // NOLINT: implicit, as a float would widen
     const uint32_t sign = static_cast<uint32_t>(bits & 0x8000u) << 16;
     const uint32_t exponent = (bits >> 10) & 0x1fu;

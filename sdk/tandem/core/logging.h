@@ -7,10 +7,13 @@
 
 namespace tandem {
 
+/// Message severity, lowest first; messages below the threshold (TANDEM_LOG_LEVEL, default
+/// info) are dropped.
 enum class LogLevel { kDebug = 0, kInfo = 1, kWarning = 2, kError = 3 };
 
 /// Writes "tandem [level] message" to stderr when level passes the threshold (thread safe).
 void log_message(LogLevel level, const std::string& message);
+/// True when `level` is at or above the threshold (what the TANDEM_LOG macros test first).
 bool log_enabled(LogLevel level);
 
 }  // namespace tandem

@@ -39,16 +39,24 @@ std::string_view phase_name(Phase phase);
 /// A timeline: the training loop, a replica, a replica's communicator, the input pipeline.
 enum class TrackKind : uint8_t { kLoop, kReplica, kCommunicator, kInput };
 
+/// One timeline of the trace: its kind and, for per-replica kinds, the replica.
 struct Track {
+  /// Whose timeline.
   TrackKind kind = TrackKind::kLoop;
   int index = 0;  ///< the local replica for kReplica and kCommunicator; 0 otherwise
 };
 
 /// One recorded span. Times are steady_clock nanoseconds.
 struct Event {
+  /// What the time was spent on.
   Phase phase;
+  /// The timeline it belongs to.
   Track track;
+  ///@{
+
+  /// Start and end, steady_clock nanoseconds (equal for an instant).
   int64_t begin_ns, end_ns;
+  ///@}
   int64_t bytes;  ///< data a collective moved (this rank's tensors); an input wait's examples
   /// Recorded by a thread that communicates while its replica computes (a gradient bucket's
   /// all-reduce): the time overlaps the replica's task instead of being part of it.
@@ -73,6 +81,7 @@ bool enabled();
 /// The calling thread's track: replica threads are kReplica (set by the strategy), every other
 /// thread kLoop unless it says otherwise.
 Track current_track();
+/// Sets the calling thread's track (strategies mark their replica threads).
 void set_current_track(Track track);
 
 /// Marks the calling thread as one whose collectives overlap its replica's compute (the
@@ -106,17 +115,23 @@ void record_instant(Phase phase, double value);
 /// Named ranges opened and closed on the calling thread as spans begin and end while recording
 /// (NVTX with CUDA, so Nsight Systems shows the same phases); null: none.
 struct RangeHooks {
+  /// Opens a range named `name` (a phase_name()).
   void (*push)(const char* name);
+  /// Closes the innermost open range.
   void (*pop)();
 };
+/// Installs `hooks` (null: none); the object must outlive its use.
 void set_range_hooks(const RangeHooks* hooks);
+/// The installed hooks, or null.
 const RangeHooks* range_hooks();
 
 /// Marks `phase` on the calling thread's track (or `track`) from construction to destruction.
 /// Collectives are marked on the communicator track of the calling replica.
 class Span {
  public:
+  /// Begins a span of `phase` on the calling thread's track.
   explicit Span(Phase phase) : Span(phase, current_track()) {}
+  /// Begins a span of `phase` on `track`.
   Span(Phase phase, Track track)
       : on_(enabled()), timed_(outside_compute(phase)), phase_(phase), track_(track) {
     if (on_ || timed_) begin();

@@ -47,6 +47,7 @@ bool set_flush_denormals(bool enabled);
 /// DAZ; AArch64: FPCR's FZ); 0 where the CPU has none. Parallel loops give their team the
 /// mode of the thread that starts them.
 uint32_t float_mode();
+/// Sets the calling thread's flush bits to `mode`, a value float_mode() returned.
 void set_float_mode(uint32_t mode);
 
 /// Flushes subnormals on the calling thread while it lives when flush_denormals() says so, and

@@ -10,9 +10,12 @@
 
 namespace tandem {
 
+/// The processes of a multi-worker job, as the library reaches them outside the strategy: every
+/// call is a collective that every worker must make, in the same order.
 class WorkerGroup {
  public:
   virtual ~WorkerGroup() = default;
+  /// How many processes the job has.
   virtual int num_workers() const = 0;
   /// This process's worker index; 0 is the chief.
   virtual int worker_index() const = 0;

@@ -20,6 +20,8 @@ struct AllocatorStats {
   uint64_t bytes_cached = 0;   ///< bytes held in free lists
 };
 
+/// Where tensors get their memory; one per device (allocator_for()). Implementations cache
+/// freed blocks, so that a steady training step makes no system calls.
 class Allocator {
  public:
   virtual ~Allocator() = default;
@@ -27,7 +29,9 @@ class Allocator {
   virtual void* allocate(size_t nbytes) = 0;
   /// Returns a block obtained from allocate(nbytes) with the same nbytes.
   virtual void deallocate(void* ptr, size_t nbytes) = 0;
+  /// The device whose memory this allocator hands out.
   virtual Device device() const = 0;
+  /// The counters so far (a snapshot).
   virtual AllocatorStats stats() const = 0;
   /// Hands every cached block back to the system.
   virtual void empty_cache() = 0;

@@ -21,11 +21,13 @@ void install_device_ranges();
 /// pair of CUDA events on the thread's current stream for a GPU, with the host clock on CPU.
 class DeviceTimer {
  public:
+  /// A timer of the work queued on `device` (creates its CUDA events for a GPU).
   explicit DeviceTimer(Device device);
   ~DeviceTimer();
   DeviceTimer(const DeviceTimer&) = delete;
   DeviceTimer& operator=(const DeviceTimer&) = delete;
 
+  /// Marks the start: records an event on the thread's current stream, or reads the host clock.
   void start();
   /// Milliseconds from start() to now on the device's stream; waits for the queued work.
   double stop();
@@ -45,7 +47,9 @@ class StreamEvent {
  public:
   StreamEvent() = default;
   ~StreamEvent();
+  /// Takes over `other`'s event; `other` is left with none recorded.
   StreamEvent(StreamEvent&& other) noexcept;
+  /// Releases this event, then takes over `other`'s.
   StreamEvent& operator=(StreamEvent&& other) noexcept;
   StreamEvent(const StreamEvent&) = delete;
   StreamEvent& operator=(const StreamEvent&) = delete;
@@ -73,6 +77,7 @@ namespace cuda {
 /// reference to float32 precision; setting TANDEM_ALLOW_TF32=1 in the environment turns it on
 /// at start-up. Takes effect at the next GEMM on every thread.
 void set_allow_tf32(bool allow);
+/// Whether float32 GEMMs may use TF32 (set_allow_tf32(), or TANDEM_ALLOW_TF32=1 at start-up).
 bool allow_tf32();
 
 }  // namespace cuda

@@ -9,10 +9,13 @@
 
 namespace tandem::philox {
 
+/// One Philox output: 128 random bits.
 struct Block {
+  /// The four 32-bit words.
   uint32_t v[4];
 };
 
+/// The low 32 bits of a * b; the high 32 bits go to *hi (one Philox round's multiply).
 TANDEM_HD_INLINE uint32_t mulhilo(uint32_t a, uint32_t b, uint32_t* hi) {
   const uint64_t product = static_cast<uint64_t>(a) * b;
   *hi = static_cast<uint32_t>(product >> 32);

@@ -8,11 +8,17 @@
 
 namespace tandem {
 
+/// A Philox4x32-10 random stream: (seed, stream) name the sequence, offset() is how far it has
+/// been read. Tensor::uniform, Tensor::normal, dropout and the dataset shuffles draw from one.
+/// Copies continue independently from the same point.
 class Generator {
  public:
+  /// Stream `stream` of `seed`, from its start. Different streams of one seed are independent.
   explicit Generator(uint64_t seed = 0, uint64_t stream = 0) : seed_(seed), stream_(stream) {}
 
+  /// The seed given at construction (or by set_state()).
   uint64_t seed() const { return seed_; }
+  /// The stream given at construction (or by set_state()).
   uint64_t stream() const { return stream_; }
   /// Philox blocks (4 x 32 bits each) consumed so far.
   uint64_t offset() const { return offset_; }
@@ -34,12 +40,14 @@ class Generator {
 
   /// {seed, stream, offset, 0}: the layout of rng/replica_state rows in checkpoints.
   std::array<uint64_t, 4> state() const { return {seed_, stream_, offset_, 0}; }
+  /// Continues from a state() (the fourth entry is ignored).
   void set_state(const std::array<uint64_t, 4>& state) {
     seed_ = state[0];
     stream_ = state[1];
     offset_ = state[2];
   }
 
+  /// True when both are at the same point of the same stream.
   friend bool operator==(const Generator& a, const Generator& b) {
     return a.state() == b.state();
   }

@@ -21,14 +21,18 @@ namespace tandem {
 /// A block of device or host memory, returned to its allocator when the last owner goes.
 class Storage {
  public:
+  /// Allocates `nbytes` bytes from `allocator`.
   Storage(size_t nbytes, Allocator& allocator)
       : nbytes_(nbytes), allocator_(&allocator), data_(allocator.allocate(nbytes)) {}
   ~Storage() { allocator_->deallocate(data_, nbytes_); }
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
 
+  /// The first byte (device memory for a CUDA allocator).
   void* data() const { return data_; }
+  /// The size requested at construction, in bytes.
   size_t nbytes() const { return nbytes_; }
+  /// The device the memory lives on (the allocator's).
   Device device() const { return allocator_->device(); }
 
  private:
@@ -39,24 +43,35 @@ class Storage {
 
 /// The shared state behind a Tensor handle. Its address is the tensor's identity for tapes.
 struct TensorImpl {
+  /// The memory, shared by views of the same tensor.
   std::shared_ptr<Storage> storage;
+  /// Where the tensor's first element lies in `storage`, in bytes.
   size_t offset_bytes = 0;
+  /// The tensor's dimensions.
   Shape shape;
+  /// The element type.
   DType dtype = DType::kFloat32;
 };
 
+/// A handle to a dense, row-major array of `dtype()` elements on `device()`. Copies alias the
+/// same data (Tensor b = a; b.fill_(0) changes a); clone() copies. Ops are in tandem::ops and
+/// the arithmetic operators; the factories below make new tensors.
 class Tensor {
  public:
   /// An undefined tensor (no storage); gradients of unconnected variables are undefined.
   Tensor() = default;
 
   // ---- factories -------------------------------------------------------------------------
+  /// Uninitialised memory of `shape` (its contents are whatever the allocator held).
   static Tensor empty(const Shape& shape, DType dtype = DType::kFloat32,
                       Device device = Device::cpu());
+  /// Every element 0.
   static Tensor zeros(const Shape& shape, DType dtype = DType::kFloat32,
                       Device device = Device::cpu());
+  /// Every element 1.
   static Tensor ones(const Shape& shape, DType dtype = DType::kFloat32,
                      Device device = Device::cpu());
+  /// Every element `value` (converted to `dtype`).
   static Tensor full(const Shape& shape, double value, DType dtype = DType::kFloat32,
                      Device device = Device::cpu());
   /// A rank-0 tensor holding `value`.
@@ -65,6 +80,8 @@ class Tensor {
   template <typename T>
   static Tensor from_vector(const std::vector<T>& values, const Shape& shape);
   template <typename T>
+  /// The same as a rank-1 tensor of values.size() elements:
+  /// `Tensor::from_vector(std::vector<float>{1, 2, 3})`.
   static Tensor from_vector(const std::vector<T>& values) {
     return from_vector(values, Shape{static_cast<int64_t>(values.size())});
   }
@@ -78,18 +95,29 @@ class Tensor {
   static Tensor normal(const Shape& shape, Generator& generator, double mean = 0.0,
                        double stddev = 1.0, DType dtype = DType::kFloat32,
                        Device device = Device::cpu());
+  /// Zeros of `other`'s shape, dtype and device.
   static Tensor zeros_like(const Tensor& other);
+  /// Ones of `other`'s shape, dtype and device.
   static Tensor ones_like(const Tensor& other);
+  /// Uninitialised memory of `other`'s shape, dtype and device.
   static Tensor empty_like(const Tensor& other);
 
   // ---- properties ------------------------------------------------------------------------
+  /// False for a default-constructed tensor (e.g. the gradient of an unconnected variable).
   bool defined() const { return impl_ != nullptr; }
+  /// The dimensions ([] for a scalar).
   const Shape& shape() const;
+  /// The size of axis `axis`; negative axes count from the end.
   int64_t dim(int64_t axis) const { return shape()[axis]; }
+  /// The number of axes (0 for a scalar).
   int64_t rank() const { return shape().rank(); }
+  /// The number of elements.
   int64_t numel() const { return shape().numel(); }
+  /// The element type.
   DType dtype() const;
+  /// Where the data lives: Device::cpu() or Device::cuda(i).
   Device device() const;
+  /// numel() times the element size, in bytes.
   size_t nbytes() const { return static_cast<size_t>(numel()) * dtype_size(dtype()); }
   /// Identity used by gradient tapes: equal for handles of the same tensor, not for views.
   const TensorImpl* id() const { return impl_.get(); }
@@ -125,6 +153,8 @@ class Tensor {
   /// A view without tape recording (internal building block of ops::reshape / ops::slice).
   Tensor view_as(const Shape& shape, size_t extra_offset_bytes = 0) const;
 
+  /// "Tensor(shape=[2, 3], dtype=float32, device=cpu, [[...]])", the values in nested brackets;
+  /// elements past `max_elements` are elided with "...". Copies to the host when needed.
   std::string to_string(int64_t max_elements = 64) const;
 
  private:
@@ -134,9 +164,16 @@ class Tensor {
   std::shared_ptr<TensorImpl> impl_;
 };
 
+/// Writes tensor.to_string().
 std::ostream& operator<<(std::ostream& out, const Tensor& tensor);
 
 // ---- arithmetic operators (defined in ops.cpp; they record on gradient tapes) ------------
+/// \name Arithmetic operators
+///@{
+
+/// Element-wise a + b, a - b, a * b, a / b and -a, as ops::add, ops::sub, ops::mul, ops::div and
+/// ops::neg: tensors broadcast (NumPy rules) and a double applies to every element. They
+/// record on gradient tapes.
 Tensor operator+(const Tensor& a, const Tensor& b);
 Tensor operator-(const Tensor& a, const Tensor& b);
 Tensor operator*(const Tensor& a, const Tensor& b);
@@ -147,6 +184,7 @@ Tensor operator-(const Tensor& a, double b);
 Tensor operator*(const Tensor& a, double b);
 Tensor operator/(const Tensor& a, double b);
 Tensor operator*(double a, const Tensor& b);
+///@}
 
 // ---- template definitions ------------------------------------------------------------------
 
