@@ -16,7 +16,14 @@ namespace tandem {
 /// dispatch_floating / dispatch_numeric / dispatch_standard, which name the dtype.
 // clang-format off
 enum class DType : uint8_t {
-  kFloat32, kFloat64, kInt32, kInt64, kUInt8, kBool, kBFloat16, kFloat16
+  kFloat32,   ///< float (IEEE binary32), the default
+  kFloat64,   ///< double
+  kInt32,     ///< int32_t
+  kInt64,     ///< int64_t: indices and labels
+  kUInt8,     ///< uint8_t: raw image bytes
+  kBool,      ///< bool: masks, the results of comparisons
+  kBFloat16,  ///< bfloat16: float32's exponent, 8-bit mantissa
+  kFloat16    ///< float16 (IEEE binary16)
 };
 // clang-format on
 
@@ -44,6 +51,7 @@ template <> struct DTypeOf<uint8_t> { static constexpr DType value = DType::kUIn
 template <> struct DTypeOf<bool> { static constexpr DType value = DType::kBool; };
 template <> struct DTypeOf<bfloat16> { static constexpr DType value = DType::kBFloat16; };
 template <> struct DTypeOf<float16> { static constexpr DType value = DType::kFloat16; };
+/// \endcond
 
 /// The DType of the C++ type T: `dtype_of<float>` is DType::kFloat32.
 template <typename T>
