@@ -47,8 +47,12 @@ GradientListener* set_gradient_listener(GradientListener* listener);
 
 }  // namespace autograd
 
+/// Records the ops run on the calling thread while it lives, then computes gradients
+/// (tf.GradientTape): make one in the step, compute the loss, then tape.gradient(loss,
+/// model.trainable_variables()). Each replica thread records its own.
 class GradientTape {
  public:
+  /// How the tape records; the defaults are TensorFlow's.
   struct Options {
     /// A persistent tape allows several gradient() calls; otherwise the record is freed after
     /// the first.
@@ -57,7 +61,9 @@ class GradientTape {
     bool watch_accessed_variables = true;
   };
 
+  /// A non-persistent tape that watches the trainable variables read under it.
   GradientTape();
+  /// A tape with `options`: `GradientTape({.persistent = true})`.
   explicit GradientTape(Options options);
   ~GradientTape();
   GradientTape(const GradientTape&) = delete;
@@ -65,6 +71,7 @@ class GradientTape {
 
   /// Tracks a plain tensor, so gradients with respect to it can be asked for.
   void watch(const Tensor& tensor);
+  /// Watches a variable (needed for a non-trainable one, or with watch_accessed_variables off).
   void watch(const Variable& variable);
 
   /// d(sum of target's elements)/d(variable), one per variable, in order. A variable the
@@ -73,6 +80,7 @@ class GradientTape {
   std::vector<Tensor> gradient(const Tensor& target, const std::vector<Variable>& variables);
   /// The same with respect to watched tensors (or tensors computed under the tape).
   std::vector<Tensor> gradient(const Tensor& target, const std::vector<Tensor>& sources);
+  /// The same for one source.
   Tensor gradient(const Tensor& target, const Tensor& source);
 
   struct Record;  // implementation detail

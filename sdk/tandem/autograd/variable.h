@@ -24,34 +24,50 @@ enum class VariableSynchronization { kOnWrite, kOnRead };
 enum class VariableAggregation { kNone, kSum, kMean, kOnlyFirstReplica };
 /// "on_write", "on_read"; "none", "sum", "mean", "only_first_replica".
 const char* to_string(VariableSynchronization synchronization);
+/// See to_string(VariableSynchronization).
 const char* to_string(VariableAggregation aggregation);
 
 /// make_variable's settings beyond the name and the initial value.
 struct VariableOptions {
+  /// Whether optimizers update it (Module::trainable_variables lists it) and tapes watch it.
   bool trainable = true;
+  /// When the replicas' copies agree; kOnRead needs trainable == false.
   VariableSynchronization synchronization = VariableSynchronization::kOnWrite;
+  /// How a kOnRead variable's copies combine when read outside strategy.run.
   VariableAggregation aggregation = VariableAggregation::kNone;
   /// Its gradient touches few rows (an embedding table's: TensorFlow's IndexedSlices): the sum
   /// across replicas may gather the touched rows instead of all-reducing the whole table.
   bool row_sparse_gradient = false;
 };
 
+/// A named, mutable tensor that training updates: a layer's weight, an optimizer's slot, a
+/// metric's state. A handle (copies alias one variable); inside a strategy scope it holds one
+/// copy per replica, and value() returns the calling replica's. Make them with make_variable.
 class Variable {
  public:
+  /// An undefined variable (a layer's bias when it has none).
   Variable() = default;
   /// `name` is the Keras-style path ("dense/kernel"); `initial` is copied (not aliased).
   Variable(std::string name, const Tensor& initial, bool trainable = true);
 
+  /// False for a default-constructed variable.
   bool defined() const { return state_ != nullptr; }
+  /// The Keras-style path ("dense/kernel"), also its name in checkpoints.
   const std::string& name() const;
+  /// Whether optimizers update it and tapes watch it.
   bool trainable() const;
+  /// The value's shape.
   const Shape& shape() const { return value().shape(); }
+  /// The value's dtype.
   DType dtype() const { return value().dtype(); }
 
+  /// When the replicas' copies agree (kOnWrite unless set).
   VariableSynchronization synchronization() const;
+  /// How a kOnRead variable's copies combine (kNone unless set).
   VariableAggregation aggregation() const;
   /// VariableOptions::row_sparse_gradient.
   bool row_sparse_gradient() const;
+  /// Sets row_sparse_gradient() (the Embedding layer does for its table).
   void set_row_sparse_gradient(bool row_sparse) const;
   /// Sets how the copies agree and combine (make_variable does it when the variable is made).
   /// kOnRead needs trainable == false, as in TensorFlow: raises otherwise.
@@ -84,6 +100,7 @@ class Variable {
 
   /// Identity (handles of one variable compare equal).
   const void* id() const { return state_.get(); }
+  /// True when both handles alias one variable.
   friend bool operator==(const Variable& a, const Variable& b) { return a.state_ == b.state_; }
 
  private:
@@ -121,11 +138,14 @@ struct ReplicaBinding {
   int first_global_id = 0;  ///< global id of local replica 0 (worker x local replicas)
   int num_replicas_in_sync = 1;  ///< replicas of the whole job: every worker's
 };
+/// The calling thread's binding: its replica inside strategy.run, {0, 1, 0, 1} elsewhere.
 ReplicaBinding current_replica_binding();
 /// Global id of this process's first replica: worker index x local replicas with several
 /// workers (set by the multi-worker strategy), else 0.
 int process_replica_offset();
+/// Sets process_replica_offset() (the multi-worker strategy does, once it knows its rank).
 void set_process_replica_offset(int offset);
+/// Sets the calling thread's binding (strategies do, on their replica threads).
 void set_current_replica_binding(ReplicaBinding binding);
 
 }  // namespace tandem

@@ -12,6 +12,7 @@ namespace tandem::losses {
 /// Keras' backend epsilon: probabilities are clipped to [kEpsilon, 1 - kEpsilon].
 inline constexpr double kEpsilon = 1e-7;
 
+/// How a Loss object turns per-example losses into its result (Keras's reduction argument).
 enum class Reduction {
   kNone,              ///< per-example losses, shape of y_pred without its last axis
   kSum,               ///< sum of the per-example losses
@@ -54,11 +55,13 @@ class Loss {
                     const Tensor& sample_weight = Tensor()) const;
   /// The per-example losses, whatever the reduction.
   virtual Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const = 0;
+  /// The reduction given at construction.
   Reduction reduction() const { return reduction_; }
   /// Keras name: "sparse_categorical_crossentropy", ...
   const std::string& name() const { return name_; }
 
  protected:
+  /// For subclasses: `name` is the Keras name, `reduction` how operator() reduces.
   Loss(std::string name, Reduction reduction) : name_(std::move(name)), reduction_(reduction) {}
 
  private:
@@ -66,13 +69,20 @@ class Loss {
   Reduction reduction_;
 };
 
+/// Crossentropy against integer class ids (sparse_categorical_crossentropy): labels [N], logits
+/// or probabilities [N, C].
 class SparseCategoricalCrossentropy : public Loss {
  public:
+  /// Keras's arguments, Keras's defaults: `{.from_logits = true, .reduction = Reduction::kNone}`.
   struct Options {
+    /// y_pred holds logits (a softmax is applied inside, stably); false: probabilities.
     bool from_logits = false;
+    /// How operator() reduces; use kNone with compute_average_loss under a strategy.
     Reduction reduction = Reduction::kSumOverBatchSize;
   };
+  /// Keras's defaults: probabilities, kSumOverBatchSize.
   SparseCategoricalCrossentropy();
+  /// With `options`.
   explicit SparseCategoricalCrossentropy(Options options);
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
 
@@ -80,14 +90,21 @@ class SparseCategoricalCrossentropy : public Loss {
   Options options_;
 };
 
+/// Crossentropy against one-hot (or soft) targets of y_pred's shape (categorical_crossentropy).
 class CategoricalCrossentropy : public Loss {
  public:
+  /// Keras's arguments, Keras's defaults.
   struct Options {
+    /// y_pred holds logits (a softmax is applied inside, stably); false: probabilities.
     bool from_logits = false;
+    /// In [0, 1]: targets become y * (1 - s) + s / C.
     double label_smoothing = 0.0;
+    /// How operator() reduces; use kNone with compute_average_loss under a strategy.
     Reduction reduction = Reduction::kSumOverBatchSize;
   };
+  /// Keras's defaults: probabilities, no smoothing, kSumOverBatchSize.
   CategoricalCrossentropy();
+  /// With `options`.
   explicit CategoricalCrossentropy(Options options);
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
 
@@ -95,14 +112,22 @@ class CategoricalCrossentropy : public Loss {
   Options options_;
 };
 
+/// Binary crossentropy of targets in [0, 1] against one probability (or logit) per value,
+/// averaged over the last axis (binary_crossentropy).
 class BinaryCrossentropy : public Loss {
  public:
+  /// Keras's arguments, Keras's defaults.
   struct Options {
+    /// y_pred holds logits (a sigmoid is applied inside, stably); false: probabilities.
     bool from_logits = false;
+    /// In [0, 1]: targets become y * (1 - s) + s / 2.
     double label_smoothing = 0.0;
+    /// How operator() reduces; use kNone with compute_average_loss under a strategy.
     Reduction reduction = Reduction::kSumOverBatchSize;
   };
+  /// Keras's defaults: probabilities, no smoothing, kSumOverBatchSize.
   BinaryCrossentropy();
+  /// With `options`.
   explicit BinaryCrossentropy(Options options);
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
 
@@ -110,12 +135,17 @@ class BinaryCrossentropy : public Loss {
   Options options_;
 };
 
+/// The squared error averaged over the last axis (mean_squared_error), for regression.
 class MeanSquaredError : public Loss {
  public:
+  /// Keras's arguments, Keras's defaults.
   struct Options {
+    /// How operator() reduces; use kNone with compute_average_loss under a strategy.
     Reduction reduction = Reduction::kSumOverBatchSize;
   };
+  /// Keras's default: kSumOverBatchSize.
   MeanSquaredError();
+  /// With `options`.
   explicit MeanSquaredError(Options options);
   Tensor per_example(const Tensor& y_true, const Tensor& y_pred) const override;
 };
