@@ -13,10 +13,15 @@ namespace tandem::optim {
 ///   alpha = lr * sqrt(1 - beta_2^t) / (1 - beta_1^t);  w -= m * alpha / (sqrt(v) + epsilon)
 class Adam : public Optimizer {
  public:
+  /// Keras's arguments and defaults: `Adam({.learning_rate = 1e-3})`.
   struct Options {
+    /// A constant or a schedule of the update step (schedules.h).
     LearningRate learning_rate = 0.001;
+    /// Decay of the first moment m, in [0, 1).
     double beta_1 = 0.9;
+    /// Decay of the second moment v, in [0, 1).
     double beta_2 = 0.999;
+    /// Added to sqrt(v) (Keras's placement, not sqrt(v_hat)).
     double epsilon = 1e-7;
     /// Clip the gradients to this global norm before the update (unset: no clipping).
     std::optional<double> global_clipnorm = std::nullopt;
@@ -24,7 +29,9 @@ class Adam : public Optimizer {
     /// see Optimizer::gradient_accumulation_steps()).
     int gradient_accumulation_steps = 1;
   };
+  /// Keras's defaults.
   Adam();
+  /// With `options`.
   explicit Adam(Options options);
   std::string config_json() const override;
 
@@ -44,16 +51,27 @@ class Adam : public Optimizer {
 /// then the Adam update.
 class AdamW : public Adam {
  public:
+  /// Keras's arguments and defaults: Adam's plus weight_decay.
   struct Options {
+    /// A constant or a schedule of the update step (schedules.h).
     LearningRate learning_rate = 0.001;
+    /// Decoupled decay per update, scaled by the learning rate: w -= w * weight_decay * lr.
     double weight_decay = 0.004;
+    /// Decay of the first moment m, in [0, 1).
     double beta_1 = 0.9;
+    /// Decay of the second moment v, in [0, 1).
     double beta_2 = 0.999;
+    /// Added to sqrt(v) (Keras's placement, not sqrt(v_hat)).
     double epsilon = 1e-7;
+    /// Clip the gradients to this global norm before the update (unset: no clipping).
     std::optional<double> global_clipnorm = std::nullopt;
+    /// Update once every N calls of apply_gradients, with the mean of the N gradients (N >= 1;
+    /// see Optimizer::gradient_accumulation_steps()).
     int gradient_accumulation_steps = 1;
   };
+  /// Keras's defaults (weight decay 0.004).
   AdamW();
+  /// With `options`.
   explicit AdamW(Options options);
 };
 

@@ -11,6 +11,7 @@ namespace tandem::optim {
 /// device; undefined tensors are skipped; 0 when none is defined.
 Tensor global_norm(const std::vector<Tensor>& tensors);
 
+/// What clip_by_global_norm returns.
 struct ClippedGradients {
   std::vector<Tensor> gradients;  ///< the clipped list (undefined entries stay undefined)
   Tensor global_norm;             ///< the norm before clipping (scalar)

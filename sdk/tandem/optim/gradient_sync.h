@@ -11,6 +11,8 @@
 
 namespace tandem::optim {
 
+/// The optimizer's view of the replica it runs on: how its gradients are summed across the
+/// replicas in sync. ReplicaContext implements it; pass the step's ctx to apply_gradients.
 class GradientSync {
  public:
   /// This replica's index among the replicas in sync (it names the replica in errors).

@@ -25,6 +25,7 @@
 
 namespace tandem::optim {
 
+/// LossScaleOptimizer's options, Keras 3's defaults.
 struct LossScaleOptions {
   /// The scale the first update uses (Keras's initial_scale, 2^15).
   double initial_scale = 32768.0;
@@ -35,6 +36,9 @@ struct LossScaleOptions {
   bool dynamic = true;
 };
 
+/// Loss scaling around an optimizer (Keras 3's LossScaleOptimizer), for float16 training: in
+/// the step, differentiate scale_loss(loss) and pass the gradients to apply_gradients(ctx, ...),
+/// which unscales them and updates, or skips the update when they are not finite.
 class LossScaleOptimizer {
  public:
   /// Wraps `inner`, which must outlive this object and be wrapped by no other. Make it where
@@ -45,7 +49,9 @@ class LossScaleOptimizer {
   LossScaleOptimizer(const LossScaleOptimizer&) = delete;
   LossScaleOptimizer& operator=(const LossScaleOptimizer&) = delete;
 
+  /// The wrapped optimizer.
   Optimizer& inner_optimizer() const { return inner_; }
+  /// The options it was made with.
   const LossScaleOptions& options() const { return options_; }
 
   /// loss x the current scale (recorded: differentiate the scaled loss).
@@ -54,6 +60,8 @@ class LossScaleOptimizer {
   /// The inner optimizer's apply_gradients, with the gradients of the scaled loss: see above.
   void apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gradients,
                        const std::vector<Variable>& variables);
+  /// The plain form (see Optimizer::apply_gradients): for one replica, or gradients already
+  /// summed across replicas ({.skip_gradients_aggregation = true}).
   void apply_gradients(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
                        ApplyGradientsOptions options = {});
 
@@ -68,7 +76,9 @@ class LossScaleOptimizer {
   /// scale that is not finite and positive or a counter outside [0, dynamic_growth_steps).
   void set_state(double scale, int64_t step_counter);
 
+  /// The scale as the float32 variable "dynamic_scale" (one copy per replica; checkpointed).
   const Variable& dynamic_scale_variable() const { return dynamic_scale_; }
+  /// The counter as the int64 variable "step_counter" (one copy per replica; checkpointed).
   const Variable& step_counter_variable() const { return step_counter_; }
 
   /// Keras-style JSON of the options (stored in checkpoints).

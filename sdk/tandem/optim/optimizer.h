@@ -87,8 +87,11 @@ class Optimizer {
 
   /// The learning rate the next update uses: learning_rate()(iterations()).
   double current_learning_rate() const;
+  /// The learning rate: a constant or a schedule of iterations().
   const LearningRate& learning_rate() const { return learning_rate_; }
+  /// Replaces the learning rate (a constant or a schedule); the next update uses it.
   void set_learning_rate(LearningRate learning_rate) { learning_rate_ = std::move(learning_rate); }
+  /// The global norm gradients are clipped to before each update (unset: no clipping).
   const std::optional<double>& global_clipnorm() const { return global_clipnorm_; }
 
   /// N: one update every N calls of apply_gradients (1: every call, no accumulators).
@@ -116,6 +119,8 @@ class Optimizer {
   virtual std::string config_json() const;
 
  protected:
+  /// For subclasses: `name` is the Keras name ("adam"), `slot_names` the slot kinds each
+  /// variable gets at build; the rest are the options every optimizer has.
   Optimizer(std::string name, LearningRate learning_rate, std::optional<double> global_clipnorm,
             int gradient_accumulation_steps, std::vector<std::string> slot_names);
 

@@ -18,6 +18,7 @@ namespace schedules {
 class LearningRateSchedule {
  public:
   virtual ~LearningRateSchedule() = default;
+  /// The rate for the update that follows `step` earlier updates (step >= 0).
   virtual double operator()(int64_t step) const = 0;
   /// Keras-style {"class_name": ..., "config": {...}} (stored in checkpoints).
   virtual std::string to_json() const = 0;
@@ -26,6 +27,7 @@ class LearningRateSchedule {
 /// The same rate at every step.
 class Constant : public LearningRateSchedule {
  public:
+  /// `learning_rate` at every step.
   explicit Constant(double learning_rate);
   double operator()(int64_t step) const override;
   std::string to_json() const override;
@@ -38,6 +40,8 @@ class Constant : public LearningRateSchedule {
 /// floor(step / decay_steps).
 class ExponentialDecay : public LearningRateSchedule {
  public:
+  /// The rate starts at `initial_learning_rate` and is multiplied by `decay_rate` every
+  /// `decay_steps` updates (continuously, or in jumps with `staircase`); decay_steps > 0.
   ExponentialDecay(double initial_learning_rate, int64_t decay_steps, double decay_rate,
                    bool staircase = false);
   double operator()(int64_t step) const override;
@@ -55,6 +59,7 @@ class ExponentialDecay : public LearningRateSchedule {
 /// boundaries, which increase strictly.
 class PiecewiseConstant : public LearningRateSchedule {
  public:
+  /// `values.size()` must be `boundaries.size() + 1`; boundaries increase strictly.
   PiecewiseConstant(std::vector<int64_t> boundaries, std::vector<double> values);
   double operator()(int64_t step) const override;
   std::string to_json() const override;
@@ -73,6 +78,9 @@ class PiecewiseConstant : public LearningRateSchedule {
 /// (s - warmup_steps).
 class CosineDecay : public LearningRateSchedule {
  public:
+  /// From `initial_learning_rate` down to `alpha` times it over `decay_steps` updates, after
+  /// `warmup_steps` of linear warmup to `warmup_target` when that is set (the decay then starts
+  /// from warmup_target).
   CosineDecay(double initial_learning_rate, int64_t decay_steps, double alpha = 0.0,
               std::optional<double> warmup_target = std::nullopt, int64_t warmup_steps = 0);
   double operator()(int64_t step) const override;
@@ -92,15 +100,19 @@ class CosineDecay : public LearningRateSchedule {
 /// (`.learning_rate = schedules::CosineDecay(1e-3, 10000)`).
 class LearningRate {
  public:
+  /// A constant rate.
   LearningRate(double value);  // implicit: a constant rate reads naturally in Options
+  /// Any schedule, by value (copied into the optimizer).
   template <typename Schedule>
   requires std::derived_from<Schedule, schedules::LearningRateSchedule> LearningRate(
       Schedule schedule)  // implicit, as above
       : schedule_(std::make_shared<Schedule>(std::move(schedule))) {}
+  /// A schedule shared with the caller.
   explicit LearningRate(std::shared_ptr<const schedules::LearningRateSchedule> schedule);
 
   /// The rate for the update that follows `step` earlier updates.
   double operator()(int64_t step) const { return (*schedule_)(step); }
+  /// The schedule (a Constant for a number).
   const schedules::LearningRateSchedule& schedule() const { return *schedule_; }
 
  private:

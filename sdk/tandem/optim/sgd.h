@@ -12,9 +12,13 @@ namespace tandem::optim {
 /// w += momentum * m - lr * g (using the new m).
 class SGD : public Optimizer {
  public:
+  /// Keras's arguments and defaults: `SGD({.learning_rate = 0.1, .momentum = 0.9})`.
   struct Options {
+    /// A constant or a schedule of the update step (schedules.h).
     LearningRate learning_rate = 0.01;
+    /// In [0, 1]; 0: plain gradient descent, no slot.
     double momentum = 0.0;
+    /// Nesterov momentum (needs momentum > 0 to matter).
     bool nesterov = false;
     /// Clip the gradients to this global norm before the update (unset: no clipping).
     std::optional<double> global_clipnorm = std::nullopt;
@@ -22,8 +26,11 @@ class SGD : public Optimizer {
     /// see Optimizer::gradient_accumulation_steps()).
     int gradient_accumulation_steps = 1;
   };
+  /// Keras's defaults: learning rate 0.01, no momentum.
   SGD();
+  /// With `options`.
   explicit SGD(Options options);
+  /// The options the optimizer was made with.
   const Options& options() const { return options_; }
   std::string config_json() const override;
 
