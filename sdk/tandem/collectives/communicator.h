@@ -35,10 +35,15 @@ std::shared_ptr<Work> completed_work();
 /// Calls made through one communicator since it was created (never reset; read them while the
 /// rank is idle, e.g. after strategy.run returned). A batched all_reduce counts once.
 struct CollectiveStats {
+  /// all_reduce calls (a batched call counts once).
   uint64_t all_reduce = 0;
+  /// all_gather calls.
   uint64_t all_gather = 0;
+  /// broadcast calls.
   uint64_t broadcast = 0;
+  /// reduce_scatter calls.
   uint64_t reduce_scatter = 0;
+  /// barrier calls.
   uint64_t barrier = 0;
   uint64_t bytes_all_reduced = 0;  ///< bytes of this rank's tensors passed to all_reduce
   /// Time this rank spent inside all_reduce calls, waiting for its peers included, as the
@@ -54,6 +59,7 @@ struct CollectiveStats {
 /// names the collective and the cause; the cause itself is raised where it happened.
 class AbortedError : public Error {
  public:
+  /// `message` names the collective and the cause.
   explicit AbortedError(const std::string& message) : Error(message) {}
 };
 
@@ -74,6 +80,7 @@ class Communicator {
 
   /// This endpoint's rank in [0, size()).
   virtual int rank() const = 0;
+  /// The number of ranks in the group.
   virtual int size() const = 0;
   /// The backend: "in_process", "nccl", "mpi".
   virtual std::string name() const = 0;
@@ -114,6 +121,11 @@ class Communicator {
 
  protected:
   // Backends override what they support; the defaults raise "backend X does not support Y".
+  ///@{
+
+  /// What the public call of the same name runs once it has counted the call (stats()); a
+  /// backend overrides the ones it supports (the defaults raise "backend X does not support
+  /// Y").
   virtual std::shared_ptr<Work> all_reduce_impl(const std::vector<Tensor>& inputs,
                                                 const std::vector<Tensor>& outputs, ReduceOp op);
   virtual std::shared_ptr<Work> all_gather_impl(std::vector<Tensor>& outputs, const Tensor& input);
@@ -121,7 +133,9 @@ class Communicator {
   virtual std::shared_ptr<Work> reduce_scatter_impl(Tensor& output, const Tensor& input,
                                                     ReduceOp op);
   virtual std::shared_ptr<Work> barrier_impl();
+  ///@}
 
+  /// Raises "backend <name()> does not support <operation>".
   [[noreturn]] void throw_unsupported(std::string_view operation) const;
 
  private:

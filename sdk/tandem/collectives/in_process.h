@@ -40,6 +40,7 @@ class InProcessCommunicator final : public Communicator {
   /// variable creation; mismatches and timeouts report the label. Not counted in stats().
   void rendezvous(const char* label);
 
+  /// The group this endpoint belongs to.
   InProcessRendezvous& group() const { return *group_; }
 
  protected:
@@ -70,6 +71,7 @@ class InProcessRendezvous {
   InProcessRendezvous(const InProcessRendezvous&) = delete;
   InProcessRendezvous& operator=(const InProcessRendezvous&) = delete;
 
+  /// The number of ranks.
   int size() const { return size_; }
   /// Rank `rank`'s endpoint (owned by the group).
   InProcessCommunicator& communicator(int rank);

@@ -18,6 +18,7 @@ enum class ReduceOp : uint8_t {
 
 /// "sum", "mean", "max".
 std::string_view reduce_op_name(ReduceOp op);
+/// Writes reduce_op_name(op).
 std::ostream& operator<<(std::ostream& out, ReduceOp op);
 
 }  // namespace tandem
