@@ -9,9 +9,14 @@
 
 namespace tandem::data {
 
+/// One batch of a dataset as a replica gets it: a tuple of tensors whose axis 0 is the
+/// example, usually {features, labels}. What strategy.run hands a step from a distributed
+/// dataset.
 class Batch {
  public:
+  /// A batch with no tensors.
   Batch() = default;
+  /// A batch of `tensors` (each with the examples along axis 0).
   explicit Batch(Element tensors) : tensors_(std::move(tensors)) {}
 
   /// Tensor 0 (e.g. images [B, 28, 28]); raises when the batch has no tensors.
@@ -26,6 +31,7 @@ class Batch {
   int64_t batch_size() const;
   /// True when the batch holds no examples (a replica's share of a short last batch).
   bool empty() const { return batch_size() == 0; }
+  /// Every tensor, in order.
   const Element& tensors() const { return tensors_; }
 
  private:

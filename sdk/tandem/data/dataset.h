@@ -23,7 +23,9 @@ using Element = std::vector<Tensor>;
 /// Shape and dtype of one component of an element; -1 marks a dimension that varies
 /// (the batch dimension of a batch that keeps its remainder).
 struct TensorSpec {
+  /// The component's shape (-1 where it varies).
   Shape shape;
+  /// The component's dtype.
   DType dtype = DType::kFloat32;
   friend bool operator==(const TensorSpec&, const TensorSpec&) = default;
 };
@@ -33,6 +35,7 @@ inline constexpr int64_t kInfiniteCardinality = -1;
 /// prefetch(kAutotune) picks a small default buffer (2 elements).
 inline constexpr int64_t kAutotune = -1;
 
+/// Which part of a dataset to read: the training or the test examples.
 enum class Split { kTrain, kTest };
 
 /// Where the Debian package dataset-fashion-mnist installs the IDX files.
@@ -48,10 +51,16 @@ class Iterator;
 /// Range-for support: walks an Iterator, holding the current element.
 class ElementCursor {
  public:
+  /// A cursor on `iterator`, reading its first element; `owned` keeps the iterator alive when
+  /// the cursor made it (Dataset::begin), null otherwise.
   ElementCursor(std::shared_ptr<Iterator> owned, Iterator* iterator);
+  /// The current element.
   const Element& operator*() const { return current_; }
+  /// The current element's members.
   const Element* operator->() const { return &current_; }
+  /// Moves to the next element.
   ElementCursor& operator++();
+  /// True once the iterator is exhausted.
   bool operator==(std::default_sentinel_t) const { return done_; }
 
  private:
@@ -65,7 +74,9 @@ class ElementCursor {
 /// stops any prefetch threads cleanly.
 class Iterator {
  public:
+  /// Takes over the other iterator's position (using the moved-from one raises).
   Iterator(Iterator&&) noexcept;
+  /// Stops this iterator (and its prefetch threads), then takes over the other's position.
   Iterator& operator=(Iterator&&) noexcept;
   ~Iterator();
 
@@ -82,7 +93,9 @@ class Iterator {
   /// pipeline (its signature differs) or from a newer format.
   void restore(const IteratorState& state);
 
+  /// `for (const data::Element& e : iterator)` walks the rest of the epoch.
   ElementCursor begin() { return ElementCursor(nullptr, this); }
+  /// See begin().
   std::default_sentinel_t end() const { return {}; }
 
  private:
@@ -133,6 +146,7 @@ class Dataset {
   Iterator iterator(uint64_t epoch) const;
   /// `for (const data::Element& e : dataset)` walks a new epoch (as iterator()).
   ElementCursor begin() const;
+  /// See begin().
   std::default_sentinel_t end() const { return {}; }
 
   /// Number of elements in one iteration, or kInfiniteCardinality.
@@ -142,9 +156,11 @@ class Dataset {
   /// The pipeline, source first: "fashion_mnist(train, 60000) -> shuffle(60000, seed=42) -> ...".
   std::string describe() const;
 
+  /// \cond INTERNAL
   /// Internal: wraps a pipeline node (used by the sources and by DistributedDataset).
   explicit Dataset(std::shared_ptr<const detail::Node> node);
   const std::shared_ptr<const detail::Node>& node() const { return node_; }
+  /// \endcond
 
  private:
   std::shared_ptr<const detail::Node> node_;

@@ -16,7 +16,9 @@ namespace tandem::data {
 /// (the largest array is a shuffle buffer: buffer_size int64 values).
 class IteratorState {
  public:
+  /// One named array.
   using Array = std::vector<int64_t>;
+  /// Every entry, in insertion order.
   using Entries = std::vector<std::pair<std::string, Array>>;
 
   IteratorState() = default;
@@ -30,14 +32,18 @@ class IteratorState {
   /// Copies every entry of `other` into this state (replacing equal names).
   void merge(const IteratorState& other);
 
+  /// True when an entry is called `name`.
   bool contains(std::string_view name) const;
   /// The array called `name`; raises naming the entry when it is missing.
   const Array& get(std::string_view name) const;
   /// A one-value array; raises when missing or not of size 1.
   int64_t get_scalar(std::string_view name) const;
+  /// An array stored with set_u64(), bit-cast back; raises naming the entry when it is missing.
   std::vector<uint64_t> get_u64(std::string_view name) const;
 
+  /// Every entry, in insertion order.
   const Entries& entries() const { return entries_; }
+  /// True when there is no entry.
   bool empty() const { return entries_.empty(); }
   /// Total number of int64 values over all entries.
   size_t num_values() const;
