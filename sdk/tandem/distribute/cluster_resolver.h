@@ -9,6 +9,8 @@
 
 namespace tandem {
 
+/// Where this process stands in a multi-worker job: its rank and the job's size, overall and on
+/// its host, and where the numbers came from.
 struct ClusterSpec {
   int rank = 0;        ///< this worker's index in [0, size)
   int size = 1;        ///< workers (processes) in the job
@@ -19,9 +21,12 @@ struct ClusterSpec {
   /// From TF_CONFIG: every worker's "host:port" in worker order (the chief's first); the
   /// chief's is where the workers meet. Empty for the launchers.
   std::vector<std::string> addresses;
+  /// True for worker 0, the chief (it writes checkpoints and summaries).
   bool is_chief() const { return rank == 0; }
 };
 
+/// Finds the job's layout from the environment: a launcher's variables (mpirun, PMI, Slurm)
+/// or TF_CONFIG (tf.distribute's cluster resolvers).
 class ClusterResolver {
  public:
   /// Reads OMPI_COMM_WORLD_{RANK,SIZE,LOCAL_RANK,LOCAL_SIZE}, else PMI_RANK/PMI_SIZE (with

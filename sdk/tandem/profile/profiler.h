@@ -24,6 +24,7 @@ namespace tandem::profile {
 std::string chrome_trace(const std::vector<Event>& events, const std::vector<std::string>& devices,
                          int worker = 0);
 
+/// What a Profiler writes besides recording: the trace file, printed and TensorBoard summaries.
 struct ProfilerOptions {
   /// Where the Chrome trace goes when the profiler ends; empty: no trace. Checked when the
   /// profiler starts (on the chief, which writes it): a folder that cannot take the file, or a
@@ -44,9 +45,10 @@ struct ProfilerOptions {
 
 /// Writes `summary` into `writer` at `step`: profile/step_ms (mean), profile/step_ms_median,
 /// profile/share/{input,compute,comm_wait,comm_data,optimizer,host_sync,checkpoint,other},
-/// profile/speedup, profile/efficiency, profile/replica_<i>/{compute,input,comm_wait,comm_data,
-/// optimizer,host_sync,other}_ms, profile/loss_scale and profile/skipped_updates (with a loss
-/// scale), and the advice as text (profile/advice).
+/// profile/speedup, profile/efficiency,
+/// `profile/replica_<i>/{compute,input,comm_wait,comm_data,optimizer,host_sync,other}_ms`,
+/// profile/loss_scale and profile/skipped_updates (with a loss scale), and the advice as text
+/// (profile/advice).
 void write_summary(summary::Writer& writer, int64_t step, const Summary& summary);
 
 /// Records the timeline of `strategy`'s steps while it lives. Off (no profiler), recording costs
@@ -55,6 +57,7 @@ void write_summary(summary::Writer& writer, int64_t step, const Summary& summary
 /// process per worker), so every worker must end its profiler (a collective).
 class Profiler {
  public:
+  /// Starts recording `strategy`'s steps (the strategy must outlive the profiler).
   explicit Profiler(const Strategy& strategy, ProfilerOptions options = {});
   /// A profiler writing to TANDEM_PROFILE's file when that variable is set, else null.
   static std::unique_ptr<Profiler> from_environment(const Strategy& strategy);

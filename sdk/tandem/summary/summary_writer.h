@@ -21,6 +21,7 @@
 
 namespace tandem::summary {
 
+/// How a Writer buffers and splits its event files.
 struct WriterOptions {
   /// Buffered records reach the file at most this many seconds after they were written
   /// (checked at each call; flush() writes at once). TensorFlow's flush_millis, in seconds.
@@ -29,6 +30,9 @@ struct WriterOptions {
   int64_t max_file_bytes = 0;
 };
 
+/// Writes TensorBoard event files into a log folder (tf.summary.create_file_writer). Every
+/// worker and replica may call it; only the chief's replica 0 (or a call outside strategy.run
+/// on the chief) writes, so a training step can log without checking who it is.
 class Writer {
  public:
   /// Writes into `logdir` (created by the first record). Raises when it exists as a file.
@@ -42,6 +46,7 @@ class Writer {
   /// The distribution of `values` (any floating or integer CPU or GPU tensor), in `buckets`
   /// equal-width buckets between its minimum and maximum. Non-finite values raise.
   void histogram(const std::string& tag, int64_t step, const Tensor& values, int buckets = 30);
+  /// The same from host values.
   void histogram(const std::string& tag, int64_t step, const std::vector<double>& values,
                  int buckets = 30);
   /// Text (Markdown) for TensorBoard's Text dashboard.
@@ -49,6 +54,7 @@ class Writer {
   /// Writes the buffered records to the file and flushes it.
   void flush();
 
+  /// The log folder given at construction.
   const std::string& logdir() const;
   /// The event file written now ("" before this writer's first record, or when it does not
   /// write: on a worker other than the chief).
