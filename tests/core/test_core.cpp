@@ -75,16 +75,26 @@ TEST_CASE("Shape::strides and Shape::nbytes raise instead of wrapping", "[cpu][c
   CHECK_THROWS_WITH((Shape{-1, 3}.nbytes(4)), Catch::Contains("shape [-1, 3] has a negative"));
 }
 
-TEST_CASE("TANDEM_CHECK puts the values and the location in the message", "[cpu][core]") {
+TEST_CASE("TANDEM_CHECK puts the values in the message and keeps the location apart",
+          "[cpu][core]") {
+  // The suite runs below debug level (TANDEM_LOG_LEVEL unset or "warning"), where what() is
+  // the message alone; at debug level the location joins it.
+  REQUIRE_FALSE(log_enabled(LogLevel::kDebug));
   const int have = 7;
   try {
     TANDEM_CHECK(have == 8, "expected 8, got ", have);
     FAIL("no exception");
   } catch (const Error& e) {
-    const std::string what = e.what();
-    CHECK_THAT(what, Catch::Contains("expected 8, got 7"));
-    CHECK_THAT(what, Catch::Contains("test_core.cpp"));
-    CHECK_THAT(what, Catch::Contains("have == 8"));
+    CHECK(std::string(e.what()) == "expected 8, got 7");
+    CHECK_THAT(e.location(),
+               Catch::StartsWith("test_core.cpp:") && Catch::EndsWith(", check failed: have == 8"));
+  }
+  try {
+    TANDEM_THROW("no such layer ", "dense_9");
+  } catch (const Error& e) {
+    CHECK(std::string(e.what()) == "no such layer dense_9");
+    CHECK_THAT(e.location(), Catch::StartsWith("test_core.cpp:"));
+    CHECK_THAT(e.location(), !Catch::Contains("check failed"));
   }
 }
 

@@ -8,10 +8,22 @@
 
 namespace tandem {
 
-/// Every error Tandem raises derives from this.
+/// Every error Tandem raises derives from this. what() says what went wrong and what to do;
+/// where the library noticed it (file:line and the failed condition) is location(), added to
+/// what() only when TANDEM_LOG_LEVEL=debug, since it names the library's sources, not the
+/// caller's.
 class Error : public std::runtime_error {
  public:
   explicit Error(const std::string& message) : std::runtime_error(message) {}
+  /// `location`: "file.cpp:57, check failed: condition" (empty when unknown).
+  Error(const std::string& message, std::string location)
+      : std::runtime_error(message), location_(std::move(location)) {}
+
+  /// Where in the library the error was raised ("variable.cpp:57, check failed: ..."), or "".
+  const std::string& location() const { return location_; }
+
+ private:
+  std::string location_;
 };
 
 /// A feature that was not compiled in; the message names the CMake option that builds it.
@@ -43,12 +55,12 @@ std::string str_cat(Args&&... args) {
 }  // namespace tandem
 
 /// Throws tandem::Error with file:line, the failed condition and the message parts.
-#define TANDEM_CHECK(cond, ...)                                                              \
-  do {                                                                                       \
-    if (!(cond)) [[unlikely]] {                                                              \
-      ::tandem::detail::throw_error(__FILE__, __LINE__, #cond,                               \
-                                    ::tandem::detail::str_cat(__VA_ARGS__));                 \
-    }                                                                                        \
+#define TANDEM_CHECK(cond, ...)                                              \
+  do {                                                                       \
+    if (!(cond)) [[unlikely]] {                                              \
+      ::tandem::detail::throw_error(__FILE__, __LINE__, #cond,               \
+                                    ::tandem::detail::str_cat(__VA_ARGS__)); \
+    }                                                                        \
   } while (0)
 
 /// Unconditionally throws tandem::Error with the message parts.

@@ -323,18 +323,29 @@ void ReplicaThreads::raise_errors() {
   if (cause < 0) return;
 
   const std::exception_ptr error = errors_[static_cast<size_t>(cause)];
-  std::string message = str_cat("replica ", cause, ": ", describe_exception(error));
+  // Replicas usually fail alike (the same bad argument reaches every replica): one message,
+  // naming every replica that raised it, instead of the same text once per replica.
+  const std::string cause_text = describe_exception(error);
+  std::vector<int> same{cause};
   std::vector<int> released;
+  std::vector<std::pair<int, std::string>> others;  // a replica and its own, different, error
   for (int r = 0; r < num_replicas_; ++r) {
-    if (r == cause || !errors_[static_cast<size_t>(r)]) continue;
-    if (is_aborted(errors_[static_cast<size_t>(r)])) {
+    const std::exception_ptr& e = errors_[static_cast<size_t>(r)];
+    if (r == cause || !e) continue;
+    if (is_aborted(e)) {
       released.push_back(r);
-    } else {
-      message +=
-          str_cat(" [replica ", r,
-                  " also failed: ", describe_exception(errors_[static_cast<size_t>(r)]), "]");
+      continue;
     }
+    std::string text = describe_exception(e);
+    if (text == cause_text)
+      same.push_back(r);
+    else
+      others.emplace_back(r, std::move(text));
   }
+  std::sort(same.begin(), same.end());
+  std::string message = str_cat(replica_list(same), ": ", cause_text);
+  for (const auto& [r, text] : others)
+    message += str_cat(" [replica ", r, " also failed: ", text, "]");
   if (!released.empty())
     message += str_cat(" [", replica_list(released), released.size() == 1 ? " was" : " were",
                        " released from pending collectives]");
