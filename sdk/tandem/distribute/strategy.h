@@ -133,10 +133,15 @@ class Strategy {
 
   /// Runs fn(ctx, pieces...) on every replica concurrently and returns PerReplica<R> (nothing
   /// when fn returns void). A PerReplica argument hands replica k its value [k]; any other
-  /// argument is passed to every replica by const reference. If a replica throws, its peers
-  /// are released from pending collectives, every replica finishes, and run raises on this
-  /// thread a tandem::Error (TimeoutError for timeouts) whose message starts with
-  /// "replica K: " followed by the original message. The strategy stays usable.
+  /// argument is passed to every replica by const reference. A step that returns several
+  /// values (a std::pair, a std::tuple or a struct) unpacks into one PerReplica each, as
+  /// tf.distribute returns a structure of per-replica values:
+  ///   auto [losses, correct] = strategy.run(step, batch);  // step returns {loss, correct}
+  /// If a replica throws, its peers are released from pending collectives, every replica
+  /// finishes, and run raises on this thread one tandem::Error (TimeoutError for timeouts)
+  /// whose message starts with the replicas that raised it ("replica 1: " or, when several
+  /// raised the same message, "replicas 0, 1: ") followed by the original message; a replica
+  /// whose error differs adds " [replica K also failed: ...]". The strategy stays usable.
   /// A replica that has not returned within the collective timeout (TANDEM_COLLECTIVE_TIMEOUT)
   /// after the first one did is stuck in user code (a collective would have raised), and so is
   /// one still running half a second (at most one timeout) after a peer's collective timed out
