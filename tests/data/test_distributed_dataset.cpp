@@ -1,9 +1,13 @@
 // Tests of distributed input: splitting global batches across replicas, per-replica batches
 // from a function of InputContext, InputContext arithmetic, auto-sharding across simulated
 // workers, and saving/restoring a DistributedDataset's position.
+#include <unistd.h>
+
 #include <algorithm>
 #include <catch2/catch.hpp>
+#include <cstdio>
 #include <set>
+#include <string>
 
 #include "data_test_util.h"
 #include "tandem/tandem.h"
@@ -262,4 +266,54 @@ TEST_CASE("auto-sharding across simulated workers", "[cpu][data]") {
     CHECK_THROWS_WITH(auto_shard(global, AutoShardPolicy::kData, 2, 5),
                       Catch::Contains("worker_index 5 is out of range for 2 workers"));
   }
+}
+
+namespace {
+
+/// What the process writes to stderr (fd 2, where Tandem's log goes) while `fn` runs.
+template <typename Fn>
+std::string stderr_of(Fn&& fn) {
+  std::fflush(stderr);
+  FILE* file = std::tmpfile();
+  REQUIRE(file != nullptr);
+  const int saved = dup(2);
+  dup2(fileno(file), 2);
+  fn();
+  std::fflush(stderr);
+  dup2(saved, 2);
+  close(saved);
+  std::rewind(file);
+  std::string text;
+  char buffer[4096];
+  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, file)) > 0;) text.append(buffer, n);
+  std::fclose(file);
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("a loop that starts in the middle of an epoch says so", "[cpu][data]") {
+  DistributedDataset dist(range(40).batch(8), 2);
+  size_t steps_before_break = 0;
+  for (const PerReplica<Batch>& per_replica : dist) {
+    (void)per_replica;
+    if (++steps_before_break == 2) break;  // as an exception in strategy.run would leave it
+  }
+  std::vector<Step> rest;
+  const std::string log = stderr_of([&] { rest = all_steps(dist); });
+  INFO(log);
+  CHECK(rest.size() == 3);  // the epoch went on: 5 steps in all
+  CHECK(log.find("distributed dataset: this loop continues epoch 0 after step 2, where the "
+                 "previous loop over it stopped (a break or an exception); set_epoch(0) first "
+                 "starts that epoch from its beginning") != std::string::npos);
+  // A loop that starts an epoch afresh says nothing; set_epoch restarts an interrupted one.
+  std::vector<Step> next_epoch;
+  CHECK(stderr_of([&] { next_epoch = all_steps(dist); }).find("distributed dataset") ==
+        std::string::npos);
+  CHECK(next_epoch.size() == 5);
+  std::vector<Batch> one;
+  REQUIRE(dist.next(one));
+  dist.set_epoch(2);
+  CHECK(stderr_of([&] { CHECK(all_steps(dist).size() == 5); }).find("distributed dataset") ==
+        std::string::npos);
 }

@@ -7,6 +7,7 @@
 #include <optional>
 #include <utility>
 
+#include "tandem/core/logging.h"
 #include "tandem/core/spans.h"
 #include "tandem/data/internal/node.h"
 #include "tandem/tensor/internal/device_memory.h"
@@ -129,6 +130,8 @@ struct DistributedDataset::State {
   int64_t num_replicas;
   uint64_t epoch = 0;
   std::optional<Iterator> iterator;  // the epoch under way, if any
+  int64_t steps_in_epoch = 0;        // steps taken in the epoch under way
+  bool restored = false;             // the epoch under way continues from restore()
   Element last;                      // the last batch seen: the shapes of empty batches
   std::vector<Device> devices;       // per replica, when batches go to GPUs; else empty
   std::function<bool(bool)> agree;   // several workers: does any worker still have data?
@@ -295,7 +298,10 @@ bool DistributedDataset::next(std::vector<Batch>& per_replica) {
 bool DistributedDataset::next_step(std::vector<Batch>& per_replica) {
   State& s = *state_;
   if (!s.agree) {
-    if (pull(per_replica)) return true;
+    if (pull(per_replica)) {
+      ++s.steps_in_epoch;
+      return true;
+    }
     end_epoch();
     return false;
   }
@@ -311,6 +317,7 @@ bool DistributedDataset::next_step(std::vector<Batch>& per_replica) {
     per_replica = empty_batches();
     place(per_replica, s.devices);
   }
+  ++s.steps_in_epoch;
   return true;
 }
 
@@ -323,6 +330,8 @@ void DistributedDataset::end_epoch() {
   }
   s.iterator.reset();
   s.exhausted = false;
+  s.steps_in_epoch = 0;
+  s.restored = false;
   ++s.epoch;
 }
 
@@ -416,14 +425,34 @@ void DistributedDataset::restore(const IteratorState& state) {
     s.iterator.reset();
   }
   s.epoch = static_cast<uint64_t>(epoch);
+  s.steps_in_epoch = 0;
+  s.restored = s.iterator.has_value();
 }
 
 void DistributedDataset::set_epoch(uint64_t epoch) {
   state_->iterator.reset();
   state_->epoch = epoch;
+  state_->steps_in_epoch = 0;
+  state_->restored = false;
 }
 
 DistributedDataset::StepCursor::StepCursor(DistributedDataset* owner) : owner_(owner) {
+  // A loop that starts in the middle of an epoch is easy to miss: a loop left by `break` or an
+  // exception leaves its epoch under way, and the next loop walks only what remained (tf.data's
+  // iter() would start afresh).
+  const State& s = *owner_->state_;
+  if (s.iterator.has_value()) {
+    if (s.restored) {
+      TANDEM_LOG_INFO("distributed dataset: this loop continues epoch ", s.epoch,
+                      " from the position a restore gave it");
+    } else {
+      TANDEM_LOG_WARNING("distributed dataset: this loop continues epoch ", s.epoch, " after step ",
+                         s.steps_in_epoch,
+                         ", where the previous loop over it stopped (a break or an exception); "
+                         "set_epoch(",
+                         s.epoch, ") first starts that epoch from its beginning");
+    }
+  }
   done_ = !owner_->next(current_.values());
 }
 
