@@ -133,7 +133,7 @@ double evaluate(tandem::Strategy& strategy, const tandem::nn::Module& model,
     accuracy.update_state(batch.labels(), model(batch.features(), /*training=*/false));
   };
   for (const auto& batch : test_data) {
-    strategy.run(eval_step, tandem::PerReplica<tandem::data::Batch>(batch));
+    strategy.run(eval_step, batch);
   }
   // Each worker evaluated its shard; result() adds up every worker's totals.
   return accuracy.result();
