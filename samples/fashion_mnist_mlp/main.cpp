@@ -153,7 +153,7 @@ int train_and_evaluate(const samples::Flags& flags) {
         .replicas = num_replicas,
         // Every replica's loss values, of every worker: the examples the epoch trained on.
 
-        .examples = static_cast<int64_t>(train_loss.combined_state().count)};
+        .examples = static_cast<int64_t>(train_loss.combined_state().scalar("count"))};
     if (loss_scale) {
       result.loss_scale = loss_scale->loss_scale();
       result.skipped_updates = loss_scale->skipped_updates() - skipped_before;

@@ -328,8 +328,8 @@ struct TrainingRun {
       add("grad_accum/" + name, accumulator);
     out["micro_step"] = std::to_string(optimizer->micro_step());
     const metrics::MetricState m = accuracy.combined_state();
-    out["accuracy_total"] = std::to_string(m.total);
-    out["accuracy_count"] = std::to_string(m.count);
+    out["accuracy_total"] = std::to_string(m.scalar("total"));
+    out["accuracy_count"] = std::to_string(m.scalar("count"));
     out["step_in_epoch"] = std::to_string(step_in_epoch);
     out["data_epoch"] = std::to_string(data.epoch());
     return out;

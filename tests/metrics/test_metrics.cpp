@@ -18,13 +18,13 @@ TEST_CASE("Mean and Sum accumulate until reset", "[cpu][metrics]") {
   mean.update_state(td::Tensor::from_vector<float>({1, 2, 3}));
   mean.update_state(td::Tensor::scalar(6.0));
   CHECK(mean.result() == Approx(3.0));
-  CHECK(mean.combined_state().count == 4.0);
+  CHECK(mean.combined_state().scalar("count") == 4.0);
   mean.update_state(td::Tensor::from_vector<float>({10, 20}),
                     td::Tensor::from_vector<float>({0.5, 0}));
   CHECK(mean.result() == Approx((12.0 + 5.0) / 4.5));
   mean.reset_state();
   CHECK(mean.result() == 0.0);
-  CHECK(mean.combined_state().count == 0.0);
+  CHECK(mean.combined_state().scalar("count") == 0.0);
 
   metrics::Sum sum;
   CHECK(sum.name() == "sum");
@@ -92,15 +92,15 @@ TEST_CASE("Each replica updates its own state and result() sums them", "[cpu][me
   for (auto& t : threads) t.join();
   const auto states = mean.replica_states();
   REQUIRE(states.size() == 3);
-  CHECK(states[1].total == 100.0);
-  CHECK(states[2].count == 150.0);
+  CHECK(states[1].scalar("total") == 100.0);
+  CHECK(states[2].scalar("count") == 150.0);
   // (0*1 + 1*2 + 2*3) / (1 + 2 + 3): partial batches combine exactly.
   CHECK(mean.result() == Approx(8.0 / 6.0));
   CHECK(accuracy.result() == Approx(1.0 / 6.0));
   // One process, no multi-worker strategy: the job is this process.
   CHECK(mean.num_workers() == 1);
   CHECK(mean.local_result() == mean.result());
-  CHECK(mean.local_state().count == mean.combined_state().count);
+  CHECK(mean.local_state().scalar("count") == mean.combined_state().scalar("count"));
   // Checkpoints store the combined state; restoring gives replica 0 all of it.
   const metrics::MetricState combined = mean.combined_state();
   metrics::Mean restored("loss");

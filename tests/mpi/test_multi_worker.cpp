@@ -886,14 +886,14 @@ TEST_CASE("multi-worker: metrics combine every worker's replicas, local_result()
     mean.update_state(td::Tensor::from_vector(std::vector<float>{value, value}));
   });
   CHECK(mean.result() == Approx((total + 1) / 2.0));
-  CHECK(mean.combined_state().count == 2.0 * total);
+  CHECK(mean.combined_state().scalar("count") == 2.0 * total);
   const int first = s.worker_index() * s.num_local_replicas() + 1;  // this worker's values
   CHECK(mean.local_result() == Approx(first + (s.num_local_replicas() - 1) / 2.0));
-  CHECK(mean.local_state().count == 2.0 * s.num_local_replicas());
+  CHECK(mean.local_state().scalar("count") == 2.0 * s.num_local_replicas());
   // A restored (job-wide) state lands on the chief alone, so result() counts it once.
-  mean.set_combined_state({10.0, 4.0});
+  mean.set_combined_state({{"total", {10.0}}, {"count", {4.0}}});
   CHECK(mean.result() == Approx(2.5));
-  CHECK(mean.combined_state().count == 4.0);
+  CHECK(mean.combined_state().scalar("count") == 4.0);
   // result() is a collective of the job: inside run, where several replica threads of a worker
   // would make it at once, it is refused, naming the rule.
   if (s.num_local_replicas() > 1)
@@ -945,7 +945,7 @@ TEST_CASE(
       // The metric's count is every example of every worker: 6 steps x 32.
       CHECK(state.read_tensor("metrics/train_loss/count").to_vector<double>()[0] == 6.0 * 32);
       CHECK(state.read_tensor("metrics/train_loss/total").to_vector<double>()[0] ==
-            Approx(saved_state.total).epsilon(1e-12));
+            Approx(saved_state.scalar("total")).epsilon(1e-12));
       CHECK(state.read_tensor("grad_accum/micro_step").to_vector<int64_t>()[0] == 2);
     }
   }
@@ -966,7 +966,7 @@ TEST_CASE(
   }
   // The weights differ by rounding (above), so the later losses do too.
   CHECK(resumed.loss_metric.result() == Approx(expected_loss).epsilon(1e-6));
-  CHECK(resumed.loss_metric.combined_state().count == 12.0 * 32);
+  CHECK(resumed.loss_metric.combined_state().scalar("count") == 12.0 * 32);
   // All done reading.
   Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0));
   if (s.is_chief()) std::filesystem::remove_all(dir);

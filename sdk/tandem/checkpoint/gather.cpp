@@ -66,9 +66,9 @@ detail::GatheredState local_state(const std::vector<Checkpoint::Entry>& entries,
   return out;
 }
 
-// A GatheredState as bytes, for the all-gather across workers: counts, then metrics (total,
-// count), dropout rows, and accumulators (float32 values) in tracked order, which every worker
-// shares (they run the same program).
+// A GatheredState as bytes, for the all-gather across workers: counts, then metrics (each one's
+// number of values, then its values), dropout rows, and accumulators (float32 values) in tracked
+// order, which every worker shares (they run the same program).
 void put(std::vector<char>& out, const void* data, size_t bytes) {
   const size_t at = out.size();
   out.resize(at + bytes);
@@ -84,9 +84,10 @@ std::vector<char> to_bytes(const detail::GatheredState& state,
                              static_cast<int64_t>(state.on_read.size())};
   put(out, header, sizeof(header));
   for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
-    const metrics::MetricState m = state.metrics.at(name);
-    const double values[2] = {m.total, m.count};
-    put(out, values, sizeof(values));
+    const std::vector<double> values = state.metrics.at(name).flatten();
+    const int64_t count = static_cast<int64_t>(values.size());
+    put(out, &count, sizeof(count));
+    put(out, values.data(), values.size() * sizeof(double));
   }
   for (const std::array<uint64_t, 4>& row : state.rng_rows) put(out, row.data(), sizeof(row));
   for (const auto& [name, sum] : state.accumulators) {
@@ -123,13 +124,20 @@ void add_bytes(detail::GatheredState& total, const std::vector<char>& bytes, int
                " accumulators, the chief ", total.metrics.size(), " and ",
                total.accumulators.size(), "; every worker must save the same objects");
   for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
-    double values[2] = {};
-    take(values, sizeof(values));
+    metrics::MetricState& sum = total.metrics.at(name);
+    int64_t count = 0;
+    take(&count, sizeof(count));
+    std::vector<double> values = sum.flatten();
+    TANDEM_CHECK(count == static_cast<int64_t>(values.size()), "checkpoint: worker ", worker,
+                 "'s metric \"", name, "\" has ", count, " state values, the chief's ",
+                 values.size());
+    take(values.data(), values.size() * sizeof(double));
     // A metric of the job adds every worker's partials; one made before the strategy is this
     // process's own, and the chief's value is the one stored.
     if (metric->num_workers() > 1 || worker == 0) {
-      total.metrics[name].total += values[0];
-      total.metrics[name].count += values[1];
+      metrics::MetricState theirs = sum;
+      theirs.unflatten(values);
+      sum.add(theirs);
     }
   }
   for (int64_t r = 0; r < header[2]; ++r) {
@@ -194,7 +202,8 @@ GatheredState gather_state(const Checkpoint& checkpoint, WorkerGroup* workers) {
   GatheredState total;
   total.num_workers = workers->num_workers();
   total.num_replicas = 0;
-  for (const auto& [name, state] : mine.metrics) total.metrics[name] = {};
+  for (const auto& [name, metric] : tracked<metrics::Metric>(checkpoint.entries()))
+    total.metrics[name] = metrics::MetricState(metric->variables());
   for (const auto& [name, sum] : mine.accumulators)
     total.accumulators.emplace_back(name, Tensor::zeros_like(sum));
   for (const auto& [name, sum] : mine.on_read) total.on_read[name] = Tensor::zeros_like(sum);

@@ -120,10 +120,17 @@ void describe_training_state(const h5::Group& root, std::ostringstream& out) {
     const h5::Group metrics = group.open_group("metrics");
     for (const std::string& name : metrics.children()) {
       const h5::Group m = metrics.open_group(name);
-      const double total = m.read_scalar_float64("total");
-      const double count = m.read_scalar_float64("count");
-      out << "  " << pad("metrics/" + name, 26) << "total " << total << ", count " << count;
-      if (count > 0) out << " (mean " << std::setprecision(6) << total / count << ")";
+      out << "  " << pad("metrics/" + name, 26);
+      if (m.exists("total") && m.exists("count")) {  // the means (Mean, accuracies)
+        const double total = m.read_scalar_float64("total");
+        const double count = m.read_scalar_float64("count");
+        out << "total " << total << ", count " << count;
+        if (count > 0) out << " (mean " << std::setprecision(6) << total / count << ")";
+      } else {  // other state: each variable's shape
+        const std::vector<std::string> variables = m.children();
+        for (size_t i = 0; i < variables.size(); ++i)
+          out << (i ? ", " : "") << variables[i] << " " << m.dataset_shape(variables[i]);
+      }
       out << "\n";
     }
   }

@@ -332,7 +332,7 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
                          "state");
       continue;
     }
-    out.metrics[name] = read_metric_state(group.open_group("metrics/" + name));
+    out.metrics[name] = read_metric_state(group.open_group("metrics/" + name), *metric, path);
   }
 }
 

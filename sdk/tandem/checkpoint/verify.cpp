@@ -20,8 +20,8 @@ using detail::kStandardCounters;
 using detail::kTrainingState;
 using detail::location;
 using detail::read_iterator_state;
-using detail::read_metric_state;
 using detail::require_group;
+using detail::verify_metric_state;
 
 namespace {
 
@@ -91,7 +91,7 @@ std::string verify_checkpoint(const std::string& path) {
     if (state.exists("metrics")) {
       const h5::Group metrics = state.open_group("metrics");
       for (const std::string& name : metrics.children())
-        read_metric_state(metrics.open_group(name));
+        verify_metric_state(metrics.open_group(name));
     }
     if (state.exists("data")) {
       const h5::Group data = state.open_group("data");

@@ -9,6 +9,7 @@
 #include "tandem/checkpoint/internal/file_io.h"
 #include "tandem/checkpoint/internal/gather.h"
 #include "tandem/checkpoint/internal/layout.h"
+#include "tandem/checkpoint/internal/metric_state.h"
 #include "tandem/core/build_info.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/distributed_dataset.h"
@@ -42,10 +43,6 @@ namespace {
 
 Tensor int64_scalar(int64_t value) {
   return Tensor::from_vector(std::vector<int64_t>{value}, Shape(std::vector<int64_t>{}));
-}
-
-Tensor float64_scalar(double value) {
-  return Tensor::from_vector(std::vector<double>{value}, Shape(std::vector<int64_t>{}));
 }
 
 std::string utc_now() {
@@ -151,11 +148,19 @@ void write_training_state(const detail::ImageGroup& root,
 
   for (const auto& [name, metric] : tracked<metrics::Metric>(entries)) {
     // The per-replica (and per-worker) partial sums were gathered: the stored state is their SUM.
-    const metrics::MetricState state = gathered.metrics.at(name);
+    // One float64 dataset per state variable, of the variable's shape (Mean's total and count
+    // are scalars, as in files written before metrics had general state).
+    const metrics::MetricState& state = gathered.metrics.at(name);
     const detail::ImageGroup m = group.require_group("metrics/" + name);
-    m.write_tensor("total", float64_scalar(state.total));
-    m.write_tensor("count", float64_scalar(state.count));
+    std::vector<std::string> names, counts;
+    for (const metrics::MetricVariable& v : metric->variables()) {
+      m.write_tensor(v.name, Tensor::from_vector(state.at(v.name), v.shape));
+      names.push_back(v.name);
+      if (v.non_negative) counts.push_back(v.name);
+    }
     m.write_attr("metric_name", metric->name());
+    m.write_attr_fixed(detail::kMetricVariables, names);
+    if (!counts.empty()) m.write_attr_fixed(detail::kMetricCounts, counts);
   }
 
   // Gradient accumulation: micro_step (0 at an update boundary) and, in the middle of an

@@ -1,10 +1,13 @@
-// Metric state handling (per replica, summed on read) and the updates of each metric.
+// The updates of the mean metrics: Mean, Sum, Accuracy, SparseCategoricalAccuracy, and (on the
+// host, Keras's rules) BinaryAccuracy and CategoricalAccuracy.
 #include "tandem/metrics/metrics.h"
 
+#include <cmath>
 #include <cstdlib>
 
 #include "tandem/autograd/tape.h"
 #include "tandem/core/error.h"
+#include "tandem/metrics/internal/keras_rules.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem::metrics {
@@ -34,56 +37,13 @@ double sum_as_double(const Tensor& x) {
 
 }  // namespace
 
-// ---- Metric ------------------------------------------------------------------------------------
-
-void Metric::accumulate(double total, double count) {
-  MetricState& state = states_.local();
-  state.total += total;
-  state.count += count;
-}
-
-Metric::Metric(std::string name) : name_(std::move(name)), workers_(worker_group()) {}
-
-MetricState Metric::local_state() const {
-  MetricState sum;
-  states_.for_each([&](int, const MetricState& s) {
-    sum.total += s.total;
-    sum.count += s.count;
-  });
-  return sum;
-}
-
-MetricState Metric::combined_state() const {
-  const MetricState mine = local_state();
-  if (!workers_) return mine;
-  TANDEM_CHECK(current_replica_binding().num_replicas <= 1, name(),
-               ": result() of a metric of a multi-worker job combines every worker's state, a "
-               "collective: call it outside strategy.run, on every worker");
-  std::vector<double> values = {mine.total, mine.count};
-  workers_->sum(values, "metric result (every worker reads its metrics together)");
-  return {values[0], values[1]};
-}
-
-double Metric::result() const { return compute(combined_state()); }
-
-double Metric::local_result() const { return compute(local_state()); }
-
-int Metric::num_workers() const { return workers_ ? workers_->num_workers() : 1; }
-
-void Metric::reset_state() { states_.clear(); }
-
-void Metric::set_combined_state(const MetricState& state) {
-  states_.clear();
-  if (!workers_ || workers_->worker_index() == 0) states_.at(0) = state;
-}
-
-std::vector<MetricState> Metric::replica_states() const {
-  std::vector<MetricState> out;
-  states_.for_each([&](int, const MetricState& s) { out.push_back(s); });
-  return out;
-}
-
 // ---- Mean and Sum ------------------------------------------------------------------------------
+
+void Mean::accumulate(double total, double count) {
+  MetricState& state = replica_state();
+  state.at("total")[0] += total;
+  state.at("count")[0] += count;
+}
 
 void Mean::update_state(const Tensor& values, const Tensor& sample_weight) {
   TANDEM_CHECK(values.defined(), name(), ": update_state with undefined values");
@@ -97,18 +57,25 @@ void Mean::update_state(const Tensor& values, const Tensor& sample_weight) {
 }
 
 double Mean::compute(const MetricState& combined) const {
-  return combined.count == 0.0 ? 0.0 : combined.total / combined.count;
+  const double count = combined.scalar("count");
+  return count == 0.0 ? 0.0 : combined.scalar("total") / count;
 }
 
 void Sum::update_state(const Tensor& values, const Tensor& sample_weight) {
   TANDEM_CHECK(values.defined(), name(), ": update_state with undefined values");
   autograd::NoRecordGuard no_record;
+  double total = 0.0, count = 0.0;
   if (!sample_weight.defined()) {
-    accumulate(sum_as_double(values), static_cast<double>(values.numel()));
-    return;
+    total = sum_as_double(values);
+    count = static_cast<double>(values.numel());
+  } else {
+    Tensor w = broadcast_weights(name(), sample_weight, values);
+    total = sum_as_double(ops::mul(ops::cast(values, DType::kFloat64), w));
+    count = sum_as_double(w);
   }
-  Tensor w = broadcast_weights(name(), sample_weight, values);
-  accumulate(sum_as_double(ops::mul(ops::cast(values, DType::kFloat64), w)), sum_as_double(w));
+  MetricState& state = replica_state();
+  state.at("total")[0] += total;
+  state.at("count")[0] += count;
 }
 
 // ---- accuracies --------------------------------------------------------------------------------
@@ -144,6 +111,65 @@ void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor&
                predicted.shape(), ")");
   if (labels.dtype() != DType::kInt64) labels = ops::cast(labels, DType::kInt64);
   Mean::update_state(ops::cast(ops::equal(labels, predicted), DType::kFloat64), sample_weight);
+}
+
+// ---- Keras's binary and categorical accuracy (host) ---------------------------------------------
+
+BinaryAccuracy::BinaryAccuracy(std::string name, double threshold)
+    : Mean(std::move(name)), threshold_(threshold) {
+  TANDEM_CHECK(std::isfinite(threshold), this->name(), ": threshold ", threshold, " is not finite");
+}
+
+void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                  const Tensor& sample_weight) {
+  TANDEM_CHECK(y_true.defined() && y_pred.defined(), name(),
+               ": update_state needs y_true and y_pred");
+  detail::HostArray truth = detail::to_host(y_true), pred = detail::to_host(y_pred);
+  detail::squeeze_or_expand_to_same_rank(truth, pred);
+  TANDEM_CHECK(truth.shape == pred.shape, name(), ": y_true has shape ", y_true.shape(),
+               " but y_pred has shape ", y_pred.shape(), "; they must match");
+  // Keras: equal(y_true, cast(y_pred > threshold, y_true.dtype)).
+  for (size_t i = 0; i < pred.values.size(); ++i)
+    pred.values[i] = truth.values[i] == (pred.values[i] > threshold_ ? 1.0 : 0.0) ? 1.0 : 0.0;
+  const auto [total, count] = detail::mean_update(std::move(pred), sample_weight, name());
+  accumulate(total, count);
+}
+
+namespace {
+
+/// argmax over the last axis of `x` (the first index of the largest value).
+detail::HostArray argmax_last(const detail::HostArray& x) {
+  std::vector<int64_t> dims = x.shape.dims();
+  const int64_t classes = dims.back();
+  dims.pop_back();
+  detail::HostArray out{Shape(dims), {}};
+  const int64_t rows = out.shape.numel();
+  out.values.resize(static_cast<size_t>(rows));
+  for (int64_t r = 0; r < rows; ++r) {
+    const double* row = x.values.data() + r * classes;
+    int64_t best = 0;
+    for (int64_t c = 1; c < classes; ++c)
+      if (row[c] > row[best]) best = c;
+    out.values[static_cast<size_t>(r)] = static_cast<double>(best);
+  }
+  return out;
+}
+
+}  // namespace
+
+void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
+                                       const Tensor& sample_weight) {
+  TANDEM_CHECK(y_true.defined() && y_pred.defined(), name(),
+               ": update_state needs y_true and y_pred");
+  TANDEM_CHECK(y_pred.rank() >= 1 && y_pred.dim(-1) >= 1 && y_true.shape() == y_pred.shape(),
+               name(), ": y_true (one-hot) has shape ", y_true.shape(), " and y_pred ",
+               y_pred.shape(), "; both must be [..., classes] of the same shape");
+  const detail::HostArray labels = argmax_last(detail::to_host(y_true));
+  detail::HostArray matches = argmax_last(detail::to_host(y_pred));
+  for (size_t i = 0; i < matches.values.size(); ++i)
+    matches.values[i] = matches.values[i] == labels.values[i] ? 1.0 : 0.0;
+  const auto [total, count] = detail::mean_update(std::move(matches), sample_weight, name());
+  accumulate(total, count);
 }
 
 }  // namespace tandem::metrics

@@ -1,73 +1,18 @@
-// Metrics with sync-on-read state: each replica adds to its own (total, count) slot, indexed by
-// current_replica_binding().replica_id; result() sums totals and counts over the replicas, as
-// tf.distribute's SUM aggregation of metric variables, and over the workers of a multi-worker
-// job. Mean, Sum, Accuracy, SparseCategoricalAccuracy.
+// The metrics (Keras's, with sync-on-read state; Metric, their base, is in metric.h): the means
+// Mean, Sum, Accuracy, BinaryAccuracy, CategoricalAccuracy, SparseCategoricalAccuracy, and the
+// confusion-matrix metrics Precision, Recall and AUC (confusion_metrics.h).
 #pragma once
 
-#include <memory>
 #include <string>
-#include <vector>
 
-#include "tandem/core/workers.h"
-#include "tandem/nn/replica_state.h"
+#include "tandem/metrics/confusion_metrics.h"
+#include "tandem/metrics/metric.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::metrics {
 
-/// One replica's accumulated state (float64 on the host).
-struct MetricState {
-  double total = 0.0;
-  double count = 0.0;
-};
-
-/// A metric: update_state() inside replicas (each thread writes only its own slot), result()
-/// and reset_state() outside strategy.run (they read or clear every replica's slot).
-///
-/// A metric made while a MultiWorkerMirroredStrategy lives in the process belongs to that job:
-/// result() and combined_state() then also sum over every worker, with one small all-reduce,
-/// so every worker must call them together (as with tf.distribute's metrics, whose reads
-/// all-reduce, and torchmetrics' compute()). local_result() and local_state() read this
-/// process's replicas only, without communication.
-class Metric {
- public:
-  virtual ~Metric() = default;
-  Metric(const Metric&) = delete;
-  Metric& operator=(const Metric&) = delete;
-
-  const std::string& name() const { return name_; }
-  /// The value over every replica's updates, of every worker: combine(SUM of totals, SUM of
-  /// counts). A collective in a multi-worker job.
-  double result() const;
-  /// The value over this process's replicas only (no communication).
-  double local_result() const;
-  /// Zeroes every replica's state.
-  void reset_state();
-  /// The state summed over every replica of every worker (a collective in a multi-worker job).
-  MetricState combined_state() const;
-  /// The state summed over this process's replicas.
-  MetricState local_state() const;
-  /// Restores a combined state (of every worker): the chief's replica 0 takes it, every other
-  /// replica and worker starts from zero (equivalent, since only the sum is ever read).
-  void set_combined_state(const MetricState& state);
-  /// Workers whose states result() combines: 1, or the job's workers (see above).
-  int num_workers() const;
-  /// Each of this process's replicas' state, in replica order.
-  std::vector<MetricState> replica_states() const;
-
- protected:
-  explicit Metric(std::string name);
-  /// Adds to the calling replica's state.
-  void accumulate(double total, double count);
-  /// The metric's value from a combined state.
-  virtual double compute(const MetricState& combined) const = 0;
-
- private:
-  std::string name_;
-  mutable nn::ReplicaLocal<MetricState> states_;
-  std::shared_ptr<WorkerGroup> workers_;  // the job's workers when made in one (else null)
-};
-
-/// The (weighted) mean of every value seen: total / count, 0 before any update.
+/// The (weighted) mean of every value seen: total / count, 0 before any update. State: total,
+/// count (scalars).
 class Mean : public Metric {
  public:
   explicit Mean(std::string name = "mean") : Metric(std::move(name)) {}
@@ -77,6 +22,8 @@ class Mean : public Metric {
 
  protected:
   double compute(const MetricState& combined) const override;
+  /// Adds to the calling replica's total and count.
+  void accumulate(double total, double count);
 };
 
 /// The (weighted) sum of every value seen.
@@ -86,7 +33,7 @@ class Sum : public Metric {
   void update_state(const Tensor& values, const Tensor& sample_weight = Tensor());
 
  protected:
-  double compute(const MetricState& combined) const override { return combined.total; }
+  double compute(const MetricState& combined) const override { return combined.scalar("total"); }
 };
 
 /// How often y_pred equals y_true (same shape, or one with an extra trailing axis of 1).
@@ -103,6 +50,33 @@ class SparseCategoricalAccuracy : public Mean {
  public:
   explicit SparseCategoricalAccuracy(std::string name = "sparse_categorical_accuracy")
       : Mean(std::move(name)) {}
+  void update_state(const Tensor& y_true, const Tensor& y_pred,
+                    const Tensor& sample_weight = Tensor());
+};
+
+/// Keras's BinaryAccuracy: how often (y_pred > threshold) equals y_true (labels 0 or 1), as
+/// Keras's mean over samples (a sample's value is the mean over its elements; sample_weight
+/// of y_true's rank or less weighs samples, Keras's rules). y_true and y_pred have the same
+/// shape, or one has an extra trailing axis of 1. Computed on the host (CUDA tensors are
+/// copied there).
+class BinaryAccuracy : public Mean {
+ public:
+  /// `threshold`: a prediction above it counts as 1.
+  explicit BinaryAccuracy(std::string name = "binary_accuracy", double threshold = 0.5);
+  void update_state(const Tensor& y_true, const Tensor& y_pred,
+                    const Tensor& sample_weight = Tensor());
+  double threshold() const { return threshold_; }
+
+ private:
+  double threshold_;
+};
+
+/// Keras's CategoricalAccuracy: how often argmax(y_true, -1) equals argmax(y_pred, -1), for
+/// one-hot labels y_true of y_pred's shape [..., classes] (logits or probabilities; ties go to
+/// the first index, as argmax does). Weighted as BinaryAccuracy; computed on the host.
+class CategoricalAccuracy : public Mean {
+ public:
+  explicit CategoricalAccuracy(std::string name = "categorical_accuracy") : Mean(std::move(name)) {}
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor());
 };
