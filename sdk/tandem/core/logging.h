@@ -5,6 +5,10 @@
 
 #include "tandem/core/error.h"
 
+/// \file
+/// Leveled logging to stderr: log_message() and the TANDEM_LOG_* macros; the threshold is
+/// TANDEM_LOG_LEVEL=debug|info|warning|error (default info).
+
 namespace tandem {
 
 /// Message severity, lowest first; messages below the threshold (TANDEM_LOG_LEVEL, default
@@ -18,12 +22,21 @@ bool log_enabled(LogLevel level);
 
 }  // namespace tandem
 
+/// Logs the arguments, streamed one after another, at `level` (a LogLevel); they are only
+/// evaluated when the level passes the threshold:
+/// `TANDEM_LOG(tandem::LogLevel::kInfo, "step ", step)`.
 #define TANDEM_LOG(level, ...)                                                         \
   do {                                                                                 \
     if (::tandem::log_enabled(level))                                                  \
       ::tandem::log_message(level, ::tandem::detail::str_cat(__VA_ARGS__));            \
   } while (0)
+/// \name Logging at one level
+///@{
+
+/// TANDEM_LOG at LogLevel::kDebug, kInfo, kWarning or kError:
+/// `TANDEM_LOG_WARNING("skipped ", n, " updates")`.
 #define TANDEM_LOG_DEBUG(...) TANDEM_LOG(::tandem::LogLevel::kDebug, __VA_ARGS__)
 #define TANDEM_LOG_INFO(...) TANDEM_LOG(::tandem::LogLevel::kInfo, __VA_ARGS__)
 #define TANDEM_LOG_WARNING(...) TANDEM_LOG(::tandem::LogLevel::kWarning, __VA_ARGS__)
 #define TANDEM_LOG_ERROR(...) TANDEM_LOG(::tandem::LogLevel::kError, __VA_ARGS__)
+///@}
