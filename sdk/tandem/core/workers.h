@@ -10,8 +10,9 @@
 
 namespace tandem {
 
-/// The processes of a multi-worker job, as the library reaches them outside the strategy: every
-/// call is a collective that every worker must make, in the same order.
+/// The processes of a multi-worker job, as the library reaches them outside the strategy. sum,
+/// all_gather and broadcast_from_chief are collectives: every worker makes them, in the same
+/// order.
 class WorkerGroup {
  public:
   virtual ~WorkerGroup() = default;
