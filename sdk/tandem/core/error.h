@@ -14,6 +14,7 @@ namespace tandem {
 /// caller's.
 class Error : public std::runtime_error {
  public:
+  /// An error whose what() is `message` (no location).
   explicit Error(const std::string& message) : std::runtime_error(message) {}
   /// `location`: "file.cpp:57, check failed: condition" (empty when unknown).
   Error(const std::string& message, std::string location)
@@ -29,12 +30,14 @@ class Error : public std::runtime_error {
 /// A feature that was not compiled in; the message names the CMake option that builds it.
 class NotBuiltError : public Error {
  public:
+  /// `message` names the missing feature and the option that builds it.
   explicit NotBuiltError(const std::string& message) : Error(message) {}
 };
 
 /// A collective did not complete in time (peers diverged or died).
 class TimeoutError : public Error {
  public:
+  /// `message` names the call, the peers it waited for and the timeout.
   explicit TimeoutError(const std::string& message) : Error(message) {}
 };
 

@@ -17,22 +17,29 @@ namespace tandem {
 template <typename T>
 class PerReplica {
  public:
+  /// The type of one replica's value.
   using value_type = T;
 
   PerReplica() = default;
   /// One value per replica, in replica order.
   explicit PerReplica(std::vector<T> values) : values_(std::move(values)) {}
 
+  /// Every replica's value, in replica order.
   const std::vector<T>& values() const { return values_; }
+  /// Every replica's value, in replica order (to fill or change them).
   std::vector<T>& values() { return values_; }
   /// Replica `replica`'s value; raises when out of range.
   typename std::vector<T>::const_reference operator[](size_t replica) const {
     return values_.at(replica);
   }
+  /// Replica `replica`'s value, to change it; raises when out of range.
   typename std::vector<T>::reference operator[](size_t replica) { return values_.at(replica); }
+  /// How many values: the strategy's local replicas.
   size_t size() const { return values_.size(); }
 
+  /// The first replica's value (iteration goes in replica order).
   auto begin() const { return values_.begin(); }
+  /// Past the last replica's value.
   auto end() const { return values_.end(); }
 
   /// Element I of every replica's value, when T is a std::pair, a std::tuple or a struct whose
@@ -47,6 +54,7 @@ class PerReplica {
   std::vector<T> values_;
 };
 
+/// PerReplica(std::vector<T>{...}) is a PerReplica<T>.
 template <typename T>
 PerReplica(std::vector<T>) -> PerReplica<T>;
 
@@ -170,13 +178,18 @@ auto PerReplica<T>::get() const {
 }  // namespace tandem
 
 // Structured bindings of a PerReplica of a pair, tuple or struct: one PerReplica per element.
+// clang-format off
+/// How many PerReplica values a PerReplica of a pair, tuple or struct unpacks into.
 template <typename T>
-requires(tandem::detail::unpacked_size<T>() > 0) struct std::tuple_size<tandem::PerReplica<T>>
-    : std::integral_constant<size_t, tandem::detail::unpacked_size<T>()> {
-};
+  requires(tandem::detail::unpacked_size<T>() > 0)
+struct std::tuple_size<tandem::PerReplica<T>>
+    : std::integral_constant<size_t, tandem::detail::unpacked_size<T>()> {};
 
+/// The type of a PerReplica's element I when unpacked: PerReplica of that element's type.
 template <size_t I, typename T>
-requires(tandem::detail::unpacked_size<T>() >
-         0) struct std::tuple_element<I, tandem::PerReplica<T>> {
+  requires(tandem::detail::unpacked_size<T>() > 0)
+struct std::tuple_element<I, tandem::PerReplica<T>> {
+  /// PerReplica<element I's type>.
   using type = decltype(std::declval<const tandem::PerReplica<T>&>().template get<I>());
 };
+// clang-format on

@@ -64,7 +64,9 @@ enum class SplitPolicy {
 /// What a strategy measured of its latest run: the run's number and each local replica's
 /// seconds of compute in it.
 struct ReplicaTimes {
+  /// The run's number (strategy.run calls counted from 1; 0: none yet).
   uint64_t run = 0;
+  /// Seconds of compute of each local replica in that run, in replica order.
   std::vector<double> compute_seconds;
 };
 
@@ -73,13 +75,17 @@ struct ReplicaTimes {
 /// at least the number of weights. Raises unless every weight is positive and finite.
 std::vector<int64_t> proportional_split(int64_t rows, const std::vector<double>& weights);
 
+/// How distribute_dataset divides the input (tf.distribute.InputOptions and the dataset's
+/// auto-shard option).
 struct DistributeOptions {
+  /// How the input is divided between workers (none with one worker).
   AutoShardPolicy auto_shard_policy = AutoShardPolicy::kAuto;
   /// Even, or in proportion to the replicas' speed (distribute_dataset only).
   SplitPolicy split = SplitPolicy::kEven;
   /// Workers (processes) reading this input, and this worker's index; set by the
   /// multi-worker strategy.
   int64_t num_workers = 1;
+  /// This worker's index in [0, num_workers).
   int64_t worker_index = 0;
 };
 
@@ -150,10 +156,15 @@ class DistributedDataset {
   /// is a PerReplica<Batch>, ready to pass to strategy.run.
   class StepCursor {
    public:
+    /// Takes `owner`'s next step (logs when that step is not the first of its epoch).
     explicit StepCursor(DistributedDataset* owner);
+    /// The current step's batches, one per local replica.
     const PerReplica<Batch>& operator*() const { return current_; }
+    /// The current step's batches, one per local replica.
     const PerReplica<Batch>* operator->() const { return &current_; }
+    /// Takes the next step.
     StepCursor& operator++();
+    /// True once the epoch has no step left.
     bool operator==(std::default_sentinel_t) const { return done_; }
 
    private:
@@ -161,7 +172,10 @@ class DistributedDataset {
     PerReplica<Batch> current_;
     bool done_ = false;
   };
+  /// The first step of this loop: the next step of the epoch under way, or the first step of
+  /// the next epoch.
   StepCursor begin() { return StepCursor(this); }
+  /// The end of the epoch.
   std::default_sentinel_t end() const { return {}; }
 
  private:

@@ -60,6 +60,7 @@ class ReplicaContext final : public optim::GradientSync, private autograd::Gradi
 
   /// This replica's index in [0, num_replicas_in_sync()).
   int replica_id_in_sync_group() const override { return replica_id_; }
+  /// Replicas that run the step in lock-step, over every worker.
   int num_replicas_in_sync() const { return num_replicas_; }
   /// This replica's index among its process's replicas (the index into PerReplica values);
   /// equal to replica_id_in_sync_group() with one worker.
@@ -96,14 +97,18 @@ class ReplicaContext final : public optim::GradientSync, private autograd::Gradi
   /// Gradient buckets currently laid out (0: gradients are reduced after the backward pass)
   /// and the steps whose gradients were reduced in buckets so far.
   size_t num_gradient_buckets() const;
+  /// Steps whose gradients were reduced in buckets so far.
   uint64_t bucketed_steps() const;
 
   /// How this replica's row-sparse gradients (embedding tables) were summed so far: by
   /// gathering the rows the replicas touched, or by the dense all-reduce.
   struct RowSparseCounts {
+    /// Row-sparse gradients summed by gathering the rows every replica touched.
     uint64_t gathered = 0;
+    /// Row-sparse gradients summed as dense tensors (cheaper when many rows were touched).
     uint64_t dense = 0;
   };
+  /// How this replica's row-sparse gradients were summed so far.
   RowSparseCounts row_sparse_counts() const { return row_sparse_counts_; }
 
  private:

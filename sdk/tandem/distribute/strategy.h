@@ -45,6 +45,7 @@ struct ReplicaTask {
 /// strategy does, on the same thread.
 class StrategyScope {
  public:
+  /// Takes over `other`'s scope (`other` then ends nothing).
   StrategyScope(StrategyScope&& other) noexcept;
   StrategyScope& operator=(StrategyScope&&) = delete;
   StrategyScope(const StrategyScope&) = delete;
@@ -117,6 +118,7 @@ class Strategy {
   int num_local_replicas() const;
   /// Processes of the job (1 unless MultiWorkerMirroredStrategy) and this one's index.
   int num_workers() const;
+  /// This process's index among the workers (0: the chief).
   int worker_index() const;
   /// This process's replicas' devices, in replica order.
   const std::vector<Device>& devices() const;
@@ -126,6 +128,7 @@ class Strategy {
   /// Gradient buckets and compression (see CommunicationOptions). Call outside run; the next
   /// step lays the buckets out again. Raises on negative sizes or an unknown compression.
   void set_communication_options(const CommunicationOptions& options);
+  /// The options the next step uses.
   const CommunicationOptions& communication_options() const;
 
   /// Variables created (tandem::make_variable) while the returned scope lives are mirrored.
@@ -193,6 +196,7 @@ class Strategy {
   enum class Execution { kThreads, kInline };
   /// How replicas communicate: within this process, or over every worker of an MPI job.
   enum class Scope { kProcess, kWorkers };
+  /// A strategy called `name` (what name() returns) with one replica per device.
   Strategy(std::string name, std::vector<Device> devices, Execution execution,
            Scope scope = Scope::kProcess);
   /// Makes scope() a no-op (default_strategy()).
@@ -238,7 +242,9 @@ class MirroredStrategy : public Strategy {
   /// Explicit devices: {"cpu:0", "cpu:1"}; {"cuda:0", "cuda:1"} (NCCL); {"cuda:0", "cuda:0"}
   /// (two replicas sharing a GPU).
   explicit MirroredStrategy(std::initializer_list<std::string> devices);
+  /// Explicit devices by name, as above.
   explicit MirroredStrategy(const std::vector<std::string>& devices);
+  /// Explicit devices.
   explicit MirroredStrategy(std::vector<Device> devices);
   /// `num_replicas` CPU replicas (logical devices cpu:0 ... cpu:N-1).
   static MirroredStrategy cpu(int num_replicas);
@@ -271,7 +277,9 @@ std::unique_ptr<Strategy> make_strategy();
 /// One replica on `device`, run on the calling thread; collectives are no-ops.
 class OneDeviceStrategy : public Strategy {
  public:
+  /// One replica on `device` (the CPU by default).
   explicit OneDeviceStrategy(Device device = Device::cpu());
+  /// One replica on the device named `device` ("cpu:0", "cuda:1").
   explicit OneDeviceStrategy(const std::string& device);
 };
 
