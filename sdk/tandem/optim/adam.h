@@ -30,6 +30,8 @@ class Adam : public Optimizer {
     int gradient_accumulation_steps = 1;
   };
   /// Keras's defaults.
+  /// Write `td::optim::Adam optimizer;` for it: `optimizer({})` does not compile, since `{}`
+  /// could as well be an empty Adam to copy as empty options.
   Adam();
   /// With `options`.
   explicit Adam(Options options);

@@ -27,6 +27,8 @@ class SGD : public Optimizer {
     int gradient_accumulation_steps = 1;
   };
   /// Keras's defaults: learning rate 0.01, no momentum.
+  /// Write `td::optim::SGD optimizer;` for it: `optimizer({})` does not compile, since `{}`
+  /// could as well be an empty SGD to copy as empty options.
   SGD();
   /// With `options`.
   explicit SGD(Options options);
