@@ -70,7 +70,12 @@ int main(int argc, char** argv) {
 
     // Checkpoints need HDF5 in the build; a run resumes from the newest one.
     const bool checkpointing = td::build_info().hdf5;
-    td::Checkpoint checkpoint({{"model", &model}, {"optimizer", &optimizer}});
+    int64_t epoch = 0;  // epochs done: restored with the rest, so a resumed run goes on from it
+    td::Checkpoint checkpoint({{"model", &model},
+                               {"optimizer", &optimizer},
+                               {"train_data", &dist_dataset},
+                               {"train_loss", &train_loss},
+                               {"epoch", &epoch}});
     td::CheckpointManager manager(checkpoint, checkpoint_dir,
                                   {.max_to_keep = 2, .strategy = &strategy});
     if (checkpointing) {
@@ -78,13 +83,14 @@ int main(int argc, char** argv) {
         std::cout << "resumed from " << *restored << "\n";
     }
 
-    for (int epoch = 1; epoch <= epochs; ++epoch) {
+    while (epoch < epochs) {
       train_loss.reset_state();
       float last_step_loss = 0.0f;
       for (const auto& batch : dist_dataset) {  // a td::PerReplica<td::data::Batch>
         td::PerReplica<td::Tensor> losses = strategy.run(train_step, batch);
         last_step_loss = strategy.reduce(td::ReduceOp::kSum, losses).item<float>();
       }
+      ++epoch;
       if (checkpointing) manager.save();
       if (epoch == 1 || epoch % 5 == 0 || epoch == epochs) {
         std::cout << "epoch " << epoch << "/" << epochs << "  mean loss " << train_loss.result()

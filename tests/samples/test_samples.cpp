@@ -27,6 +27,7 @@ const std::string kCnn =
     std::string(TANDEM_BINARY_DIR) + "/samples/fashion_mnist_cnn/fashion_mnist_cnn";
 const std::string kResnet =
     std::string(TANDEM_BINARY_DIR) + "/samples/fashion_mnist_resnet/fashion_mnist_resnet";
+const std::string kApiTour = std::string(TANDEM_BINARY_DIR) + "/samples/api_tour/api_tour";
 
 struct Result {
   int exit_code = -1;
@@ -389,4 +390,29 @@ TEST_CASE("the --sync-bn flag: listed by the ResNet sample, refused by a model w
   INFO(refused.output);
   CHECK(refused.exit_code == 2);
   CHECK(refused.output.find("--sync-bn") != std::string::npos);
+}
+
+TEST_CASE("api_tour fits its synthetic regression and a longer run resumes where it stopped",
+          "[cpu][samples]") {
+  if (!fs::exists(kApiTour)) {
+    WARN("skipped: " << kApiTour << " was not built (configure with -DTANDEM_BUILD_SAMPLES=ON)");
+    return;
+  }
+  TempDir dir;
+  const std::string flags = " --checkpoint-dir '" + dir.path.string() + "'";
+  const Result first = run(kApiTour + " --epochs 10" + flags);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.output.find("epoch 10/10") != std::string::npos);
+  CHECK(first.output.find("api_tour: OK") != std::string::npos);
+  if (first.output.find("resumed from") != std::string::npos) FAIL("a fresh folder resumed");
+
+  const Result second = run(kApiTour + " --epochs 15" + flags);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK(second.output.find("resumed from") != std::string::npos);
+  // Epochs 11 to 15 only: the counter came back with the weights.
+  CHECK(second.output.find("epoch 1/15") == std::string::npos);
+  CHECK(second.output.find("epoch 15/15") != std::string::npos);
+  CHECK(second.output.find("api_tour: OK") != std::string::npos);
 }
