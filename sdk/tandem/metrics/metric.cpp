@@ -109,9 +109,10 @@ void Metric::check_outside_run(const char* what) const {
   const bool in_replica = profile::current_track().kind == profile::TrackKind::kReplica ||
                           current_replica_binding().num_replicas > 1;
   TANDEM_CHECK(!in_replica, "metric \"", name_, "\": ", what,
-               " was called inside strategy.run; metrics are sync-on-read: call update_state "
-               "inside run and ",
-               what, " outside it, after run returns");
+               " was called inside strategy.run, while replicas may be updating their states; ",
+               "call it outside strategy.run", workers_ ? ", on every worker" : "",
+               " (metrics are sync-on-read: update_state inside run, ", what,
+               " after run returns)");
 }
 
 MetricState& Metric::replica_state() { return states_.local(); }
