@@ -26,8 +26,10 @@ Trackable::Trackable(optim::LossScaleOptimizer* optimizer)
       loss_scale_(optimizer) {}
 
 std::string_view Trackable::kind() const {
-  static constexpr std::array<std::string_view, 6> kNames = {
-      "model", "optimizer", "distributed dataset", "dataset iterator", "metric", "counter"};
+  static constexpr std::array<std::string_view, 9> kNames = {
+      "model",   "optimizer",       "distributed dataset", "dataset iterator", "metric",
+      "counter", "float64 counter", "float32 counter",     "user state"};
+  static_assert(kNames.size() == std::variant_size_v<Pointer>);
   return kNames[pointer_.index()];
 }
 
@@ -49,6 +51,11 @@ void Checkpoint::add(std::string name, Trackable object) {
                  "\" is the first); a checkpoint holds one model and one optimizer, as the ",
                  "Keras layout has one /model_weights");
   }
+  const bool floating = std::holds_alternative<double*>(object.pointer()) ||
+                        std::holds_alternative<float*>(object.pointer());
+  TANDEM_CHECK(!floating || !detail::is_standard_counter(name), "Checkpoint: \"", name, "\" is a ",
+               object.kind(),
+               ", but the standard counter of that name is int64: ", "track an int64_t");
   entries_.push_back({std::move(name), object});
 }
 

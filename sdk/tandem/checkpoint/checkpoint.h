@@ -1,5 +1,6 @@
 // Checkpoint: the objects of a training run that are saved and restored together (model,
-// optimizer, data iterators, metrics, step counters, dropout RNG streams), written in the HDF5
+// optimizer, data iterators, metrics, step counters, dropout RNG streams, the program's own
+// numbers and TrackedState objects), written in the HDF5
 // layout of docs/checkpoint-format.md (version 1), whose /model_weights Keras can load.
 #pragma once
 
@@ -10,6 +11,7 @@
 #include <variant>
 #include <vector>
 
+#include "tandem/checkpoint/tracked_state.h"
 #include "tandem/core/error.h"
 
 namespace tandem {
@@ -49,15 +51,28 @@ class CheckpointMismatchError : public Error {
 ///   optim::LossScaleOptimizer*                     -> its inner optimizer as above, and its
 ///       scale and counter -> /training_state/loss_scale/{scale, good_steps}
 ///   data::DistributedDataset*, data::Iterator*     -> /training_state/data/<name>
-///   metrics::Metric*                               -> /training_state/metrics/<name>
+///   metrics::Metric* (a user subclass too)         -> /training_state/metrics/<name>/<variable>:
+///       each state variable, summed over replicas and workers
 ///   int64_t* (a counter the training loop keeps)   -> named "global_step", "epoch",
 ///       "step_in_epoch" or "samples_seen": that /training_state scalar; any other name:
-///       /training_state/counters/<name>
+///       /training_state/counters/<name> (int64)
+///   double*, float* (the program's own numbers: a best loss, a learning rate it adapts)
+///                                                  -> /training_state/counters/<name>, a
+///       float64 / float32 scalar restored bit-exactly (NaN and infinities too); the standard
+///       names above are int64 only
+///   TrackedState* (any object of the program)      -> /training_state/user/<name>/<key>, one
+///       dataset per key of its save_state()
+/// Counters, user state and metrics are the program's: the chief writes its own values (a
+/// metric's summed over every worker), and a restore gives every worker the file's values. An
+/// entry the file lacks (a checkpoint written before it was tracked) keeps its value, with a
+/// warning naming it; one the file holds with another dtype (a float counter restored into a
+/// double) or shape raises naming both.
 /// The object must outlive the Checkpoint (and every CheckpointManager made from it).
 class Trackable {
  public:
-  using Pointer = std::variant<nn::Module*, optim::Optimizer*, data::DistributedDataset*,
-                               data::Iterator*, metrics::Metric*, int64_t*>;
+  using Pointer =
+      std::variant<nn::Module*, optim::Optimizer*, data::DistributedDataset*, data::Iterator*,
+                   metrics::Metric*, int64_t*, double*, float*, TrackedState*>;
   // Implicit on purpose: Checkpoint({{"model", &model}, {"optimizer", &optimizer}}).
   Trackable(nn::Module* model) : pointer_(model) {}                    // NOLINT
   Trackable(optim::Optimizer* optimizer) : pointer_(optimizer) {}      // NOLINT
@@ -66,9 +81,13 @@ class Trackable {
   Trackable(data::Iterator* iterator) : pointer_(iterator) {}          // NOLINT
   Trackable(metrics::Metric* metric) : pointer_(metric) {}             // NOLINT
   Trackable(int64_t* counter) : pointer_(counter) {}                   // NOLINT
+  Trackable(double* counter) : pointer_(counter) {}                    // NOLINT
+  Trackable(float* counter) : pointer_(counter) {}                     // NOLINT
+  Trackable(TrackedState* state) : pointer_(state) {}                  // NOLINT
 
   const Pointer& pointer() const { return pointer_; }
-  /// "model", "optimizer", "distributed dataset", "dataset iterator", "metric" or "counter".
+  /// "model", "optimizer", "distributed dataset", "dataset iterator", "metric", "counter",
+  /// "float64 counter", "float32 counter" or "user state".
   std::string_view kind() const;
   /// The loss-scale optimizer tracked (its inner optimizer is pointer()), else nullptr.
   optim::LossScaleOptimizer* loss_scale() const { return loss_scale_; }
@@ -92,8 +111,8 @@ class Trackable {
 ///
 /// Mirrored variables: the values written are replica 0's copies (all copies are equal after
 /// each synchronised update); a restore writes into every copy, so all replicas restart
-/// bit-identical. Per-replica state is gathered: metrics store the SUM over replicas of their
-/// (total, count), the dropout streams one row per replica. In a multi-worker job,
+/// bit-identical. Per-replica state is gathered: metrics store the SUM over replicas of each of
+/// their state variables, the dropout streams one row per replica. In a multi-worker job,
 /// CheckpointManager::save gathers it from every worker (a row per replica of every worker,
 /// metric and accumulator sums over every worker) and a restore gives each worker its part.
 ///

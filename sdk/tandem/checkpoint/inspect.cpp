@@ -86,8 +86,25 @@ void describe_training_state(const h5::Group& root, std::ostringstream& out) {
   out << "\n";
   if (group.exists("counters")) {
     const h5::Group counters = group.open_group("counters");
-    for (const std::string& name : counters.children())
-      out << "  " << pad("counters/" + name, 26) << scalar_int64(counters, name) << "\n";
+    for (const std::string& name : counters.children()) {
+      out << "  " << pad("counters/" + name, 26);
+      if (counters.dataset_dtype(name) == DType::kInt64)
+        out << scalar_int64(counters, name) << "\n";
+      else  // the program's float64 / float32 numbers, to their last digit
+        out << detail::str_cat(std::setprecision(17), counters.read_scalar_float64(name)) << " ("
+            << counters.dataset_dtype(name) << ")\n";
+    }
+  }
+  if (group.exists("user")) {  // TrackedState objects: each key's dtype and shape
+    const h5::Group user = group.open_group("user");
+    for (const std::string& name : user.children()) {
+      const h5::Group state = user.open_group(name);
+      out << "  " << pad("user/" + name, 26);
+      const std::vector<std::string> keys = state.children();
+      for (size_t i = 0; i < keys.size(); ++i)
+        out << (i ? ", " : "") << keys[i] << " " << describe_dataset(state, keys[i]);
+      out << "\n";
+    }
   }
   if (group.exists("data")) {
     const h5::Group data = group.open_group("data");

@@ -10,6 +10,7 @@
 
 #include "tandem/checkpoint/internal/layout.h"
 #include "tandem/checkpoint/internal/metric_state.h"
+#include "tandem/checkpoint/internal/user_state.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/workers.h"
 #include "tandem/data/dataset.h"
@@ -71,6 +72,7 @@ struct Loaded {
   std::map<std::string, int64_t> counters;                   // tracked counter name -> value
   std::map<std::string, LoadedData> data;                    // tracked name -> state
   std::map<std::string, metrics::MetricState> metrics;
+  detail::LoadedUserState user;  // double and float counters, TrackedState objects
 };
 
 /// Names the first variable in which the file's /model_weights and the model differ, with both
@@ -262,6 +264,10 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
   for (const auto& [name, counter] : tracked<int64_t>(entries)) {
     const std::string where = is_standard_counter(name) ? name : "counters/" + name;
     if (group.exists(where)) {
+      if (group.dataset_dtype(where) != DType::kInt64)
+        mismatch(path, detail::str_cat(location(group, where), " is a ", group.dataset_dtype(where),
+                                       " counter but \"", name,
+                                       "\" is tracked as an int64 one (int64_t*)"));
       out.counters[name] = group.read_scalar_int64(where);
       // The standard counters count steps, epochs and samples; a tracked counter of another
       // name is the program's own and may hold anything.
@@ -442,6 +448,7 @@ void Checkpoint::restore(const std::string& path) const {
     if (model) load_model(root, *model, loaded);
     if (optimizer) load_optimizer(root, *optimizer, model, loaded);
     load_training_state(root, entries_, model, replicas, loaded);
+    loaded.user = detail::load_user_state(root.open_group(kTrainingState), entries_, path);
   }
 
   // 2. Apply. The chief (this thread) read the file; every replica's copy gets the same bits.
@@ -490,6 +497,7 @@ void Checkpoint::restore(const std::string& path) const {
     const auto it = loaded.counters.find(name);
     if (it != loaded.counters.end()) *counter = it->second;
   }
+  detail::apply_user_state(loaded.user, entries_);
   for (const auto& [name, metric] : tracked<metrics::Metric>(entries_)) {
     const auto it = loaded.metrics.find(name);
     if (it != loaded.metrics.end()) metric->set_combined_state(it->second);

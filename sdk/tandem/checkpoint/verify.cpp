@@ -38,9 +38,10 @@ struct Walk {
 };
 
 /// Reads every dataset below `group` (so HDF5 verifies each checksum) and checks the values
-/// that cannot be valid, as a restore does (`slots`: optimizer slots, "v/..." >= 0).
+/// that cannot be valid, as a restore does (`slots`: optimizer slots, "v/..." >= 0; `any_value`:
+/// the program's counters and user state, which may hold anything, NaN included).
 void verify_datasets(const h5::Group& group, bool slots, Walk& walk, const std::string& prefix = "",
-                     int depth = 0) {
+                     int depth = 0, bool any_value = false) {
   TANDEM_CHECK(walk.groups.insert(group.object_id(".")).second, group.file(), ":", group.path(),
                ": the group is reached again through a cycle of links; the file is damaged");
   TANDEM_CHECK(depth <= kMaxDepth, group.file(), ":", group.path(), ": groups nest deeper than ",
@@ -52,11 +53,12 @@ void verify_datasets(const h5::Group& group, bool slots, Walk& walk, const std::
     const std::string name = prefix.empty() ? child : prefix + "/" + child;
     if (group.is_dataset(child)) {
       const Tensor value = group.read_tensor(child);
-      check_values(location(group, child), value,
-                   /*non_negative=*/slots && name.starts_with("v/"),
-                   "the second moment v is an average of squares");
+      if (!any_value)
+        check_values(location(group, child), value,
+                     /*non_negative=*/slots && name.starts_with("v/"),
+                     "the second moment v is an average of squares");
     } else {
-      verify_datasets(group.open_group(child), slots, walk, name, depth + 1);
+      verify_datasets(group.open_group(child), slots, walk, name, depth + 1, any_value);
     }
   }
 }
@@ -100,6 +102,9 @@ std::string verify_checkpoint(const std::string& path) {
     if (state.exists("grad_accum")) verify_datasets(state.open_group("grad_accum"), false, walk);
     if (state.exists("loss_scale")) verify_datasets(state.open_group("loss_scale"), false, walk);
     if (state.exists("rng/replica_state")) state.read_u64("rng/replica_state");
+    for (const char* name : {"counters", "user"})
+      if (state.exists(name))
+        verify_datasets(state.open_group(name), false, walk, "", 0, /*any_value=*/true);
     return "";
   } catch (const std::exception& e) {
     return e.what();

@@ -10,6 +10,7 @@
 #include "tandem/checkpoint/internal/gather.h"
 #include "tandem/checkpoint/internal/layout.h"
 #include "tandem/checkpoint/internal/metric_state.h"
+#include "tandem/checkpoint/internal/user_state.h"
 #include "tandem/core/build_info.h"
 #include "tandem/data/dataset.h"
 #include "tandem/data/distributed_dataset.h"
@@ -122,6 +123,8 @@ void write_training_state(const detail::ImageGroup& root,
       group.write_tensor("counters/" + name, int64_scalar(*counter));
   }
   for (const char* name : kStandardCounters) group.write_tensor(name, int64_scalar(standard[name]));
+  // The program's double and float counters and TrackedState objects.
+  detail::write_user_state(group, entries);
 
   for (const auto& [name, dataset] : tracked<data::DistributedDataset>(entries)) {
     const detail::ImageGroup d = group.require_group("data/" + name);
