@@ -72,7 +72,7 @@ TEST_CASE("BinaryAccuracy and CategoricalAccuracy match Keras", "[cpu][metrics][
   }
 }
 
-TEST_CASE("Precision and Recall match Keras at one, several and evenly spaced thresholds",
+TEST_CASE("Precision and Recall match Keras at one or several thresholds and evenly spaced ones",
           "[cpu][metrics][keras]") {
   const std::vector<std::pair<std::string, std::vector<double>>> cases = {
       {"t05", {0.5}}, {"multi", {0.2, 0.45, 0.8}}, {"even", {0.0, 0.25, 0.5, 0.75, 1.0}}};
