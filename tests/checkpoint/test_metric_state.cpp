@@ -147,3 +147,29 @@ TEST_CASE("Restoring a metric checks its variables and names the metric and the 
     CHECK_THAT(td::verify_checkpoint(path), Contains("metrics/score/false_positives[7]"));
   }
 }
+
+TEST_CASE("A mean's total and count in the older layout (no variable attributes) still restore",
+          "[cpu][checkpoint][metrics]") {
+  TempDir dir;
+  const std::string path = dir.file("ckpt-1.h5");
+  metrics::SparseCategoricalAccuracy saved("train_accuracy");
+  saved.update_state(td::Tensor::from_vector<int64_t>({1, 1, 1}),  // argmax: 1, 0, 1
+                     td::Tensor::from_vector<float>({0, 1, 1, 0, 0, 1}, {3, 2}));
+  td::Checkpoint({{"train_accuracy", &saved}}).write(path);
+  {
+    // What files written before metrics had general state hold: total and count, no attributes
+    // listing the variables.
+    td::h5::File file = td::h5::File::open_for_update(path);
+    const td::h5::Group m = file.root().open_group("training_state/metrics/train_accuracy");
+    m.remove_attr("variable_names");
+    m.remove_attr("non_negative");
+    CHECK(m.children() == std::vector<std::string>{"count", "total"});
+    file.close();
+  }
+  CHECK(td::verify_checkpoint(path).empty());
+  metrics::SparseCategoricalAccuracy restored("train_accuracy");
+  td::Checkpoint({{"train_accuracy", &restored}}).restore(path);
+  CHECK(restored.combined_state().scalar("total") == 2.0);
+  CHECK(restored.combined_state().scalar("count") == 3.0);
+  CHECK(restored.result() == Approx(2.0 / 3.0));
+}
