@@ -45,6 +45,7 @@ class CheckpointMismatchError : public Error {
 };
 
 /// One object a Checkpoint saves and restores, made implicitly from a pointer to it:
+/// \verbatim
 ///   nn::Module* (a Sequential or a single layer)   -> /model_weights, and the Sequential's
 ///                                                      dropout streams -> rng/replica_state
 ///   optim::Optimizer*                              -> /optimizer_weights (slots, iterations)
@@ -62,6 +63,7 @@ class CheckpointMismatchError : public Error {
 ///       names above are int64 only
 ///   TrackedState* (any object of the program)      -> /training_state/user/<name>/<key>, one
 ///       dataset per key of its save_state()
+/// \endverbatim
 /// Counters, user state and metrics are the program's: the chief writes its own values (a
 /// metric's summed over every worker), and a restore gives every worker the file's values. An
 /// entry the file lacks (a checkpoint written before it was tracked) keeps its value, with a
@@ -70,21 +72,33 @@ class CheckpointMismatchError : public Error {
 /// The object must outlive the Checkpoint (and every CheckpointManager made from it).
 class Trackable {
  public:
+  /// The tracked object: one of the pointer types above.
   using Pointer =
       std::variant<nn::Module*, optim::Optimizer*, data::DistributedDataset*, data::Iterator*,
                    metrics::Metric*, int64_t*, double*, float*, TrackedState*>;
   // Implicit on purpose: Checkpoint({{"model", &model}, {"optimizer", &optimizer}}).
-  Trackable(nn::Module* model) : pointer_(model) {}                    // NOLINT
-  Trackable(optim::Optimizer* optimizer) : pointer_(optimizer) {}      // NOLINT
-  Trackable(optim::LossScaleOptimizer* optimizer);                     // NOLINT
+  /// Tracks a model: its weights and the Sequential's dropout streams.
+  Trackable(nn::Module* model) : pointer_(model) {}  // NOLINT
+  /// Tracks an optimizer: its slots and update count.
+  Trackable(optim::Optimizer* optimizer) : pointer_(optimizer) {}  // NOLINT
+  /// Tracks a loss-scale optimizer: its inner optimizer, and the loss scale's state.
+  Trackable(optim::LossScaleOptimizer* optimizer);  // NOLINT
+  /// Tracks a distributed dataset's position (epoch and place within it).
   Trackable(data::DistributedDataset* dataset) : pointer_(dataset) {}  // NOLINT
-  Trackable(data::Iterator* iterator) : pointer_(iterator) {}          // NOLINT
-  Trackable(metrics::Metric* metric) : pointer_(metric) {}             // NOLINT
-  Trackable(int64_t* counter) : pointer_(counter) {}                   // NOLINT
-  Trackable(double* counter) : pointer_(counter) {}                    // NOLINT
-  Trackable(float* counter) : pointer_(counter) {}                     // NOLINT
-  Trackable(TrackedState* state) : pointer_(state) {}                  // NOLINT
+  /// Tracks a dataset iterator's position.
+  Trackable(data::Iterator* iterator) : pointer_(iterator) {}  // NOLINT
+  /// Tracks a metric's state (every state variable, summed over replicas and workers).
+  Trackable(metrics::Metric* metric) : pointer_(metric) {}  // NOLINT
+  /// Tracks an int64 counter of the training loop.
+  Trackable(int64_t* counter) : pointer_(counter) {}  // NOLINT
+  /// Tracks a float64 number of the program, restored bit-exactly.
+  Trackable(double* counter) : pointer_(counter) {}  // NOLINT
+  /// Tracks a float32 number of the program, restored bit-exactly.
+  Trackable(float* counter) : pointer_(counter) {}  // NOLINT
+  /// Tracks an object of the program through its TrackedState interface.
+  Trackable(TrackedState* state) : pointer_(state) {}  // NOLINT
 
+  /// The tracked object.
   const Pointer& pointer() const { return pointer_; }
   /// "model", "optimizer", "distributed dataset", "dataset iterator", "metric", "counter",
   /// "float64 counter", "float32 counter" or "user state".
@@ -120,9 +134,11 @@ class Trackable {
 /// writes); write() and restore() are the single-file operations underneath.
 class Checkpoint {
  public:
-  /// A tracked object and its name (the name is its key in the file: metrics/<name>, ...).
+  /// A tracked object and its name (the name is its key in the file: `metrics/<name>`, ...).
   struct Entry {
+    /// The object's key in the file; unique within the checkpoint, not empty.
     std::string name;
+    /// The object.
     Trackable object;
   };
 
@@ -130,6 +146,7 @@ class Checkpoint {
   Checkpoint(std::initializer_list<Entry> entries);
   /// Tracks one more object (same rules as the constructor).
   void add(std::string name, Trackable object);
+  /// Every tracked object, in the order added.
   const std::vector<Entry>& entries() const { return entries_; }
 
   /// Writes every tracked object to `path` (an existing file is replaced): the file is

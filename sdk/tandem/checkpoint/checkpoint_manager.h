@@ -18,10 +18,10 @@ class Strategy;
 /// The newest checkpoint in `directory` that would restore (tf.train.latest_checkpoint): the
 /// one the `checkpoint` state file names when it passes verify_checkpoint (inspect.h: a regular
 /// file, a Tandem checkpoint with its groups, every checksum and value checked), else the
-/// highest-numbered ckpt-<N>.h5 that does. std::nullopt when there is none. It reads every
+/// highest-numbered `ckpt-<N>.h5` that does. std::nullopt when there is none. It reads every
 /// dataset of the files it checks.
 std::optional<std::string> latest_checkpoint(const std::string& directory);
-/// The same; `skipped` (when not null) receives "<file>: <reason>" for every newer candidate
+/// The same; `skipped` (when not null) receives "`<file>: <reason>`" for every newer candidate
 /// that was passed over.
 std::optional<std::string> latest_checkpoint(const std::string& directory,
                                              std::vector<std::string>* skipped);
@@ -30,7 +30,7 @@ std::optional<std::string> latest_checkpoint(const std::string& directory,
 ///
 ///   td::CheckpointManager manager(checkpoint, "checkpoints/mlp", {.max_to_keep = 3});
 ///   manager.restore_or_initialize();            // resume where the last run stopped
-///   for (...) { ...; manager.save(); }          // ckpt-<global step>.h5
+///   for (...) { ...; manager.save(); }          // ckpt-`<global step>`.h5
 ///
 /// Who writes. Every replica and worker calls save(); only the chief writes. In one process the
 /// calling thread is the chief: call save() from the training loop's thread, between
@@ -40,18 +40,22 @@ std::optional<std::string> latest_checkpoint(const std::string& directory,
 /// replicas return the same result. With Options::strategy set, a process whose strategy is
 /// not the chief writes nothing (multi-worker).
 ///
-/// How. The chief writes ckpt-N.h5.tmp.<pid> (exclusive create), closes and fsyncs it,
+/// How. The chief writes `ckpt-N.h5.tmp.<pid>` (exclusive create), closes and fsyncs it,
 /// renames it to ckpt-N.h5 and fsyncs the directory; then it rewrites `checkpoint` (temp +
 /// rename), deletes checkpoints beyond max_to_keep (oldest first) and rewrites `checkpoint`
 /// again. A crash at any point leaves the previous checkpoint intact; leftover temporary files
 /// are removed when the next CheckpointManager for the directory is constructed.
 class CheckpointManager {
  public:
+  /// How the manager keeps, spaces and writes checkpoints.
   struct Options {
     /// Checkpoints kept; older ones are deleted, oldest first. 0 keeps every checkpoint.
     int max_to_keep = 5;
     /// save() writes only when at least this many steps (global_step) have passed since the
-    /// last checkpoint; 0 writes on every call.
+    /// last checkpoint; 0 writes on every call. TensorFlow's rule: the first save() of a
+    /// manager always writes, and later ones when step - last written step >= the interval;
+    /// so with save() after every step from step 1 and an interval of 20 the files are
+    /// ckpt-1, ckpt-21, ckpt-41, ... (save with check_interval = false to write off the grid).
     int64_t checkpoint_interval = 0;
     /// The strategy whose chief writes; nullptr: this process is the chief (one process).
     const Strategy* strategy = nullptr;
@@ -68,17 +72,19 @@ class CheckpointManager {
   /// Manages `directory` (created if missing) for `checkpoint` (copied; its objects must outlive
   /// the manager). The chief removes leftover temporary files of interrupted saves.
   CheckpointManager(const Checkpoint& checkpoint, std::string directory);
+  /// The same with `options` (rotation, interval, the strategy whose chief writes, async).
   CheckpointManager(const Checkpoint& checkpoint, std::string directory, Options options);
   ~CheckpointManager();
   CheckpointManager(const CheckpointManager&) = delete;
   CheckpointManager& operator=(const CheckpointManager&) = delete;
 
-  /// Saves ckpt-<global_step>.h5 and returns its path, or std::nullopt when fewer than
+  /// Saves `ckpt-<global_step>.h5` and returns its path, or std::nullopt when fewer than
   /// checkpoint_interval steps passed since the last checkpoint. Raises naming the file when
   /// the write fails (the previous checkpoints stay intact).
   std::optional<std::string> save();
   /// The same with an explicit checkpoint number `step` (also what the interval is judged on).
   std::optional<std::string> save(int64_t step);
+  /// What one save() writes: its number, and whether the interval applies.
   struct SaveOptions {
     /// The checkpoint number; default: the checkpoint's global_step.
     std::optional<int64_t> step;
@@ -86,6 +92,7 @@ class CheckpointManager {
     /// check_interval=False; a save before the job stops).
     bool check_interval = true;
   };
+  /// The same with `options` (an explicit number, or a write that ignores the interval).
   std::optional<std::string> save(const SaveOptions& options);
 
   /// Restores `path` (see Checkpoint::restore for the errors). Call it outside strategy.run.
@@ -93,7 +100,7 @@ class CheckpointManager {
   /// Restores the newest checkpoint; when the state file is missing, or names a file that does
   /// not restore (truncated, not HDF5, not a regular file, a failed checksum, impossible values,
   /// a group missing, even "another model" or a newer format, which a flipped bit can fake),
-  /// falls back to the next-older ckpt-<N>.h5 and logs which file and why (a warning). Returns
+  /// falls back to the next-older `ckpt-<N>.h5` and logs which file and why (a warning). Returns
   /// the path restored, or std::nullopt when the directory holds no checkpoint (a fresh start:
   /// the objects keep their initial values). Raises CheckpointMismatchError when every
   /// checkpoint is of another model or a newer format, tandem::Error when none restores for
@@ -111,6 +118,7 @@ class CheckpointManager {
   std::optional<std::string> latest_checkpoint() const;
   /// The checkpoints kept, oldest first (paths).
   std::vector<std::string> checkpoints() const;
+  /// The directory it manages.
   const std::string& directory() const;
 
   struct Impl;

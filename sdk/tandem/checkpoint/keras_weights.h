@@ -10,6 +10,7 @@ namespace nn {
 class Module;
 }  // namespace nn
 
+/// How load_weights treats the values it reads.
 struct LoadWeightsOptions {
   /// Load NaN and Inf values too (by default a weight holding any raises, naming it and how
   /// many it holds: a model trained into NaN, or a damaged file, would otherwise start from it).
@@ -18,7 +19,7 @@ struct LoadWeightsOptions {
 
 /// Loads the weights in the HDF5 file `path`, written by Keras, into `model` (a built Sequential,
 /// or a single layer), as Keras's model.load_weights(path) does. Reads the layouts Keras writes:
-///   - Keras 3 model.save_weights("x.weights.h5"): /layers/<layer>/vars/0, 1, ...
+///   - Keras 3 model.save_weights("x.weights.h5"): `/layers/<layer>/vars/0`, 1, ...
 ///   - legacy .h5 weights (Keras 3's legacy h5 writer, tf-keras model.save_weights("x.h5")): a
 ///     root attribute layer_names and a group per layer whose weight_names list its datasets;
 ///   - legacy .h5 full model (model.save("x.h5")): the same under /model_weights (a Tandem

@@ -24,12 +24,21 @@ namespace tandem {
 
 class Strategy;
 
+/// What the handler does once a preemption was agreed.
 struct PreemptionOptions {
   /// After the save, exit the process with kPreemptedExitStatus (75), as TensorFlow's handler
   /// exits; false: save_checkpoint_if_preempted returns true and the caller stops.
   bool exit_process = true;
 };
 
+/// Saves at the next step boundary and stops when any worker is told to stop (SIGTERM,
+/// SIGINT), every worker at the same step (tf.distribute's PreemptionCheckpointHandler):
+///
+///   tandem::PreemptionCheckpointHandler preemption(strategy, manager);
+///   for (const auto& batch : dist_train) {
+///     strategy.run(train_step, batch);
+///     preemption.save_checkpoint_if_preempted();  // saves and exits 75 once any worker is told
+///   }
 class PreemptionCheckpointHandler {
  public:
   /// Installs handlers for SIGTERM and SIGINT that only set a flag (any number of SIGTERMs;
