@@ -99,6 +99,18 @@ TEST_CASE("checkpoint manager: checkpoint_interval is judged on the global step"
   }
   CHECK(written == std::vector<int64_t>{0, 3, 6, 9});
 
+  // TensorFlow's rule: the first save writes whatever its step, later ones once the interval
+  // has passed since the last written (steps from 1, interval 20: 1, 21, 41).
+  TempDir from_one;
+  td::CheckpointManager tf_rule(s.checkpoint(), from_one.str(),
+                                {.max_to_keep = 0, .checkpoint_interval = 20});
+  written.clear();
+  for (int64_t step = 1; step <= 50; ++step) {
+    s.global_step = step;
+    if (tf_rule.save()) written.push_back(step);
+  }
+  CHECK(written == std::vector<int64_t>{1, 21, 41});
+
   // Without a global_step counter the optimizer's iterations number the checkpoints.
   TempDir other;
   Small t;
