@@ -31,10 +31,43 @@ TEST_CASE("Mean and Sum accumulate until reset", "[cpu][metrics]") {
   sum.update_state(td::Tensor::from_vector<double>({1.5, 2.5}));
   sum.update_state(td::Tensor::from_vector<int64_t>({4}));
   CHECK(sum.result() == 8.0);
-  sum.update_state(td::Tensor::ones({2, 3}), td::Tensor::from_vector<float>({1, 2, 3}));
-  CHECK(sum.result() == 8.0 + 2 * 6.0);
-  CHECK_THROWS_WITH(sum.update_state(td::Tensor::ones({2, 3}), td::Tensor::ones({2})),
-                    Catch::Contains("sample_weight"));
+  // Keras's rule: weights [N] weigh the rows of [N, C] values (the samples), not the columns.
+  sum.update_state(td::Tensor::ones({2, 3}), td::Tensor::from_vector<float>({1, 2}));
+  CHECK(sum.result() == 8.0 + 3 * 1 + 3 * 2);
+  CHECK_THROWS_WITH(
+      sum.update_state(td::Tensor::ones({2, 3}), td::Tensor::from_vector<float>({1, 2, 3})),
+      Catch::Contains("sum") && Catch::Contains("sample_weight") && Catch::Contains("[3]") &&
+          Catch::Contains("[2, 3]"));
+}
+
+TEST_CASE("Per-sample weights weigh the rows of [N, C] values even when N equals C",
+          "[cpu][metrics]") {
+  // values [[1, 2], [3, 5]]: row means 1.5 and 4, row sums 3 and 8.
+  const td::Tensor values = td::Tensor::from_vector<float>({1, 2, 3, 5}, {2, 2});
+  const td::Tensor rows = td::Tensor::from_vector<float>({1, 3});
+  metrics::Mean mean;
+  mean.update_state(values, rows);
+  CHECK(mean.result() == Approx((1 * 1.5 + 3 * 4.0) / 4.0));
+  CHECK(mean.combined_state().scalar("count") == 4.0);
+  // [N, 1] weights are the same per-sample weights.
+  metrics::Mean column;
+  column.update_state(values, td::Tensor::from_vector<float>({1, 3}, {2, 1}));
+  CHECK(column.result() == mean.result());
+  // Unweighted: the mean of the per-sample means, counting samples.
+  metrics::Mean unweighted;
+  unweighted.update_state(values);
+  CHECK(unweighted.result() == Approx(2.75));
+  CHECK(unweighted.combined_state().scalar("count") == 2.0);
+  // [N, C] weights weigh each element; count is the sum of the per-sample mean weights.
+  metrics::Mean elements;
+  elements.update_state(values, td::Tensor::from_vector<float>({1, 0, 0, 2}, {2, 2}));
+  CHECK(elements.result() == Approx((0.5 + 5.0) / (0.5 + 1.0)));
+  metrics::Sum sum;
+  sum.update_state(values, rows);
+  CHECK(sum.result() == 1 * 3 + 3 * 8);
+  // Weights of more axes than the values raise, naming the metric and both shapes.
+  CHECK_THROWS_WITH(mean.update_state(td::Tensor::ones({2}), td::Tensor::ones({2, 2})),
+                    Catch::Contains("mean") && Catch::Contains("[2, 2]") && Catch::Contains("[2]"));
 }
 
 TEST_CASE("Accuracy compares predictions with targets", "[cpu][metrics]") {
@@ -62,9 +95,13 @@ TEST_CASE("SparseCategoricalAccuracy takes argmax over the last axis", "[cpu][me
   accuracy.update_state(td::Tensor::from_vector<int64_t>({1, 0, 1}), logits,
                         td::Tensor::from_vector<float>({0, 0, 1}));
   CHECK(accuracy.result() == Approx(5.0 / 7.0));
+  // [N, 1] weights on [N, 1] labels weigh the samples too.
+  accuracy.update_state(td::Tensor::from_vector<int64_t>({1, 1, 2}, {3, 1}), logits,
+                        td::Tensor::from_vector<float>({2, 1, 1}, {3, 1}));
+  CHECK(accuracy.result() == Approx(8.0 / 11.0));
   // An empty batch changes nothing.
   accuracy.update_state(td::Tensor::zeros({0}, td::DType::kInt64), td::Tensor::zeros({0, 3}));
-  CHECK(accuracy.result() == Approx(5.0 / 7.0));
+  CHECK(accuracy.result() == Approx(8.0 / 11.0));
   CHECK_THROWS_WITH(accuracy.update_state(td::Tensor::from_vector<int64_t>({1, 0}), logits),
                     Catch::Contains("[2]") && Catch::Contains("[3, 3]"));
   accuracy.reset_state();

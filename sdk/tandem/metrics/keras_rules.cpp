@@ -1,6 +1,6 @@
 // Keras's metric input rules on host float64 arrays (internal/keras_rules.h), following
 // keras/src/losses/loss.py (squeeze_or_expand_to_same_rank), keras/src/metrics/
-// reduction_metrics.py (Mean) and keras/src/metrics/metrics_utils.py (confusion matrices).
+// reduction_metrics.py (Mean and Sum) and keras/src/metrics/metrics_utils.py (confusion matrices).
 #include "tandem/metrics/internal/keras_rules.h"
 
 #include <algorithm>
@@ -26,8 +26,8 @@ void expand_last(HostArray& x) {
   x.shape = Shape(std::move(dims));
 }
 
-/// The mean over every axis from `first_axis` on (a reduction of trailing axes).
-HostArray mean_trailing(const HostArray& x, int64_t first_axis) {
+/// The mean (or sum) over every axis from `first_axis` on (a reduction of trailing axes).
+HostArray reduce_trailing(const HostArray& x, int64_t first_axis, SampleReduction reduction) {
   if (first_axis >= x.shape.rank()) return x;
   std::vector<int64_t> kept(x.shape.dims().begin(), x.shape.dims().begin() + first_axis);
   int64_t inner = 1;
@@ -38,10 +38,19 @@ HostArray mean_trailing(const HostArray& x, int64_t first_axis) {
   for (int64_t i = 0; i < outer; ++i) {
     double sum = 0.0;
     for (int64_t k = 0; k < inner; ++k) sum += x.values[static_cast<size_t>(i * inner + k)];
-    // An empty reduction is NaN in Keras (mean of nothing); it only arises for empty batches.
-    out.values[static_cast<size_t>(i)] = sum / static_cast<double>(inner);
+    // An empty mean is NaN in Keras (mean of nothing); it only arises for empty axes.
+    out.values[static_cast<size_t>(i)] =
+        reduction == SampleReduction::kMean ? sum / static_cast<double>(inner) : sum;
   }
   return out;
+}
+
+/// Whether `from` broadcasts to `to` (numpy's rules, without adding axes to `to`).
+bool broadcasts_to(const Shape& from, const Shape& to) {
+  if (from.rank() > to.rank()) return false;
+  for (int64_t a = 1; a <= from.rank(); ++a)
+    if (from[-a] != 1 && from[-a] != to[-a]) return false;
+  return true;
 }
 
 double sum_of(const std::vector<double>& v) {
@@ -74,23 +83,17 @@ void squeeze_or_expand_to_same_rank(HostArray& x1, HostArray& x2, bool expand_ra
 HostArray broadcast_to(const HostArray& x, const Shape& shape, const std::string& metric,
                        const char* what) {
   if (x.shape == shape) return x;
+  TANDEM_CHECK(broadcasts_to(x.shape, shape), metric, ": ", what, " of shape ", x.shape,
+               " does not broadcast to shape ", shape);
   const int64_t rank = shape.rank();
-  bool ok = x.shape.rank() <= rank;
   // Stride of each output axis in x (0 where x broadcasts along it).
   std::vector<int64_t> stride(static_cast<size_t>(rank), 0);
-  if (ok) {
-    const std::vector<int64_t> x_strides = x.shape.strides();
-    for (int64_t a = 0; a < x.shape.rank(); ++a) {
-      const int64_t out_axis = rank - x.shape.rank() + a;
-      const int64_t d = x.shape[a];
-      if (d == shape[out_axis])
-        stride[static_cast<size_t>(out_axis)] = d == 1 ? 0 : x_strides[static_cast<size_t>(a)];
-      else if (d != 1)
-        ok = false;
-    }
+  const std::vector<int64_t> x_strides = x.shape.strides();
+  for (int64_t a = 0; a < x.shape.rank(); ++a) {
+    const int64_t d = x.shape[a];
+    if (d != 1)
+      stride[static_cast<size_t>(rank - x.shape.rank() + a)] = x_strides[static_cast<size_t>(a)];
   }
-  TANDEM_CHECK(ok, metric, ": ", what, " of shape ", x.shape, " does not broadcast to shape ",
-               shape);
   HostArray out{shape, std::vector<double>(static_cast<size_t>(shape.numel()))};
   std::vector<int64_t> index(static_cast<size_t>(rank), 0);
   for (size_t i = 0; i < out.values.size(); ++i) {
@@ -106,21 +109,28 @@ HostArray broadcast_to(const HostArray& x, const Shape& shape, const std::string
   return out;
 }
 
-std::pair<double, double> mean_update(HostArray values, const Tensor& sample_weight,
-                                      const std::string& metric) {
+std::pair<double, double> samplewise_update(HostArray values, const Tensor& sample_weight,
+                                            SampleReduction reduction, const std::string& metric,
+                                            const char* values_what) {
   if (!sample_weight.defined()) {
-    values = mean_trailing(values, 1);
+    values = reduce_trailing(values, 1, reduction);
     const double samples = values.shape.rank() >= 1 ? static_cast<double>(values.shape[0]) : 1.0;
     return {sum_of(values.values), samples};
   }
+  const Shape values_shape = values.shape;
   HostArray weight = to_host(sample_weight);
   squeeze_or_expand_to_same_rank(values, weight);
   const int64_t weight_rank = weight.shape.rank();
-  if (values.shape.rank() > weight_rank) values = mean_trailing(values, weight_rank);
+  if (values.shape.rank() > weight_rank) values = reduce_trailing(values, weight_rank, reduction);
+  TANDEM_CHECK(broadcasts_to(weight.shape, values.shape), metric, ": sample_weight of shape ",
+               sample_weight.shape(), " does not fit ", values_what, " of shape ", values_shape,
+               " (Keras's rule: the ", values_what, " are reduced to the weights' rank, here to ",
+               "shape ", values.shape, ", and the weights must broadcast to that; weights [N] ",
+               "or [N, 1] weigh the samples)");
   weight = broadcast_to(weight, values.shape, metric, "sample_weight");
   for (size_t i = 0; i < values.values.size(); ++i) values.values[i] *= weight.values[i];
-  if (weight_rank > 1) weight = mean_trailing(weight, 1);
-  values = mean_trailing(values, 1);
+  if (weight_rank > 1) weight = reduce_trailing(weight, 1, reduction);
+  values = reduce_trailing(values, 1, reduction);
   return {sum_of(values.values), sum_of(weight.values)};
 }
 

@@ -3,7 +3,8 @@
 #include "tandem/metrics/metrics.h"
 
 #include <cmath>
-#include <cstdlib>
+#include <utility>
+#include <vector>
 
 #include "tandem/autograd/tape.h"
 #include "tandem/core/error.h"
@@ -12,30 +13,7 @@
 
 namespace tandem::metrics {
 
-namespace {
-
-/// sample_weight broadcast to `shape` as float64 (ones when undefined).
-Tensor broadcast_weights(const std::string& metric, const Tensor& sample_weight,
-                         const Tensor& values) {
-  Tensor w = sample_weight;
-  if (w.shape() != values.shape() && w.numel() == values.numel())
-    w = ops::reshape(w, values.shape());  // [N, 1] weights for [N] values
-  bool ok = false;
-  try {
-    ok = ops::broadcast_shapes(w.shape(), values.shape()) == values.shape();
-  } catch (const Error&) {
-  }
-  TANDEM_CHECK(ok, metric, ": sample_weight of shape ", sample_weight.shape(),
-               " does not broadcast to values of shape ", values.shape());
-  return ops::mul(Tensor::ones(values.shape(), DType::kFloat64, values.device()),
-                  ops::cast(w, DType::kFloat64));
-}
-
-double sum_as_double(const Tensor& x) {
-  return ops::sum(ops::cast(x, DType::kFloat64)).item<double>();
-}
-
-}  // namespace
+using detail::SampleReduction;
 
 // ---- Mean and Sum ------------------------------------------------------------------------------
 
@@ -47,13 +25,9 @@ void Mean::accumulate(double total, double count) {
 
 void Mean::update_state(const Tensor& values, const Tensor& sample_weight) {
   TANDEM_CHECK(values.defined(), name(), ": update_state with undefined values");
-  autograd::NoRecordGuard no_record;  // metrics are never differentiated
-  if (!sample_weight.defined()) {
-    accumulate(sum_as_double(values), static_cast<double>(values.numel()));
-    return;
-  }
-  Tensor w = broadcast_weights(name(), sample_weight, values);
-  accumulate(sum_as_double(ops::mul(ops::cast(values, DType::kFloat64), w)), sum_as_double(w));
+  const auto [total, count] = detail::samplewise_update(detail::to_host(values), sample_weight,
+                                                        SampleReduction::kMean, name());
+  accumulate(total, count);
 }
 
 double Mean::compute(const MetricState& combined) const {
@@ -63,16 +37,8 @@ double Mean::compute(const MetricState& combined) const {
 
 void Sum::update_state(const Tensor& values, const Tensor& sample_weight) {
   TANDEM_CHECK(values.defined(), name(), ": update_state with undefined values");
-  autograd::NoRecordGuard no_record;
-  double total = 0.0, count = 0.0;
-  if (!sample_weight.defined()) {
-    total = sum_as_double(values);
-    count = static_cast<double>(values.numel());
-  } else {
-    Tensor w = broadcast_weights(name(), sample_weight, values);
-    total = sum_as_double(ops::mul(ops::cast(values, DType::kFloat64), w));
-    count = sum_as_double(w);
-  }
+  const auto [total, count] = detail::samplewise_update(detail::to_host(values), sample_weight,
+                                                        SampleReduction::kSum, name());
   MetricState& state = replica_state();
   state.at("total")[0] += total;
   state.at("count")[0] += count;
@@ -84,15 +50,19 @@ void Accuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
                             const Tensor& sample_weight) {
   TANDEM_CHECK(y_true.defined() && y_pred.defined(), name(),
                ": update_state needs y_true and y_pred");
-  autograd::NoRecordGuard no_record;
-  Tensor t = y_true;
-  if (t.shape() != y_pred.shape() && t.numel() == y_pred.numel() &&
-      std::abs(t.rank() - y_pred.rank()) == 1)
-    t = ops::reshape(t, y_pred.shape());
-  TANDEM_CHECK(t.shape() == y_pred.shape(), name(), ": y_true has shape ", y_true.shape(),
+  autograd::NoRecordGuard no_record;  // metrics are never differentiated
+  // Keras's accuracy: the ranks matched (squeeze_or_expand_to_same_rank), y_true compared in
+  // y_pred's dtype, element by element.
+  detail::HostArray truth{y_true.shape(), {}}, pred{y_pred.shape(), {}};
+  detail::squeeze_or_expand_to_same_rank(truth, pred);
+  TANDEM_CHECK(truth.shape == pred.shape, name(), ": y_true has shape ", y_true.shape(),
                " but y_pred has shape ", y_pred.shape(), "; they must match");
+  Tensor t = ops::reshape(y_true, truth.shape);
   if (t.dtype() != y_pred.dtype()) t = ops::cast(t, y_pred.dtype());
-  Mean::update_state(ops::cast(ops::equal(t, y_pred), DType::kFloat64), sample_weight);
+  const Tensor matches = ops::equal(t, ops::reshape(y_pred, pred.shape));
+  const auto [total, count] = detail::samplewise_update(
+      detail::to_host(matches), sample_weight, SampleReduction::kMean, name(), "the matches");
+  accumulate(total, count);
 }
 
 void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
@@ -109,8 +79,20 @@ void SparseCategoricalAccuracy::update_state(const Tensor& y_true, const Tensor&
   TANDEM_CHECK(labels.shape() == predicted.shape(), name(), ": labels of shape ", y_true.shape(),
                " do not fit predictions of shape ", y_pred.shape(), " (want labels of shape ",
                predicted.shape(), ")");
-  if (labels.dtype() != DType::kInt64) labels = ops::cast(labels, DType::kInt64);
-  Mean::update_state(ops::cast(ops::equal(labels, predicted), DType::kFloat64), sample_weight);
+  // Keras compares in y_pred's (floating) dtype: a label of 1.5 matches no class.
+  const std::vector<double> label_values = labels.to_vector<double>();
+  detail::HostArray matches = detail::to_host(predicted);
+  for (size_t i = 0; i < matches.values.size(); ++i)
+    matches.values[i] = matches.values[i] == label_values[i] ? 1.0 : 0.0;
+  // Keras's matches drop a last axis of 1 ([N, 1] for y_pred [N, 1, C] weighs as [N]).
+  if (matches.shape.rank() > 1 && matches.shape[-1] == 1) {
+    std::vector<int64_t> dims = matches.shape.dims();
+    dims.pop_back();
+    matches.shape = Shape(std::move(dims));
+  }
+  const auto [total, count] = detail::samplewise_update(
+      std::move(matches), sample_weight, SampleReduction::kMean, name(), "the matches");
+  accumulate(total, count);
 }
 
 // ---- Keras's binary and categorical accuracy (host) ---------------------------------------------
@@ -131,7 +113,8 @@ void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
   // Keras: equal(y_true, cast(y_pred > threshold, y_true.dtype)).
   for (size_t i = 0; i < pred.values.size(); ++i)
     pred.values[i] = truth.values[i] == (pred.values[i] > threshold_ ? 1.0 : 0.0) ? 1.0 : 0.0;
-  const auto [total, count] = detail::mean_update(std::move(pred), sample_weight, name());
+  const auto [total, count] = detail::samplewise_update(std::move(pred), sample_weight,
+                                                        detail::SampleReduction::kMean, name());
   accumulate(total, count);
 }
 
@@ -168,7 +151,8 @@ void CategoricalAccuracy::update_state(const Tensor& y_true, const Tensor& y_pre
   detail::HostArray matches = argmax_last(detail::to_host(y_pred));
   for (size_t i = 0; i < matches.values.size(); ++i)
     matches.values[i] = matches.values[i] == labels.values[i] ? 1.0 : 0.0;
-  const auto [total, count] = detail::mean_update(std::move(matches), sample_weight, name());
+  const auto [total, count] = detail::samplewise_update(std::move(matches), sample_weight,
+                                                        detail::SampleReduction::kMean, name());
   accumulate(total, count);
 }
 

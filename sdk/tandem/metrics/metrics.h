@@ -11,13 +11,25 @@
 
 namespace tandem::metrics {
 
-/// The (weighted) mean of every value seen: total / count, 0 before any update. State: total,
-/// count (scalars).
+/// The (weighted) mean of every value seen, per sample as Keras's Mean: total / count, 0 before
+/// any update. State: total, count (scalars).
 class Mean : public Metric {
  public:
+  /// `name`: names the metric in its error messages and checkpoints.
   explicit Mean(std::string name = "mean") : Metric(std::move(name)) {}
-  /// Adds sum(values * w) to the total and sum(w) to the count (w = sample_weight broadcast to
-  /// values' shape; 1 when undefined).
+  /// Adds one batch, with Keras's rule for sample weights (reduce_to_samplewise_values; the
+  /// first axis is the batch):
+  /// - without `sample_weight`: each sample's value is the mean over its non-batch axes; total
+  ///   gains their sum, count the number of samples (values [N, C] add N; a scalar adds 1);
+  /// - with it: a rank one less than values' gains, or one more loses, a last axis of 1 (so [N]
+  ///   and [N, 1] weights both weigh samples, whether values are [N], [N, 1] or [N, C]); values
+  ///   are averaged over the axes beyond the weight's rank; the weight broadcasts to them and
+  ///   multiplies them; weight and values are averaged over their non-batch axes; total gains
+  ///   the sum of the weighted values, count the sum of the weights. A weight [N, C] on values
+  ///   [N, C] weighs each element; a scalar weight weighs the batch's mean.
+  ///
+  /// Raises, naming the metric and both shapes, when the weight does not broadcast (a weight
+  /// [C] on values [N, C], or one of more axes than the values).
   void update_state(const Tensor& values, const Tensor& sample_weight = Tensor());
 
  protected:
@@ -26,30 +38,43 @@ class Mean : public Metric {
   void accumulate(double total, double count);
 };
 
-/// The (weighted) sum of every value seen.
+/// The (weighted) sum of every value seen, as Keras's Sum. State: total, and count (the number
+/// of samples, or sum of their weights, seen; result() reads only total).
 class Sum : public Metric {
  public:
+  /// `name`: names the metric in its error messages and checkpoints.
   explicit Sum(std::string name = "sum") : Metric(std::move(name)) {}
+  /// Adds sum(values * weight) to the total, with Mean::update_state's rule for the weight
+  /// (Keras's) but sums in place of means: a weight [N] or [N, 1] on values [N, C] weighs each
+  /// sample's row. Raises as Mean::update_state.
   void update_state(const Tensor& values, const Tensor& sample_weight = Tensor());
 
  protected:
   double compute(const MetricState& combined) const override { return combined.scalar("total"); }
 };
 
-/// How often y_pred equals y_true (same shape, or one with an extra trailing axis of 1).
+/// How often y_pred equals y_true (same shape, or one with an extra trailing axis of 1), as
+/// Keras's Accuracy: the mean of the per-sample match rates.
 class Accuracy : public Mean {
  public:
+  /// `name`: names the metric in its error messages and checkpoints.
   explicit Accuracy(std::string name = "accuracy") : Mean(std::move(name)) {}
+  /// Adds the element-wise matches (y_true compared in y_pred's dtype) to the mean, weighted by
+  /// `sample_weight` with Mean::update_state's rule: [N] or [N, 1] weighs samples, a weight of
+  /// y_pred's shape weighs elements. Raises naming the shapes when y_true and y_pred differ.
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor());
 };
 
 /// How often argmax(y_pred, -1) equals the integer label: y_true [N] (or [N, 1]), y_pred
-/// [N, C] logits or probabilities.
+/// [N, C] logits or probabilities (or [N, ..., C] with labels [N, ...]), as Keras's.
 class SparseCategoricalAccuracy : public Mean {
  public:
+  /// `name`: names the metric in its error messages and checkpoints.
   explicit SparseCategoricalAccuracy(std::string name = "sparse_categorical_accuracy")
       : Mean(std::move(name)) {}
+  /// Adds one match (1 or 0) per label to the mean, weighted with Mean::update_state's rule:
+  /// `sample_weight` [N] or [N, 1] weighs samples. Ties in y_pred go to the first class.
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor());
 };

@@ -1,7 +1,7 @@
 // Keras's rules for metric inputs, on host float64 copies of the tensors: rank matching
-// (squeeze_or_expand_to_same_rank), sample-weight reduction (Mean's reduce_to_samplewise_values)
-// and the confusion-matrix counts of update_confusion_matrix_variables (both of its paths).
-// Internal to the metrics layer.
+// (squeeze_or_expand_to_same_rank), sample-weight reduction (reduce_to_samplewise_values, of Mean
+// and Sum) and the confusion-matrix counts of update_confusion_matrix_variables (both of its
+// paths). Internal to the metrics layer.
 #pragma once
 
 #include <string>
@@ -32,12 +32,23 @@ void squeeze_or_expand_to_same_rank(HostArray& x1, HostArray& x2, bool expand_ra
 HostArray broadcast_to(const HostArray& x, const Shape& shape, const std::string& metric,
                        const char* what);
 
-/// What Keras's Mean.update_state(values, sample_weight) adds to (total, count): the values are
-/// reduced to one per sample (a mean over the axes the weights lack, then over every axis but
-/// the first), weighted; the count is the number of samples, or the sum of the per-sample
-/// weights.
-std::pair<double, double> mean_update(HostArray values, const Tensor& sample_weight,
-                                      const std::string& metric);
+/// The reduce_fn of Keras's reduce_to_samplewise_values: Mean's mean, Sum's sum.
+enum class SampleReduction { kMean, kSum };
+
+/// What Keras's Mean (kMean) or Sum (kSum) update_state(values, sample_weight) adds, as
+/// (total, count), following reduce_to_samplewise_values:
+/// - without weights, the values are reduced over every axis but the first, and count is the
+///   number of samples (values.shape[0]; 1 for a scalar);
+/// - with weights, values and weights are first brought to the same rank (a last axis of 1 is
+///   squeezed or added, squeeze_or_expand_to_same_rank), the values are reduced over the axes
+///   beyond the weights' rank, the weights are broadcast to the values and multiply them, the
+///   weights are reduced over their non-batch axes and the values over theirs; count is the sum
+///   of the reduced weights.
+/// total is the sum of the reduced values. Raises, naming the metric, `values_what` and both
+/// shapes, when the weights do not broadcast to the reduced values.
+std::pair<double, double> samplewise_update(HostArray values, const Tensor& sample_weight,
+                                            SampleReduction reduction, const std::string& metric,
+                                            const char* values_what = "values");
 
 /// Keras's is_evenly_distributed_thresholds: 3 or more thresholds, each within
 /// allclose(atol = 1e-7) of i / (n - 1) (computed in float32 as numpy does).
