@@ -22,8 +22,10 @@ class Precision : public Metric {
  public:
   /// `thresholds`: one or more, each in [0, 1].
   explicit Precision(std::string name = "precision", std::vector<double> thresholds = {0.5});
+  /// Adds one batch's counts at each threshold (inputs and weights as above).
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor());
+  /// The thresholds given at construction.
   const std::vector<double>& thresholds() const { return thresholds_; }
   /// The value at each threshold, of every replica and worker (a collective in a multi-worker
   /// job; raises inside strategy.run). result() is the one value when there is one threshold.
@@ -42,9 +44,12 @@ class Precision : public Metric {
 /// and thresholds as Precision. State: true_positives, false_negatives [thresholds].
 class Recall : public Metric {
  public:
+  /// `thresholds`: one or more, each in [0, 1].
   explicit Recall(std::string name = "recall", std::vector<double> thresholds = {0.5});
+  /// Adds one batch's counts at each threshold (inputs and weights as Precision's).
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor());
+  /// The thresholds given at construction.
   const std::vector<double>& thresholds() const { return thresholds_; }
   /// The value at each threshold (as Precision::results()).
   std::vector<double> results() const;
@@ -75,7 +80,9 @@ struct AucOptions {
   /// Thresholds, the two end points included: 0 - 1e-7, i / (n - 1) for i = 1 .. n - 2, and
   /// 1 + 1e-7 (Keras's). At least 2.
   int num_thresholds = 200;
+  /// The curve: ROC (the default) or PR.
   AucCurve curve = AucCurve::kRoc;
+  /// How the area is summed (default: interpolation).
   AucSummationMethod summation_method = AucSummationMethod::kInterpolation;
   /// y_pred holds logits: sigmoid is applied first.
   bool from_logits = false;
@@ -88,9 +95,12 @@ struct AucOptions {
 /// [num_thresholds].
 class AUC : public Metric {
  public:
+  /// Raises unless options.num_thresholds >= 2.
   explicit AUC(std::string name = "auc", AucOptions options = {});
+  /// Adds one batch's counts at each threshold (inputs and weights as Precision's).
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor());
+  /// The options given at construction.
   const AucOptions& options() const { return options_; }
   /// The thresholds, end points included (num_thresholds of them).
   const std::vector<double>& thresholds() const { return thresholds_; }

@@ -21,7 +21,9 @@ namespace tandem::metrics {
 /// "total", "true_positives", ...; also its dataset name in checkpoints) and a shape ({} for a
 /// scalar, {200} for 200 thresholds). Every variable is float64 and starts at zero.
 struct MetricVariable {
+  /// Unique within the metric, non-empty, without '/'.
   std::string name;
+  /// {} (the default) for a scalar; at least one value.
   Shape shape = {};
   /// A count (a sum of non-negative weights): a restore refuses a negative stored value.
   bool non_negative = false;
@@ -32,6 +34,7 @@ struct MetricVariable {
 /// element-wise.
 class MetricState {
  public:
+  /// (variable name, its values) pairs, in the metric's order.
   using Values = std::vector<std::pair<std::string, std::vector<double>>>;
 
   MetricState() = default;
@@ -39,14 +42,17 @@ class MetricState {
   explicit MetricState(const std::vector<MetricVariable>& variables);
   /// Given values, e.g. MetricState({{"total", {6.0}}, {"count", {4.0}}}).
   MetricState(std::initializer_list<std::pair<std::string, std::vector<double>>> values);
+  /// Takes the given variables and values as they are.
   explicit MetricState(Values values) : values_(std::move(values)) {}
 
   /// The values of the variable `name`; raises naming it and the variables the state has.
   const std::vector<double>& at(std::string_view name) const;
+  /// The values of the variable `name`, to update in place; raises as the const overload.
   std::vector<double>& at(std::string_view name);
   /// The one value of a scalar variable, e.g. state.scalar("count"); raises unless the variable
   /// exists and has exactly one value.
   double scalar(std::string_view name) const;
+  /// Whether the state has a variable `name`.
   bool contains(std::string_view name) const;
   /// Every variable and its values, in order.
   const Values& values() const { return values_; }
@@ -99,7 +105,7 @@ class MetricState {
 /// - compute() turns the combined state into the value result() returns; result(),
 ///   reset_state() and combined_state() run outside strategy.run.
 /// - Tracked by a Checkpoint ({"name", &metric}), the combined state is saved under
-///   /training_state/metrics/<name>/<variable> and restored into replica 0 of the chief; a
+///   `/training_state/metrics/<name>/<variable>` and restored into replica 0 of the chief; a
 ///   restore checks each variable's shape, that values are finite and that non_negative ones
 ///   are >= 0.
 class Metric {
@@ -108,6 +114,7 @@ class Metric {
   Metric(const Metric&) = delete;
   Metric& operator=(const Metric&) = delete;
 
+  /// The name given at construction (e.g. "mean"), used in error messages and checkpoints.
   const std::string& name() const { return name_; }
   /// The state variables, in order.
   const std::vector<MetricVariable>& variables() const { return variables_; }

@@ -88,8 +88,11 @@ class BinaryAccuracy : public Mean {
  public:
   /// `threshold`: a prediction above it counts as 1.
   explicit BinaryAccuracy(std::string name = "binary_accuracy", double threshold = 0.5);
+  /// Adds one batch (y_true and y_pred as above), weighted by `sample_weight` as in
+  /// Mean::update_state. Raises naming the shapes when they do not fit.
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor());
+  /// The threshold given at construction (default 0.5).
   double threshold() const { return threshold_; }
 
  private:
@@ -101,7 +104,10 @@ class BinaryAccuracy : public Mean {
 /// the first index, as argmax does). Weighted as BinaryAccuracy; computed on the host.
 class CategoricalAccuracy : public Mean {
  public:
+  /// `name`: names the metric in its error messages and checkpoints.
   explicit CategoricalAccuracy(std::string name = "categorical_accuracy") : Mean(std::move(name)) {}
+  /// Adds one batch: one-hot y_true and y_pred, both [..., classes], `sample_weight` as in
+  /// Mean::update_state (one match per sample of shape [N], so [N] or [N, 1] weighs samples).
   void update_state(const Tensor& y_true, const Tensor& y_pred,
                     const Tensor& sample_weight = Tensor());
 };
