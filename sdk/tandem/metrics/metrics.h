@@ -21,15 +21,16 @@ class Mean : public Metric {
   /// first axis is the batch):
   /// - without `sample_weight`: each sample's value is the mean over its non-batch axes; total
   ///   gains their sum, count the number of samples (values [N, C] add N; a scalar adds 1);
-  /// - with it: a rank one less than values' gains, or one more loses, a last axis of 1 (so [N]
-  ///   and [N, 1] weights both weigh samples, whether values are [N], [N, 1] or [N, C]); values
-  ///   are averaged over the axes beyond the weight's rank; the weight broadcasts to them and
-  ///   multiplies them; weight and values are averaged over their non-batch axes; total gains
-  ///   the sum of the weighted values, count the sum of the weights. A weight [N, C] on values
-  ///   [N, C] weighs each element; a scalar weight weighs the batch's mean.
+  /// - with it: when the ranks of values and weight differ by one and the longer ends in an
+  ///   axis of 1, that axis is dropped (or, when the shorter has rank 1, the shorter gains one),
+  ///   so [N] and [N, 1] weights both weigh samples, whether values are [N], [N, 1] or [N, C];
+  ///   values are averaged over the axes beyond the weight's rank; the weight broadcasts to them
+  ///   and multiplies them; weight and values are averaged over their non-batch axes; total
+  ///   gains the sum of the weighted values, count the sum of the weights. A weight [N, C] on
+  ///   values [N, C] weighs each element; a scalar weight weighs the batch's mean.
   ///
   /// Raises, naming the metric and both shapes, when the weight does not broadcast (a weight
-  /// [C] on values [N, C], or one of more axes than the values).
+  /// [M] on values [N, C] with M != N, or [N, C] on values [N] or [N, 1]).
   void update_state(const Tensor& values, const Tensor& sample_weight = Tensor());
 
  protected:
