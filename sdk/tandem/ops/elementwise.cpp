@@ -1,6 +1,13 @@
 // Elementwise ops: broadcasting arithmetic, unary math, activations (softmax is in nn_ops.cpp),
-// comparison and dtype conversion, each with its backward.
+// comparison, logic, selection (where) and dtype conversion, each with its backward.
 #include "tandem/ops/cpu/elementwise.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <string_view>
+#include <type_traits>
+#include <vector>
 
 #include "tandem/ops/cpu/shape_ops.h"
 #include "tandem/ops/internal/op_helpers.h"
@@ -19,6 +26,7 @@ using internal::dispatch;
 using internal::dispatch_labels;
 using internal::div_scalar;
 using internal::DTypes;
+using internal::for_dtype;
 using internal::grad_map;
 using internal::ptr;
 using internal::record_op;
@@ -240,8 +248,132 @@ Tensor gelu(const Tensor& x, bool approximate) {
 
 // ---- comparison and conversion --------------------------------------------------------------
 
-Tensor equal(const Tensor& a, const Tensor& b) {
-  return binary<DTypes::kAll, bool>("equal", k::Equal{}, a, b);
+namespace {
+
+/// `value` as the rank-0 operand of a comparison with `a`: of a's dtype, on a's device. An
+/// integer or bool dtype must hold it exactly (a comparison against a rounded scalar would
+/// answer another question: less(x, 0.5) is not less(x, 0)); raises naming `op` when not.
+Tensor comparison_scalar(std::string_view op, const Tensor& a, double value) {
+  common_device(op, {&a});
+  dispatch_dtype(a.dtype(), [&]<typename T>() {
+    if constexpr (std::is_integral_v<T>) {  // bool included
+      // [lowest, 2^digits): both ends exact in a double; NaN fails every comparison.
+      const bool exact = value >= static_cast<double>(std::numeric_limits<T>::lowest()) &&
+                         value < std::ldexp(1.0, std::numeric_limits<T>::digits) &&
+                         std::trunc(value) == value;
+      TANDEM_CHECK(exact, op, ": the scalar ", value, " is not a value of the tensor's dtype ",
+                   a.dtype(), " (shape ", a.shape(), "); cast the tensor to a floating type first");
+    }
+  });
+  return scalar_like(a, value);
+}
+
+template <typename F>
+Tensor compare(std::string_view op, const F& f, const Tensor& a, const Tensor& b) {
+  return binary<DTypes::kAll, bool>(op, f, a, b);
+}
+
+template <typename F>
+Tensor compare(std::string_view op, const F& f, const Tensor& a, double b) {
+  return binary<DTypes::kAll, bool>(op, f, a, comparison_scalar(op, a, b));
+}
+
+/// The shape condition, x and y broadcast to; raises naming the three when they cannot.
+Shape where_shape(const Shape& c, const Shape& x, const Shape& y) {
+  const int64_t rank = std::max({c.rank(), x.rank(), y.rank()});
+  std::vector<int64_t> dims(static_cast<size_t>(rank), 1);
+  for (const Shape* s : {&c, &x, &y}) {
+    for (int64_t k = 0; k < s->rank(); ++k) {
+      int64_t& d = dims[static_cast<size_t>(k + rank - s->rank())];
+      const int64_t ds = (*s)[k];
+      TANDEM_CHECK(ds == d || ds == 1 || d == 1, "where: shapes ", c, " (condition), ", x,
+                   " (x) and ", y, " (y) cannot be broadcast together (dimension ", d, " vs ", ds,
+                   ")");
+      if (d == 1) d = ds;
+    }
+  }
+  return Shape(std::move(dims));
+}
+
+/// out [shape] = condition ? x : y, broadcast (not recorded; arguments checked, condition bool).
+Tensor run_select(const Tensor& condition, const Tensor& x, const Tensor& y, const Shape& shape) {
+  Tensor out;
+  for_dtype<DTypes::kAll>(x.dtype(), "where", [&]<typename T>() {
+    out = Tensor::empty(shape, dtype_of<T>, x.device());
+    if (out.numel() == 0) return;
+    const kernels::SelectPlan plan =
+        kernels::make_select_plan(condition.shape(), x.shape(), y.shape(), shape);
+    dispatch(
+        "where", x.device(),
+        [&] {
+          cpu::select(k::Select{}, plan, condition.data<bool>(), x.data<T>(), y.data<T>(),
+                      out.data<T>());
+        },
+        TANDEM_ON_CUDA(cuda::select(k::Select{}, plan, ptr<bool>(condition), ptr<T>(x), ptr<T>(y),
+                                    ptr<T>(out), stream)));
+  });
+  return out;
+}
+
+}  // namespace
+
+Tensor equal(const Tensor& a, const Tensor& b) { return compare("equal", k::Equal{}, a, b); }
+Tensor not_equal(const Tensor& a, const Tensor& b) {
+  return compare("not_equal", k::NotEqual{}, a, b);
+}
+Tensor greater(const Tensor& a, const Tensor& b) { return compare("greater", k::Greater{}, a, b); }
+Tensor greater_equal(const Tensor& a, const Tensor& b) {
+  return compare("greater_equal", k::GreaterEqual{}, a, b);
+}
+Tensor less(const Tensor& a, const Tensor& b) { return compare("less", k::Less{}, a, b); }
+Tensor less_equal(const Tensor& a, const Tensor& b) {
+  return compare("less_equal", k::LessEqual{}, a, b);
+}
+
+Tensor equal(const Tensor& a, double b) { return compare("equal", k::Equal{}, a, b); }
+Tensor not_equal(const Tensor& a, double b) { return compare("not_equal", k::NotEqual{}, a, b); }
+Tensor greater(const Tensor& a, double b) { return compare("greater", k::Greater{}, a, b); }
+Tensor greater_equal(const Tensor& a, double b) {
+  return compare("greater_equal", k::GreaterEqual{}, a, b);
+}
+Tensor less(const Tensor& a, double b) { return compare("less", k::Less{}, a, b); }
+Tensor less_equal(const Tensor& a, double b) { return compare("less_equal", k::LessEqual{}, a, b); }
+
+Tensor logical_and(const Tensor& a, const Tensor& b) {
+  return compare("logical_and", k::LogicalAnd{}, a, b);
+}
+Tensor logical_or(const Tensor& a, const Tensor& b) {
+  return compare("logical_or", k::LogicalOr{}, a, b);
+}
+
+Tensor logical_not(const Tensor& x) {
+  const Device device = common_device("logical_not", {&x});
+  Tensor y = Tensor::empty(x.shape(), DType::kBool, device);
+  for_dtype<DTypes::kAll>(x.dtype(), "logical_not", [&]<typename T>() {
+    dispatch(
+        "logical_not", device,
+        [&] { cpu::unary(k::LogicalNot{}, x.numel(), x.data<T>(), y.data<bool>()); },
+        TANDEM_ON_CUDA(cuda::unary(k::LogicalNot{}, x.numel(), ptr<T>(x), ptr<bool>(y), stream)));
+  });
+  return y;
+}
+
+Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y) {
+  common_device("where", {&condition, &x, &y});
+  TANDEM_CHECK(x.dtype() == y.dtype(), "where: x and y have dtypes ", x.dtype(), " and ", y.dtype(),
+               " (shapes ", x.shape(), " and ", y.shape(), "); cast one first");
+  const Shape shape = where_shape(condition.shape(), x.shape(), y.shape());
+  // Any dtype reads as a truth value (nonzero: true), as cast to bool converts it.
+  const Tensor c = condition.dtype() == DType::kBool ? condition : cast(condition, DType::kBool);
+  Tensor out = run_select(c, x, y, shape);
+  if (tracked(out, {&x, &y}))
+    record_op("where", {x, y}, out, [c, sx = x.shape(), sy = y.shape()](const Tensor& g) {
+      // g goes to x where the condition holds, to y elsewhere; each summed back to its shape.
+      const Tensor zero = scalar_like(g, 0.0);
+      return std::vector<Tensor>{sum_to(run_select(c, g, zero, g.shape()), sx),
+                                 sum_to(run_select(c, zero, g, g.shape()), sy)};
+    });
+  return out;
 }
 
 Tensor cast(const Tensor& x, DType dtype) {

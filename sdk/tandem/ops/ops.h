@@ -72,9 +72,52 @@ Tensor concat(const std::vector<Tensor>& xs, int64_t axis = 0);
 /// Rows [begin, end) along axis 0 (a view).
 Tensor slice(const Tensor& x, int64_t begin, int64_t end);
 
-// ---- comparison and conversion (not differentiable) ---------------------------------------
+// ---- comparison and logic (not differentiable), selection and conversion ------------------
+// The comparisons take two tensors of one dtype (any: bfloat16 and float16 compare exactly, in
+// float32), broadcast as numpy does and return bool; they never record on a tape. A comparison
+// with a NaN is false, except not_equal (IEEE 754, as NumPy and TensorFlow). The scalar forms
+// give the scalar a's dtype, as add(a, double) does; for an integer or bool tensor a scalar
+// that dtype cannot hold exactly (0.5, or 300 for uint8) raises rather than comparing against a
+// rounded value.
 /// Elementwise a == b with broadcasting, as bool.
 Tensor equal(const Tensor& a, const Tensor& b);
+/// Elementwise a != b, as bool (true where either is NaN).
+Tensor not_equal(const Tensor& a, const Tensor& b);
+/// Elementwise a > b, as bool.
+Tensor greater(const Tensor& a, const Tensor& b);
+/// Elementwise a >= b, as bool.
+Tensor greater_equal(const Tensor& a, const Tensor& b);
+/// Elementwise a < b, as bool.
+Tensor less(const Tensor& a, const Tensor& b);
+/// Elementwise a <= b, as bool.
+Tensor less_equal(const Tensor& a, const Tensor& b);
+/// a == b for every element of a, the scalar b taking a's dtype.
+Tensor equal(const Tensor& a, double b);
+/// a != b for every element of a, the scalar b taking a's dtype.
+Tensor not_equal(const Tensor& a, double b);
+/// a > b for every element of a, the scalar b taking a's dtype.
+Tensor greater(const Tensor& a, double b);
+/// a >= b for every element of a, the scalar b taking a's dtype.
+Tensor greater_equal(const Tensor& a, double b);
+/// a < b for every element of a, the scalar b taking a's dtype.
+Tensor less(const Tensor& a, double b);
+/// a <= b for every element of a, the scalar b taking a's dtype.
+Tensor less_equal(const Tensor& a, double b);
+// The logical ops read truth values (the bools the comparisons return, or any dtype: nonzero is
+// true, NaN included, as cast to bool reads it) and return bool; the two-operand forms
+// broadcast and need one dtype.
+/// Elementwise a AND b, as bool.
+Tensor logical_and(const Tensor& a, const Tensor& b);
+/// Elementwise a OR b, as bool.
+Tensor logical_or(const Tensor& a, const Tensor& b);
+/// Elementwise NOT x (true where x is zero), as bool.
+Tensor logical_not(const Tensor& x);
+/// Elementwise select, tf.where with three arguments: x where `condition` is true (nonzero),
+/// else y; the three broadcast together (numpy). x and y share a dtype (any), which the result
+/// has; the condition may be of any dtype. Differentiable in x and y: the gradient goes to x
+/// where the condition holds and to y elsewhere (summed back over broadcast dimensions); the
+/// condition gets none.
+Tensor where(const Tensor& condition, const Tensor& x, const Tensor& y);
 /// Converts to `dtype` (differentiable between floating types).
 Tensor cast(const Tensor& x, DType dtype);
 /// [N] integer labels -> [N, depth] one-hot of `dtype`; labels out of range raise.

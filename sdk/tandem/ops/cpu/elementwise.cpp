@@ -3,6 +3,8 @@
 // compiler vectorises; the outer rows advance with an odometer, never per element.
 #include "tandem/ops/cpu/elementwise.h"
 
+#include <algorithm>
+#include <array>
 #include <type_traits>
 #include <vector>
 
@@ -65,13 +67,60 @@ void binary_range(const F& f, const kernels::BroadcastPlan& p, const T* a, const
   }
 }
 
+// One inner run of a select; advances[j] says whether operand j advances along it. The common
+// case, every operand advancing, gets a loop of its own (unit strides).
+template <typename F, typename T>
+inline void select_run(const F& f, int64_t n, const std::array<bool, 3>& advances, const bool* c,
+                       const T* a, const T* b, T* y) {
+  if (advances[0] && advances[1] && advances[2]) {
+    for (int64_t i = 0; i < n; ++i) y[i] = f(c[i], a[i], b[i]);
+    return;
+  }
+  const int64_t sc = advances[0] ? 1 : 0, sa = advances[1] ? 1 : 0, sb = advances[2] ? 1 : 0;
+  for (int64_t i = 0; i < n; ++i) y[i] = f(c[i * sc], a[i * sa], b[i * sb]);
+}
+
+// Output elements [begin, end) of a select, as binary_range walks a binary op's.
+template <typename F, typename T>
+void select_range(const F& f, const kernels::SelectPlan& p, const bool* c, const T* a, const T* b,
+                  T* y, int64_t begin, int64_t end) {
+  const std::array<bool, 3>& adv = p.advances;
+  if (p.outer.empty()) {
+    select_run(f, end - begin, adv, adv[0] ? c + begin : c, adv[1] ? a + begin : a,
+               adv[2] ? b + begin : b, y + begin);
+    return;
+  }
+  const size_t rank = p.outer.size();
+  std::vector<int64_t> index(rank);
+  int64_t row = begin / p.inner, col = begin % p.inner;
+  std::array<int64_t, 3> offset = {0, 0, 0};
+  for (size_t k = rank; k-- > 0;) {
+    index[k] = row % p.outer[k];
+    row /= p.outer[k];
+    for (size_t j = 0; j < 3; ++j) offset[j] += index[k] * p.strides[j][k];
+  }
+  while (begin < end) {
+    const int64_t n = std::min(p.inner - col, end - begin);
+    select_run(f, n, adv, c + offset[0] + (adv[0] ? col : 0), a + offset[1] + (adv[1] ? col : 0),
+               b + offset[2] + (adv[2] ? col : 0), y + begin);
+    begin += n;
+    col = 0;
+    for (size_t k = rank; k-- > 0;) {
+      for (size_t j = 0; j < 3; ++j) offset[j] += p.strides[j][k];
+      if (++index[k] < p.outer[k]) break;
+      for (size_t j = 0; j < 3; ++j) offset[j] -= p.outer[k] * p.strides[j][k];
+      index[k] = 0;
+    }
+  }
+}
+
 }  // namespace
 
-template <typename F, typename T>
-void unary(const F& f, int64_t n, const T* x, T* y) {
+template <typename F, typename T, typename R>
+void unary(const F& f, int64_t n, const T* x, R* y) {
   using C = compute_type_t<T>;
   parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    for (int64_t i = begin; i < end; ++i) y[i] = static_cast<T>(f(C(x[i])));
+    for (int64_t i = begin; i < end; ++i) y[i] = static_cast<R>(f(C(x[i])));
   });
 }
 
@@ -84,6 +133,14 @@ void binary(const F& f, const kernels::BroadcastPlan& plan, const T* a, const T*
       binary_range<true, false>(f, plan, a, b, y, begin, end);
     else
       binary_range<false, true>(f, plan, a, b, y, begin, end);
+  });
+}
+
+template <typename F, typename T>
+void select(const F& f, const kernels::SelectPlan& plan, const bool* condition, const T* a,
+            const T* b, T* y) {
+  parallel_for(plan.numel, kElementwiseGrain, [&](int64_t begin, int64_t end) {
+    select_range(f, plan, condition, a, b, y, begin, end);
   });
 }
 
@@ -108,7 +165,12 @@ void cast(DType from, DType to, int64_t n, const void* x, void* y) {
 // ---- instantiations: the functor x dtype list of ops/kernels/op_list.h ----------------------
 
 #define TANDEM_UNARY(F, T) \
-  template void unary<kernels::F, T>(const kernels::F&, int64_t, const T*, T*);
+  template void unary<kernels::F, T, T>(const kernels::F&, int64_t, const T*, T*);
+#define TANDEM_PREDICATE(F, T) \
+  template void unary<kernels::F, T, bool>(const kernels::F&, int64_t, const T*, bool*);
+#define TANDEM_SELECT(F, T)                                                                       \
+  template void select<kernels::F, T>(const kernels::F&, const kernels::SelectPlan&, const bool*, \
+                                      const T*, const T*, T*);
 #define TANDEM_BINARY(F, T)                                                                \
   template void binary<kernels::F, T, T>(const kernels::F&, const kernels::BroadcastPlan&, \
                                          const T*, const T*, T*);
@@ -120,11 +182,15 @@ void cast(DType from, DType to, int64_t n, const void* x, void* y) {
 #define TANDEM_FLOATING_BINARY(F) TANDEM_ANY_FLOATING_TYPES(TANDEM_BINARY, F)
 #define TANDEM_NUMERIC_BINARY(F) TANDEM_ANY_NUMERIC_TYPES(TANDEM_BINARY, F)
 #define TANDEM_ALL_COMPARISON(F) TANDEM_EVERY_TYPE(TANDEM_COMPARISON, F)
+#define TANDEM_ALL_PREDICATE(F) TANDEM_EVERY_TYPE(TANDEM_PREDICATE, F)
+#define TANDEM_ALL_SELECT(F) TANDEM_EVERY_TYPE(TANDEM_SELECT, F)
 
 TANDEM_FLOATING_UNARY_FUNCTORS(TANDEM_FLOATING_UNARY)
 TANDEM_NUMERIC_UNARY_FUNCTORS(TANDEM_NUMERIC_UNARY)
 TANDEM_FLOATING_BINARY_FUNCTORS(TANDEM_FLOATING_BINARY)
 TANDEM_NUMERIC_BINARY_FUNCTORS(TANDEM_NUMERIC_BINARY)
 TANDEM_COMPARISON_FUNCTORS(TANDEM_ALL_COMPARISON)
+TANDEM_PREDICATE_FUNCTORS(TANDEM_ALL_PREDICATE)
+TANDEM_SELECT_FUNCTORS(TANDEM_ALL_SELECT)
 
 }  // namespace tandem::ops::cpu

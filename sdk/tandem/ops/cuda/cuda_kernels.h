@@ -24,9 +24,9 @@ namespace tandem::ops::cuda {
 
 // ---- elementwise (ops/cuda/elementwise.cu); functor x dtype pairs of ops/kernels/op_list.h --
 
-/// y[i] = f(x[i]) for i < n; y may alias x.
-template <typename F, typename T>
-void unary(const F& f, int64_t n, const T* x, T* y, cudaStream_t stream);
+/// y[i] = f(x[i]) for i < n, of type R (T, or bool for a predicate); y may alias x.
+template <typename F, typename T, typename R>
+void unary(const F& f, int64_t n, const T* x, R* y, cudaStream_t stream);
 
 /// y = f(a, b) walked as `plan` says (numpy broadcasting); y may alias a when a is not
 /// broadcast. Plans with more than kMaxBroadcastDims outer dimensions raise.
@@ -34,6 +34,12 @@ template <typename F, typename T, typename R>
 void binary(const F& f, const kernels::BroadcastPlan& plan, const T* a, const T* b, R* y,
             cudaStream_t stream);
 inline constexpr int kMaxBroadcastDims = 8;
+
+/// y = f(condition, a, b) walked as `plan` says (where); the elements of a and b pass to f
+/// unwidened. Plans with more than kMaxBroadcastDims outer dimensions raise.
+template <typename F, typename T>
+void select(const F& f, const kernels::SelectPlan& plan, const bool* condition, const T* a,
+            const T* b, T* y, cudaStream_t stream);
 
 /// y[i] = x[i] converted from `from` to `to` (nonzero -> true for bool).
 void cast(DType from, DType to, int64_t n, const void* x, void* y, cudaStream_t stream);

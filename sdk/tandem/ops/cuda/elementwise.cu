@@ -1,6 +1,7 @@
-// CUDA elementwise kernels: unary maps, broadcasting binary maps and dtype conversion, with the
-// math of the shared TANDEM_HD functors (ops/kernels/functors.h) and the functor x dtype list
-// of ops/kernels/op_list.h, so the CPU and CUDA backends support the same combinations.
+// CUDA elementwise kernels: unary maps, broadcasting binary maps, the select of where and dtype
+// conversion, with the math of the shared TANDEM_HD functors (ops/kernels/functors.h) and the
+// functor x dtype list of ops/kernels/op_list.h, so the CPU and CUDA backends support the same
+// combinations.
 #include "tandem/ops/cuda/cuda_kernels.h"
 #include "tandem/ops/cuda/device_utils.cuh"
 #include "tandem/ops/kernels/op_list.h"
@@ -9,13 +10,13 @@ namespace tandem::ops::cuda {
 
 namespace {
 
-template <typename F, typename T>
-__global__ void unary_kernel(F f, int64_t n, const T* x, T* y) {
+template <typename F, typename T, typename R>
+__global__ void unary_kernel(F f, int64_t n, const T* x, R* y) {
   // No __restrict__: y may alias x (in-place ops); each element is read before it is written
   // by the same thread.
   using C = compute_type_t<T>;
   for (int64_t i = grid_start<int64_t>(); i < n; i += grid_step<int64_t>())
-    y[i] = static_cast<T>(f(C(x[i])));
+    y[i] = static_cast<R>(f(C(x[i])));
 }
 
 /// A BroadcastPlan in a form a kernel can take by value.
@@ -63,6 +64,50 @@ __global__ void binary_strided_kernel(F f, BroadcastArgs s, const T* a, const T*
   }
 }
 
+/// A SelectPlan in a form a kernel can take by value (operand 0: the condition).
+struct SelectArgs {
+  static constexpr int kOperands = 3;
+  int64_t numel = 0, inner = 1;
+  int rank = 0;  ///< outer dimensions in use
+  bool advances[kOperands] = {true, true, true};
+  int64_t outer[kMaxBroadcastDims] = {};
+  int64_t strides[kOperands][kMaxBroadcastDims] = {};
+};
+
+/// One contiguous run of a select: no index arithmetic.
+template <typename F, typename T>
+__global__ void select_flat_kernel(F f, int64_t n, bool c_inner, bool a_inner, bool b_inner,
+                                   const bool* c, const T* a, const T* b, T* y) {
+  for (int64_t i = grid_start<int64_t>(); i < n; i += grid_step<int64_t>())
+    y[i] = f(c[c_inner ? i : 0], a[a_inner ? i : 0], b[b_inner ? i : 0]);
+}
+
+/// The general walk of a select, as binary_strided_kernel's.
+template <typename I, typename F, typename T>
+__global__ void select_strided_kernel(F f, SelectArgs s, const bool* c, const T* a, const T* b,
+                                      T* y) {
+  const I n = static_cast<I>(s.numel), inner = static_cast<I>(s.inner);
+  for (I i = grid_start<I>(); i < n; i += grid_step<I>()) {
+    I row = i / inner;
+    const I col = i - row * inner;
+    I offset[SelectArgs::kOperands];
+#pragma unroll
+    for (int j = 0; j < SelectArgs::kOperands; ++j) offset[j] = s.advances[j] ? col : I(0);
+#pragma unroll
+    for (int k = kMaxBroadcastDims - 1; k >= 0; --k) {
+      if (k < s.rank) {
+        const I d = static_cast<I>(s.outer[k]);
+        const I index = row % d;
+        row /= d;
+#pragma unroll
+        for (int j = 0; j < SelectArgs::kOperands; ++j)
+          offset[j] += index * static_cast<I>(s.strides[j][k]);
+      }
+    }
+    y[i] = f(c[offset[0]], a[offset[1]], b[offset[2]]);
+  }
+}
+
 template <typename S, typename D>
 __global__ void cast_kernel(int64_t n, const S* x, D* y) {
   for (int64_t i = grid_start<int64_t>(); i < n; i += grid_step<int64_t>())
@@ -76,8 +121,8 @@ __global__ void fill_kernel(int64_t n, T value, T* y) {
 
 }  // namespace
 
-template <typename F, typename T>
-void unary(const F& f, int64_t n, const T* x, T* y, cudaStream_t stream) {
+template <typename F, typename T, typename R>
+void unary(const F& f, int64_t n, const T* x, R* y, cudaStream_t stream) {
   if (n <= 0) return;
   unary_kernel<<<blocks_for(n), kThreads, 0, stream>>>(f, n, x, y);
   TANDEM_CUDA_LAUNCH_CHECK();
@@ -118,6 +163,40 @@ void binary(const F& f, const kernels::BroadcastPlan& plan, const T* a, const T*
   TANDEM_CUDA_LAUNCH_CHECK();
 }
 
+template <typename F, typename T>
+void select(const F& f, const kernels::SelectPlan& plan, const bool* condition, const T* a,
+            const T* b, T* y, cudaStream_t stream) {
+  const int64_t n = plan.numel;
+  if (n <= 0) return;
+  if (plan.outer.empty()) {
+    select_flat_kernel<<<blocks_for(n), kThreads, 0, stream>>>(
+        f, n, plan.advances[0], plan.advances[1], plan.advances[2], condition, a, b, y);
+    TANDEM_CUDA_LAUNCH_CHECK();
+    return;
+  }
+  TANDEM_CHECK(plan.outer.size() <= static_cast<size_t>(kMaxBroadcastDims),
+               "where: the broadcast needs ", plan.outer.size(),
+               " collapsed dimensions; the CUDA kernels support ", kMaxBroadcastDims);
+  SelectArgs args;
+  args.numel = n;
+  args.inner = plan.inner;
+  args.rank = static_cast<int>(plan.outer.size());
+  for (int j = 0; j < SelectArgs::kOperands; ++j) args.advances[j] = plan.advances[j];
+  for (int k = 0; k < args.rank; ++k) {
+    args.outer[k] = plan.outer[k];
+    for (int j = 0; j < SelectArgs::kOperands; ++j) args.strides[j][k] = plan.strides[j][k];
+  }
+  // As in binary: operand offsets stay below the output's element count.
+  if (fits_32bit(n)) {
+    select_strided_kernel<uint32_t>
+        <<<blocks_for(n), kThreads, 0, stream>>>(f, args, condition, a, b, y);
+  } else {
+    select_strided_kernel<int64_t>
+        <<<blocks_for(n), kThreads, 0, stream>>>(f, args, condition, a, b, y);
+  }
+  TANDEM_CUDA_LAUNCH_CHECK();
+}
+
 void cast(DType from, DType to, int64_t n, const void* x, void* y, cudaStream_t stream) {
   if (n <= 0) return;
   dispatch_dtype(from, [&]<typename S>() {
@@ -142,7 +221,13 @@ void fill(DType dtype, int64_t n, double value, void* y, cudaStream_t stream) {
 // ---- instantiations: the functor x dtype list of ops/kernels/op_list.h ----------------------
 
 #define TANDEM_CUDA_UNARY(F, T) \
-  template void unary<kernels::F, T>(const kernels::F&, int64_t, const T*, T*, cudaStream_t);
+  template void unary<kernels::F, T, T>(const kernels::F&, int64_t, const T*, T*, cudaStream_t);
+#define TANDEM_CUDA_PREDICATE(F, T)                                                     \
+  template void unary<kernels::F, T, bool>(const kernels::F&, int64_t, const T*, bool*, \
+                                           cudaStream_t);
+#define TANDEM_CUDA_SELECT(F, T)                                                                  \
+  template void select<kernels::F, T>(const kernels::F&, const kernels::SelectPlan&, const bool*, \
+                                      const T*, const T*, T*, cudaStream_t);
 #define TANDEM_CUDA_BINARY(F, T)                                                           \
   template void binary<kernels::F, T, T>(const kernels::F&, const kernels::BroadcastPlan&, \
                                          const T*, const T*, T*, cudaStream_t);
@@ -154,11 +239,15 @@ void fill(DType dtype, int64_t n, double value, void* y, cudaStream_t stream) {
 #define TANDEM_CUDA_FLOATING_BINARY(F) TANDEM_ANY_FLOATING_TYPES(TANDEM_CUDA_BINARY, F)
 #define TANDEM_CUDA_NUMERIC_BINARY(F) TANDEM_ANY_NUMERIC_TYPES(TANDEM_CUDA_BINARY, F)
 #define TANDEM_CUDA_ALL_COMPARISON(F) TANDEM_EVERY_TYPE(TANDEM_CUDA_COMPARISON, F)
+#define TANDEM_CUDA_ALL_PREDICATE(F) TANDEM_EVERY_TYPE(TANDEM_CUDA_PREDICATE, F)
+#define TANDEM_CUDA_ALL_SELECT(F) TANDEM_EVERY_TYPE(TANDEM_CUDA_SELECT, F)
 
 TANDEM_FLOATING_UNARY_FUNCTORS(TANDEM_CUDA_FLOATING_UNARY)
 TANDEM_NUMERIC_UNARY_FUNCTORS(TANDEM_CUDA_NUMERIC_UNARY)
 TANDEM_FLOATING_BINARY_FUNCTORS(TANDEM_CUDA_FLOATING_BINARY)
 TANDEM_NUMERIC_BINARY_FUNCTORS(TANDEM_CUDA_NUMERIC_BINARY)
 TANDEM_COMPARISON_FUNCTORS(TANDEM_CUDA_ALL_COMPARISON)
+TANDEM_PREDICATE_FUNCTORS(TANDEM_CUDA_ALL_PREDICATE)
+TANDEM_SELECT_FUNCTORS(TANDEM_CUDA_ALL_SELECT)
 
 }  // namespace tandem::ops::cuda

@@ -74,10 +74,56 @@ struct Minimum {
     return b < a ? b : a;
   }
 };
+// Comparisons follow IEEE 754 (as NumPy and TensorFlow): a comparison with a NaN is false,
+// except NotEqual, which is true.
 struct Equal {
   template <typename T>
   TANDEM_HD_INLINE bool operator()(T a, T b) const {
     return a == b;
+  }
+};
+struct NotEqual {
+  template <typename T>
+  TANDEM_HD_INLINE bool operator()(T a, T b) const {
+    return a != b;
+  }
+};
+struct Greater {
+  template <typename T>
+  TANDEM_HD_INLINE bool operator()(T a, T b) const {
+    return a > b;
+  }
+};
+struct GreaterEqual {
+  template <typename T>
+  TANDEM_HD_INLINE bool operator()(T a, T b) const {
+    return a >= b;
+  }
+};
+struct Less {
+  template <typename T>
+  TANDEM_HD_INLINE bool operator()(T a, T b) const {
+    return a < b;
+  }
+};
+struct LessEqual {
+  template <typename T>
+  TANDEM_HD_INLINE bool operator()(T a, T b) const {
+    return a <= b;
+  }
+};
+// The logical ops read any element as a truth value: nonzero (NaN included) is true, as a cast
+// to bool reads it.
+struct LogicalAnd {
+  template <typename T>
+  TANDEM_HD_INLINE bool operator()(T a, T b) const {
+    return a != T(0) && b != T(0);
+  }
+};
+struct LogicalOr {
+  template <typename T>
+  TANDEM_HD_INLINE bool operator()(T a, T b) const {
+    return a != T(0) || b != T(0);
   }
 };
 /// Returns `a`: broadcasting `a` to the output shape (backward of reductions and sum_to).
@@ -96,7 +142,26 @@ struct AddScaled {
   }
 };
 
+// ---- select: (condition, a, b) -> a or b -----------------------------------------------------
+
+/// a where the condition holds, else b (the forward of where, and its backward with a zero for
+/// a or b). The elements pass through as they are, not widened: a select computes nothing.
+struct Select {
+  template <typename T>
+  TANDEM_HD_INLINE T operator()(bool condition, T a, T b) const {
+    return condition ? a : b;
+  }
+};
+
 // ---- unary forward: x -> y ------------------------------------------------------------------
+
+/// (x) -> bool: x is zero (false as a truth value).
+struct LogicalNot {
+  template <typename T>
+  TANDEM_HD_INLINE bool operator()(T x) const {
+    return x == T(0);
+  }
+};
 
 struct Neg {
   template <typename T>

@@ -34,6 +34,12 @@
 /// (a, b) -> same type on every numeric type, the 16-bit ones included.
 #define TANDEM_NUMERIC_BINARY_FUNCTORS(X) \
   X(Add) X(Sub) X(Mul) X(Maximum) X(Minimum) X(AddScaled)
-/// (a, b) -> bool on every type.
-#define TANDEM_COMPARISON_FUNCTORS(X) X(Equal)
+/// (a, b) -> bool on every type, the 16-bit ones included (compared in float32, exactly).
+#define TANDEM_COMPARISON_FUNCTORS(X)                                                  \
+  X(Equal) X(NotEqual) X(Greater) X(GreaterEqual) X(Less) X(LessEqual) X(LogicalAnd) \
+  X(LogicalOr)
+/// (x) -> bool on every type.
+#define TANDEM_PREDICATE_FUNCTORS(X) X(LogicalNot)
+/// (bool condition, a, b) -> the type of a and b, on every type.
+#define TANDEM_SELECT_FUNCTORS(X) X(Select)
 // clang-format on
