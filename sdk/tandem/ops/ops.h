@@ -13,53 +13,78 @@
 namespace tandem::ops {
 
 // ---- elementwise, with numpy broadcasting -------------------------------------------------
+/// a + b (same dtype; shapes broadcast, as numpy's).
 Tensor add(const Tensor& a, const Tensor& b);
+/// a - b (same dtype; shapes broadcast).
 Tensor sub(const Tensor& a, const Tensor& b);
+/// a * b (same dtype; shapes broadcast).
 Tensor mul(const Tensor& a, const Tensor& b);
+/// a / b (same dtype; shapes broadcast).
 Tensor div(const Tensor& a, const Tensor& b);
 /// Elementwise max/min (gradient goes to the larger/smaller; ties to `a`).
 Tensor maximum(const Tensor& a, const Tensor& b);
+/// Elementwise minimum (gradient to the smaller; ties to `a`).
 Tensor minimum(const Tensor& a, const Tensor& b);
 /// Scalar forms: the scalar takes a's dtype.
 Tensor add(const Tensor& a, double b);
+/// a * b with the scalar b in a's dtype.
 Tensor mul(const Tensor& a, double b);
 /// The shape two operands broadcast to; raises naming both shapes when incompatible.
 Shape broadcast_shapes(const Shape& a, const Shape& b);
 /// Sums `x` down to `shape` (the reverse of broadcasting; used by backward passes).
 Tensor sum_to(const Tensor& x, const Shape& shape);
 
+/// -x.
 Tensor neg(const Tensor& x);
+/// |x|.
 Tensor abs(const Tensor& x);
+/// e^x.
 Tensor exp(const Tensor& x);
+/// Natural logarithm (-inf at 0, NaN below).
 Tensor log(const Tensor& x);
+/// log(1 + x), accurate for small x.
 Tensor log1p(const Tensor& x);
+/// Square root (NaN below 0).
 Tensor sqrt(const Tensor& x);
+/// x * x.
 Tensor square(const Tensor& x);
+/// x raised to the scalar `exponent`.
 Tensor pow(const Tensor& x, double exponent);
 /// Clamps to [low, high]; the gradient passes where low <= x <= high.
 Tensor clip(const Tensor& x, double low, double high);
 
 // ---- activations --------------------------------------------------------------------------
+/// max(x, 0).
 Tensor relu(const Tensor& x);
+/// 1 / (1 + e^-x).
 Tensor sigmoid(const Tensor& x);
+/// Hyperbolic tangent.
 Tensor tanh(const Tensor& x);
 /// GELU; exact (erf) by default as in Keras, or the tanh approximation.
 Tensor gelu(const Tensor& x, bool approximate = false);
+/// e^x / sum(e^x) along `axis` (negative counts from the end), computed stably.
 Tensor softmax(const Tensor& x, int64_t axis = -1);
+/// log(softmax(x)) along `axis`, computed stably.
 Tensor log_softmax(const Tensor& x, int64_t axis = -1);
 
 // ---- reductions ---------------------------------------------------------------------------
 /// Sum of all elements (rank 0).
 Tensor sum(const Tensor& x);
+/// Sum along `axis` (negative counts from the end); `keepdims` keeps it with size 1.
 Tensor sum(const Tensor& x, int64_t axis, bool keepdims = false);
+/// Mean of all elements (rank 0).
 Tensor mean(const Tensor& x);
+/// Mean along `axis`; `keepdims` keeps it with size 1.
 Tensor mean(const Tensor& x, int64_t axis, bool keepdims = false);
+/// Largest element (rank 0).
 Tensor max(const Tensor& x);
+/// Largest element along `axis`; `keepdims` keeps it with size 1.
 Tensor max(const Tensor& x, int64_t axis, bool keepdims = false);
 /// Index of the maximum along `axis` (first on ties), int64.
 Tensor argmax(const Tensor& x, int64_t axis = -1);
 
 // ---- shape ops ----------------------------------------------------------------------------
+/// The same elements in `shape` (same element count; one dim may be -1, inferred).
 Tensor reshape(const Tensor& x, const Shape& shape);
 /// [N, d1, d2, ...] -> [N, d1 * d2 * ...].
 Tensor flatten(const Tensor& x);
@@ -151,6 +176,7 @@ Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(
 Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels);
 
 // ---- convolution and pooling (NHWC) -------------------------------------------------------
+/// Keras's padding: kValid (no padding) or kSame (output size ceil(input / stride)).
 enum class Padding { kValid, kSame };
 /// x [N, H, W, Cin], kernel [KH, KW, Cin, Cout] -> [N, OH, OW, Cout]: conv2d with no bias,
 /// linear.
@@ -213,8 +239,11 @@ void scale_(Tensor& dst, double factor);
 // ---- numerics checks (not recorded) ---------------------------------------------------------
 /// NaN and infinite elements of a floating-point tensor (integer tensors have none).
 struct NonFinite {
+  /// NaN elements.
   int64_t nan = 0;
+  /// Infinite elements (either sign).
   int64_t inf = 0;
+  /// Every non-finite element.
   int64_t total() const { return nan + inf; }
 };
 /// Counts them: one device pass (sum of x * 0, NaN exactly when an element is not finite) and,

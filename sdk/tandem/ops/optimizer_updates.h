@@ -27,12 +27,16 @@ void sgd_momentum_update_(Tensor& variable, const Tensor& gradient, Tensor& velo
 struct AdamStep {
   /// lr * sqrt(1 - beta_2^t) / (1 - beta_1^t).
   double alpha = 0.0;
+  /// 1 - beta_1: the first moment's update weight.
   double one_minus_beta_1 = 0.0;
+  /// 1 - beta_2: the second moment's update weight.
   double one_minus_beta_2 = 0.0;
+  /// Added to sqrt(v).
   double epsilon = 0.0;
   /// AdamW's decoupled weight decay (0: plain Adam): variable -= (variable * weight_decay) *
   /// learning_rate before the Adam step.
   double weight_decay = 0.0;
+  /// The step's learning rate (what the weight decay is scaled by).
   double learning_rate = 0.0;
 };
 
@@ -49,11 +53,14 @@ void adam_update_(Tensor& variable, const Tensor& gradient, Tensor& m, Tensor& v
 // the variables are updated one after the other; on CUDA the variables of one dtype and GPU
 // are updated by one kernel launch (one per 64 variables).
 
+/// sgd_update_ on every variable.
 void sgd_update_(std::span<Tensor> variables, std::span<const Tensor> gradients,
                  double learning_rate);
+/// sgd_momentum_update_ on every variable, velocities[i] being variables[i]'s slot.
 void sgd_momentum_update_(std::span<Tensor> variables, std::span<const Tensor> gradients,
                           std::span<Tensor> velocities, double learning_rate, double momentum,
                           bool nesterov);
+/// adam_update_ on every variable, m[i] and v[i] being variables[i]'s slots.
 void adam_update_(std::span<Tensor> variables, std::span<const Tensor> gradients,
                   std::span<Tensor> m, std::span<Tensor> v, const AdamStep& step);
 

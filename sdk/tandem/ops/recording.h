@@ -33,10 +33,12 @@ class Recorder {
 
 /// Makes `recorder` active on the calling thread until unregister_recorder.
 void register_recorder(Recorder* recorder);
+/// Ends `recorder`'s registration on the calling thread.
 void unregister_recorder(Recorder* recorder);
 
 /// True when a recorder on this thread is recording and tracks one of `inputs` (cheap when not).
 bool needs_recording(std::initializer_list<const Tensor*> inputs);
+/// The same for a vector of inputs.
 bool needs_recording(const std::vector<Tensor>& inputs);
 /// Records an op on every recorder of this thread that tracks one of its inputs.
 void record(std::string_view op, std::vector<Tensor> inputs, std::vector<Tensor> outputs,
