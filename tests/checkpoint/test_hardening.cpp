@@ -387,7 +387,9 @@ TEST_CASE("checkpoint hardening: impossible training state is refused and falls 
     why = "training_state/step_in_epoch is -5";
   }
   SECTION("a NaN metric count") {
-    write_two(dir, [](Mlp& mlp) { mlp.loss.set_combined_state({{"total", {1.0}}, {"count", {NAN}}}); });
+    write_two(dir, [](Mlp& mlp) {
+      mlp.loss.set_combined_state({{"total", {1.0}}, {"count", {NAN}}});
+    });
     why = "training_state/metrics/train_loss/count is nan";
   }
   INFO("expected reason: " << why);
