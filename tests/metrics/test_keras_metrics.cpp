@@ -141,6 +141,29 @@ TEST_CASE("AUC from logits equals AUC of the sigmoid", "[cpu][metrics]") {
   CHECK(plain.result() == Approx(8.0 / 9.0));  // 8 of the 9 (positive, negative) pairs ordered
 }
 
+TEST_CASE("AUC drops a NaN prediction from every bucket as Keras does", "[cpu][metrics]") {
+  // keras.metrics.AUC(num_thresholds=200, curve=...) on these values (Keras 3.x): a NaN
+  // prediction lies below every threshold (counted as a false negative or true negative),
+  // unlike a prediction of 0, which the epsilon threshold counts above -1e-7.
+  const td::Tensor labels = td::Tensor::from_vector<float>({0, 1, 1, 0, 1, 0});
+  const td::Tensor predictions =
+      td::Tensor::from_vector<float>({0.1f, 0.8f, std::nanf(""), 0.3f, 0.6f, 0.7f});
+  metrics::AUC roc("roc"), pr("pr", {.curve = metrics::AucCurve::kPr});
+  roc.update_state(labels, predictions);
+  pr.update_state(labels, predictions);
+  CHECK(roc.result() == Approx(0.5555555820465088).epsilon(1e-6));
+  CHECK(pr.result() == Approx(0.531511664390564).epsilon(1e-6));
+}
+
+TEST_CASE("BinaryAccuracy rounds its threshold to the predictions' dtype as Keras does",
+          "[cpu][metrics]") {
+  // float(0.3) is 0.300000012: in Keras it is not above a threshold of 0.3 cast to float32.
+  metrics::BinaryAccuracy accuracy("binary_accuracy", /*threshold=*/0.3);
+  accuracy.update_state(td::Tensor::from_vector<float>({0, 1}),
+                        td::Tensor::from_vector<float>({0.3f, 0.31f}));
+  CHECK(accuracy.result() == 1.0);
+}
+
 TEST_CASE("New metrics check their inputs and name themselves", "[cpu][metrics]") {
   CHECK_THROWS_WITH(metrics::Precision("p", {1.5}), Contains("p") && Contains("1.5"));
   CHECK_THROWS_WITH(metrics::Recall("r", {}), Contains("r") && Contains("threshold"));

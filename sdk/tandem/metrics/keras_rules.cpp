@@ -185,7 +185,9 @@ ConfusionCounts confusion_counts(const std::string& metric, const Tensor& y_true
       const double p = std::clamp(pred.values[j], 0.0, 1.0);
       double bucket = std::ceil(p * (static_cast<double>(n) - 1.0)) - 1.0;
       if (with_epsilon) bucket = std::max(bucket, 0.0);
-      if (bucket < 0.0) continue;  // unsorted_segment_sum drops negative segment ids
+      // unsorted_segment_sum drops negative segment ids, and a NaN prediction's (its cast to
+      // an integer id is negative there); NaN must not reach the cast below (undefined).
+      if (!(bucket >= 0.0)) continue;
       tp_bucket[static_cast<size_t>(bucket)] += true_label;
       fp_bucket[static_cast<size_t>(bucket)] += false_label;
     }

@@ -138,7 +138,10 @@ double Metric::result() const {
   return compute(combined_state());
 }
 
-double Metric::local_result() const { return compute(local_state()); }
+double Metric::local_result() const {
+  check_outside_run("local_result()");
+  return compute(local_state());
+}
 
 int Metric::num_workers() const { return workers_ ? workers_->num_workers() : 1; }
 
@@ -165,6 +168,7 @@ void Metric::set_combined_state(const MetricState& state) {
 }
 
 std::vector<MetricState> Metric::replica_states() const {
+  check_outside_run("replica_states()");
   std::vector<MetricState> out;
   states_.for_each([&](int, const MetricState& s) { out.push_back(s); });
   return out;

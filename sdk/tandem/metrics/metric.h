@@ -121,14 +121,16 @@ class Metric {
   /// The value over every replica's updates, of every worker: compute(combined_state()). A
   /// collective in a multi-worker job. Raises inside strategy.run.
   double result() const;
-  /// The value over this process's replicas only (no communication).
+  /// The value over this process's replicas only (no communication). Raises inside
+  /// strategy.run.
   double local_result() const;
   /// Zeroes every replica's state. Raises inside strategy.run.
   void reset_state();
   /// The state summed over every replica of every worker (a collective in a multi-worker job).
   /// Raises inside strategy.run.
   MetricState combined_state() const;
-  /// The state summed over this process's replicas.
+  /// The state summed over this process's replicas. Call it outside strategy.run, or where
+  /// every other replica waits (CheckpointManager::save inside run gathers with it).
   MetricState local_state() const;
   /// Restores a combined state (of every worker): the chief's replica 0 takes it, every other
   /// replica and worker starts from zero (equivalent, since only the sum is ever read). Raises
@@ -136,7 +138,7 @@ class Metric {
   void set_combined_state(const MetricState& state);
   /// Workers whose states result() combines: 1, or the job's workers (see above).
   int num_workers() const;
-  /// Each of this process's replicas' state, in replica order.
+  /// Each of this process's replicas' state, in replica order. Raises inside strategy.run.
   std::vector<MetricState> replica_states() const;
 
  protected:

@@ -110,9 +110,12 @@ void BinaryAccuracy::update_state(const Tensor& y_true, const Tensor& y_pred,
   detail::squeeze_or_expand_to_same_rank(truth, pred);
   TANDEM_CHECK(truth.shape == pred.shape, name(), ": y_true has shape ", y_true.shape(),
                " but y_pred has shape ", y_pred.shape(), "; they must match");
-  // Keras: equal(y_true, cast(y_pred > threshold, y_true.dtype)).
+  // Keras: equal(y_true, cast(y_pred > cast(threshold, y_pred.dtype), y_true.dtype)): the
+  // threshold is first rounded to y_pred's dtype (0.3 in float32 is 0.300000012).
+  const double threshold =
+      ops::cast(Tensor::from_vector<double>({threshold_}, Shape{}), y_pred.dtype()).item<double>();
   for (size_t i = 0; i < pred.values.size(); ++i)
-    pred.values[i] = truth.values[i] == (pred.values[i] > threshold_ ? 1.0 : 0.0) ? 1.0 : 0.0;
+    pred.values[i] = truth.values[i] == (pred.values[i] > threshold ? 1.0 : 0.0) ? 1.0 : 0.0;
   const auto [total, count] = detail::samplewise_update(std::move(pred), sample_weight,
                                                         detail::SampleReduction::kMean, name());
   accumulate(total, count);
