@@ -91,6 +91,7 @@ TEST_CASE("TANDEM_CHECK puts the values in the message and keeps the location ap
   }
   try {
     TANDEM_THROW("no such layer ", "dense_9");
+    FAIL("no exception");
   } catch (const Error& e) {
     CHECK(std::string(e.what()) == "no such layer dense_9");
     CHECK_THAT(e.location(), Catch::StartsWith("test_core.cpp:"));

@@ -316,4 +316,25 @@ TEST_CASE("a loop that starts in the middle of an epoch says so", "[cpu][data]")
   dist.set_epoch(2);
   CHECK(stderr_of([&] { CHECK(all_steps(dist).size() == 5); }).find("distributed dataset") ==
         std::string::npos);
+  // After a restore: the first loop continues quietly (info level), a loop after it broke off
+  // warns again, without a step number (the file holds the position, not the step).
+  std::vector<Batch> two;
+  REQUIRE(dist.next(two));
+  REQUIRE(dist.next(two));
+  const IteratorState saved = dist.save();
+  DistributedDataset resumed(range(40).batch(8), 2);
+  resumed.restore(saved);
+  const std::string first_loop = stderr_of([&] {
+    for (const PerReplica<Batch>& per_replica : resumed) {
+      (void)per_replica;
+      break;
+    }
+  });
+  CHECK(first_loop.find("[warning]") == std::string::npos);
+  std::vector<Step> remaining;
+  const std::string second_loop = stderr_of([&] { remaining = all_steps(resumed); });
+  INFO(second_loop);
+  CHECK(remaining.size() == 2);
+  CHECK(second_loop.find("this loop continues epoch 3, where the previous loop over it stopped") !=
+        std::string::npos);
 }

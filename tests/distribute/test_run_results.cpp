@@ -86,3 +86,16 @@ TEST_CASE("replicas that raise the same error raise it once, naming them", "[cpu
     REQUIRE(message == "replicas 0, 2: bad features [replica 1 also failed: bad labels]");
   }
 }
+
+TEST_CASE("an error raised in strategy.run keeps where the library raised it",
+          "[cpu][distribute]") {
+  auto strategy = td::MirroredStrategy::cpu(2);
+  try {
+    strategy.run([](td::ReplicaContext&) { TANDEM_CHECK(1 > 2, "the batch is empty"); });
+    FAIL("run did not raise");
+  } catch (const td::Error& e) {
+    CHECK(std::string(e.what()) == "replicas 0, 1: the batch is empty");
+    CHECK_THAT(e.location(), Catch::StartsWith("test_run_results.cpp:") &&
+                                 Catch::EndsWith(", check failed: 1 > 2"));
+  }
+}

@@ -32,6 +32,9 @@ class NotBuiltError : public Error {
  public:
   /// `message` names the missing feature and the option that builds it.
   explicit NotBuiltError(const std::string& message) : Error(message) {}
+  /// With where the library raised it (see Error::location()).
+  NotBuiltError(const std::string& message, std::string location)
+      : Error(message, std::move(location)) {}
 };
 
 /// A collective did not complete in time (peers diverged or died).
@@ -39,6 +42,9 @@ class TimeoutError : public Error {
  public:
   /// `message` names the call, the peers it waited for and the timeout.
   explicit TimeoutError(const std::string& message) : Error(message) {}
+  /// With where the library raised it (see Error::location()).
+  TimeoutError(const std::string& message, std::string location)
+      : Error(message, std::move(location)) {}
 };
 
 namespace detail {

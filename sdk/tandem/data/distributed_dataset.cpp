@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <string>
 #include <utility>
 
 #include "tandem/core/logging.h"
@@ -130,7 +131,7 @@ struct DistributedDataset::State {
   int64_t num_replicas;
   uint64_t epoch = 0;
   std::optional<Iterator> iterator;  // the epoch under way, if any
-  int64_t steps_in_epoch = 0;        // steps taken in the epoch under way
+  int64_t steps_in_epoch = 0;        // steps taken in the epoch under way (-1: unknown)
   bool restored = false;             // the epoch under way continues from restore()
   Element last;                      // the last batch seen: the shapes of empty batches
   std::vector<Device> devices;       // per replica, when batches go to GPUs; else empty
@@ -299,7 +300,7 @@ bool DistributedDataset::next_step(std::vector<Batch>& per_replica) {
   State& s = *state_;
   if (!s.agree) {
     if (pull(per_replica)) {
-      ++s.steps_in_epoch;
+      if (s.steps_in_epoch >= 0) ++s.steps_in_epoch;
       return true;
     }
     end_epoch();
@@ -317,7 +318,7 @@ bool DistributedDataset::next_step(std::vector<Batch>& per_replica) {
     per_replica = empty_batches();
     place(per_replica, s.devices);
   }
-  ++s.steps_in_epoch;
+  if (s.steps_in_epoch >= 0) ++s.steps_in_epoch;
   return true;
 }
 
@@ -425,8 +426,8 @@ void DistributedDataset::restore(const IteratorState& state) {
     s.iterator.reset();
   }
   s.epoch = static_cast<uint64_t>(epoch);
-  s.steps_in_epoch = 0;
   s.restored = s.iterator.has_value();
+  s.steps_in_epoch = s.restored ? -1 : 0;  // the file holds the position, not the step
 }
 
 void DistributedDataset::set_epoch(uint64_t epoch) {
@@ -440,18 +441,22 @@ DistributedDataset::StepCursor::StepCursor(DistributedDataset* owner) : owner_(o
   // A loop that starts in the middle of an epoch is easy to miss: a loop left by `break` or an
   // exception leaves its epoch under way, and the next loop walks only what remained (tf.data's
   // iter() would start afresh).
-  const State& s = *owner_->state_;
+  State& s = *owner_->state_;
   if (s.iterator.has_value()) {
     if (s.restored) {
       TANDEM_LOG_INFO("distributed dataset: this loop continues epoch ", s.epoch,
                       " from the position a restore gave it");
     } else {
-      TANDEM_LOG_WARNING("distributed dataset: this loop continues epoch ", s.epoch, " after step ",
-                         s.steps_in_epoch,
+      // After a restore the steps before it are not known: the message then names none.
+      const std::string where = s.steps_in_epoch >= 0
+                                    ? ::tandem::detail::str_cat(" after step ", s.steps_in_epoch)
+                                    : std::string();
+      TANDEM_LOG_WARNING("distributed dataset: this loop continues epoch ", s.epoch, where,
                          ", where the previous loop over it stopped (a break or an exception); "
                          "set_epoch(",
                          s.epoch, ") first starts that epoch from its beginning");
     }
+    s.restored = false;  // a later loop of this epoch follows this one, not the restore
   }
   done_ = !owner_->next(current_.values());
 }

@@ -342,19 +342,21 @@ void ReplicaThreads::raise_errors() {
     else
       others.emplace_back(r, std::move(text));
   }
-  std::sort(same.begin(), same.end());
   std::string message = str_cat(replica_list(same), ": ", cause_text);
   for (const auto& [r, text] : others)
     message += str_cat(" [replica ", r, " also failed: ", text, "]");
   if (!released.empty())
     message += str_cat(" [", replica_list(released), released.size() == 1 ? " was" : " were",
                        " released from pending collectives]");
+  // The same type, and where the library raised it (Error::location()).
   try {
     std::rethrow_exception(error);
-  } catch (const TimeoutError&) {
-    throw TimeoutError(message);
-  } catch (const NotBuiltError&) {
-    throw NotBuiltError(message);
+  } catch (const TimeoutError& e) {
+    throw TimeoutError(message, e.location());
+  } catch (const NotBuiltError& e) {
+    throw NotBuiltError(message, e.location());
+  } catch (const Error& e) {
+    throw Error(message, e.location());
   } catch (...) {
     throw Error(message);
   }
