@@ -26,7 +26,7 @@ namespace tandem {
 ///
 /// The state is the program's, the same on every worker (not per replica): the chief writes
 /// it, every worker restores it. Each tensor is stored as it is (dtype float32, float64,
-/// int32, int64, uint8 or bool; any shape; bit-exact, NaN and infinities included; a CUDA
+/// int32, int64 or uint8; any shape; bit-exact, NaN and infinities included; a CUDA
 /// tensor is copied to the host).
 class TrackedState {
  public:

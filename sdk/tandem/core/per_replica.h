@@ -42,8 +42,9 @@ class PerReplica {
   /// Past the last replica's value.
   auto end() const { return values_.end(); }
 
-  /// Element I of every replica's value, when T is a std::pair, a std::tuple or a struct whose
-  /// fields are all Tensors: what a step that returns several values gives, unpacked as
+  /// Element I of every replica's value, when T is a std::pair, a std::tuple or an aggregate
+  /// struct of up to 8 fields (no C-array fields): what a step that returns several values
+  /// gives, unpacked as
   /// tf.distribute returns a structure of per-replica values. Structured bindings call it:
   ///   auto [losses, correct] = strategy.run(step, batch);   // step returns {loss, correct}
   ///   strategy.reduce(ReduceOp::kSum, losses);
