@@ -3,14 +3,17 @@
 // output (through a ReLU when asked) in two passes over float32 (three over float64); the
 // backward makes the gradients of x, gamma and beta in two, the ReLU's mask read on the fly.
 // Sums run in double over fixed blocks of rows, the blocks in parallel and combined in block
-// order, so the results do not depend on the thread count (nor on the vector width).
+// order (float32 keeps four interleaved partial sums per channel within a block), so the
+// results do not depend on the thread count (nor on the vector width).
 #include "tandem/ops/cpu/batch_norm.h"
 
 #include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "tandem/ops/cpu/cpu_clones.h"
@@ -37,22 +40,143 @@ inline T pass_if_positive(T out, T g) {
 // runs over the rows in the same order at any width, and this file is compiled without
 // multiply-add contraction, so both give the same bits.
 
-/// acc[c] += x, acc[channels + c] += x^2 (in double).
-template <typename T>
-inline void moments_loop(const T* x, int64_t begin, int64_t end, int64_t channels, double* acc) {
-  for (int64_t r = begin; r < end; ++r) {
-    const T* row = x + r * channels;
-#pragma omp simd
-    for (int64_t c = 0; c < channels; ++c) {
-      const auto v = static_cast<double>(row[c]);
-      acc[c] += v;
-      acc[channels + c] += v * v;
+// ---- float32 column sums, the rows interleaved ----------------------------------------------
+// A sum over rows is a chain of dependent additions per channel; with 16 channels a row is one
+// vector, and the chain's latency, not memory, set the pace. The float32 sums keep kPhases
+// partial sums per channel instead: row r of a range adds into partial (r - begin) % kPhases,
+// and the partials are combined as (p0 + p1) + (p2 + p3) at the range's end. The tiles of 16 or
+// 8 channels held in registers and the one-channel remainder add in that same order, so the
+// bits depend neither on the channel count nor on the vector width.
+
+constexpr int kPhases = 4;
+
+// The vector helpers are always inlined into one build of each function, so no vector ever
+// crosses a call: the ABI note GCC gives for 32- and 64-byte vectors by value does not apply
+// (GCC gives it at the end of the file, so it is off to the end).
+#pragma GCC diagnostic ignored "-Wpsabi"
+
+using Floats8 = float __attribute__((vector_size(32)));
+using Doubles8 = double __attribute__((vector_size(64)));
+using Bits8 = uint32_t __attribute__((vector_size(32)));
+
+[[gnu::always_inline]] inline Floats8 load8(const float* p) {
+  Floats8 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+[[gnu::always_inline]] inline Doubles8 widen8(Floats8 v) {
+  return __builtin_convertvector(v, Doubles8);
+}
+/// g where out > 0, else +0, on 8 lanes (pass_if_positive).
+[[gnu::always_inline]] inline Floats8 pass_if_positive8(Floats8 out, Floats8 g) {
+  return reinterpret_cast<Floats8>(reinterpret_cast<Bits8>(g) &
+                                   reinterpret_cast<Bits8>(out > Floats8{}));
+}
+
+/// Adds over rows [begin, end) f(r, c) = {u, v} (8 channels from c, as two vectors of doubles)
+/// into acc[c..] (u) and acc[channels + c..] (v), for the V x 8 channels from c.
+template <int V, typename F>
+[[gnu::always_inline]] inline void tile_sums(int64_t begin, int64_t end, int64_t c,
+                                             int64_t channels, const F& f, double* acc) {
+  Doubles8 u[kPhases][V] = {}, v[kPhases][V] = {};
+  int64_t r = begin;
+  for (; r + kPhases <= end; r += kPhases)
+    for (int p = 0; p < kPhases; ++p)
+      for (int t = 0; t < V; ++t) {
+        const auto [a, b] = f(r + p, c + 8 * t);
+        u[p][t] += a;
+        v[p][t] += b;
+      }
+  for (int p = 0; r < end; ++r, ++p)
+    for (int t = 0; t < V; ++t) {
+      const auto [a, b] = f(r, c + 8 * t);
+      u[p][t] += a;
+      v[p][t] += b;
+    }
+  for (int t = 0; t < V; ++t) {
+    const Doubles8 su = (u[0][t] + u[1][t]) + (u[2][t] + u[3][t]);
+    const Doubles8 sv = (v[0][t] + v[1][t]) + (v[2][t] + v[3][t]);
+    for (int j = 0; j < 8; ++j) {
+      acc[c + 8 * t + j] += su[j];
+      acc[channels + c + 8 * t + j] += sv[j];
     }
   }
 }
+
+/// tile_sums over every channel: `vector(r, c)` for 8 channels, `scalar(r, c)` for one, which
+/// must compute the same per lane.
+template <typename Vector, typename Scalar>
+[[gnu::always_inline]] inline void interleaved_sums(int64_t begin, int64_t end, int64_t channels,
+                                                    const Vector& vector, const Scalar& scalar,
+                                                    double* acc) {
+  int64_t c = 0;
+  for (; c + 16 <= channels; c += 16) tile_sums<2>(begin, end, c, channels, vector, acc);
+  for (; c + 8 <= channels; c += 8) tile_sums<1>(begin, end, c, channels, vector, acc);
+  for (; c < channels; ++c) {
+    double u[kPhases] = {}, v[kPhases] = {};
+    int64_t r = begin;
+    for (; r + kPhases <= end; r += kPhases)
+      for (int p = 0; p < kPhases; ++p) {
+        const auto [a, b] = scalar(r + p, c);
+        u[p] += a;
+        v[p] += b;
+      }
+    for (int p = 0; r < end; ++r, ++p) {
+      const auto [a, b] = scalar(r, c);
+      u[p] += a;
+      v[p] += b;
+    }
+    acc[c] += (u[0] + u[1]) + (u[2] + u[3]);
+    acc[channels + c] += (v[0] + v[1]) + (v[2] + v[3]);
+  }
+}
+
+/// acc[c] += x, acc[channels + c] += x^2 (in double), float32 x.
 TANDEM_CPU_CLONES void moments(const float* x, int64_t begin, int64_t end, int64_t channels,
                                double* acc) {
-  moments_loop(x, begin, end, channels, acc);
+  interleaved_sums(
+      begin, end, channels,
+      [&](int64_t r, int64_t c) {
+        const Doubles8 a = widen8(load8(x + r * channels + c));
+        return std::pair{a, a * a};
+      },
+      [&](int64_t r, int64_t c) {
+        const auto a = static_cast<double>(x[r * channels + c]);
+        return std::pair{a, a * a};
+      },
+      acc);
+}
+
+/// acc[c] += d, acc[channels + c] += d (x - mean), d = dy through the ReLU when `relu_output`;
+/// float32 tensors.
+TANDEM_CPU_CLONES void gradient_sums(const float* x, const float* dy, const float* relu_output,
+                                     int64_t begin, int64_t end, int64_t channels,
+                                     const float* mean, double* acc) {
+  const auto scalar = [&](int64_t r, int64_t c) {
+    const int64_t i = r * channels + c;
+    const auto d =
+        static_cast<double>(relu_output ? pass_if_positive(relu_output[i], dy[i]) : dy[i]);
+    return std::pair{d, d * (static_cast<double>(x[i]) - static_cast<double>(mean[c]))};
+  };
+  if (relu_output != nullptr) {
+    interleaved_sums(
+        begin, end, channels,
+        [&](int64_t r, int64_t c) {
+          const int64_t i = r * channels + c;
+          const Doubles8 d = widen8(pass_if_positive8(load8(relu_output + i), load8(dy + i)));
+          return std::pair{d, d * (widen8(load8(x + i)) - widen8(load8(mean + c)))};
+        },
+        scalar, acc);
+  } else {
+    interleaved_sums(
+        begin, end, channels,
+        [&](int64_t r, int64_t c) {
+          const int64_t i = r * channels + c;
+          const Doubles8 d = widen8(load8(dy + i));
+          return std::pair{d, d * (widen8(load8(x + i)) - widen8(load8(mean + c)))};
+        },
+        scalar, acc);
+  }
 }
 
 /// y = x * scale + shift, then max(y, 0) when `relu`.
@@ -107,11 +231,6 @@ inline void gradient_sums_loop(const T* x, const T* dy, const T* relu_output, in
       }
     }
   }
-}
-TANDEM_CPU_CLONES void gradient_sums(const float* x, const float* dy, const float* relu_output,
-                                     int64_t begin, int64_t end, int64_t channels,
-                                     const float* mean, double* acc) {
-  gradient_sums_loop(x, dy, relu_output, begin, end, channels, mean, acc);
 }
 TANDEM_CPU_CLONES void gradient_sums(const double* x, const double* dy, const double* relu_output,
                                      int64_t begin, int64_t end, int64_t channels,
