@@ -55,7 +55,8 @@ class ResidualBlockImpl : public tandem::nn::ModuleImpl {
     tandem::Tensor y = bn1_(conv1_(x), training);  // with its ReLU
     y = bn2_(conv2_(y), training);
     const tandem::Tensor skip = shortcut_.defined() ? shortcut_(x, training) : x;
-    return ops::relu(add_({y, skip}));
+    // The sum and the block's last ReLU in one pass (relu(add(y, skip)), bit for bit).
+    return ops::add(y, skip, ops::FusedActivation::kRelu);
   }
 
  protected:
@@ -71,7 +72,6 @@ class ResidualBlockImpl : public tandem::nn::ModuleImpl {
   int64_t filters_, stride_;
   tandem::nn::Module conv1_, bn1_, conv2_, bn2_;
   tandem::nn::Module shortcut_;  // only when the block changes the shape
-  tandem::nn::Add add_;
 };
 
 /// The block as a layer: Sequential({..., ResidualBlock(32, 2), ...}).

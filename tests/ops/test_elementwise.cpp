@@ -1,9 +1,11 @@
 // Elementwise ops against host references: binary ops under every broadcasting path, unary
 // math and activations, scalar forms and operators, comparison, cast, in-place updates, and
-// the argument errors.
+// the argument errors; add with a fused ReLU against relu(add).
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <limits>
+#include <utility>
+#include <vector>
 
 #include "ops/ops_testing.h"
 
@@ -332,4 +334,38 @@ TEST_CASE("sum_to reverses broadcasting", "[cpu][ops]") {
   REQUIRE(ops::sum_to(x, x.shape()).shares_storage_with(x));
   REQUIRE_THROWS_WITH(ops::sum_to(x, {5}), Catch::Contains("sum_to") && Catch::Contains("[5]") &&
                                                Catch::Contains("[2, 3, 4]"));
+}
+
+TEST_CASE("add with a fused ReLU gives relu(add(a, b)) bit for bit, forward and backward",
+          "[cpu][ops]") {
+  for (const DType dtype : {DType::kFloat32, DType::kFloat64, DType::kBFloat16}) {
+    // Equal shapes (100k elements: the parallel path) and a per-channel b, broadcast.
+    for (const auto& [sa, sb] :
+         {std::pair{Shape{100000}, Shape{100000}}, std::pair{Shape{4, 5, 5, 8}, Shape{8}}}) {
+      INFO(dtype << " " << sa << " + " << sb);
+      const Tensor a = ops::cast(random_tensor(sa, 1, DType::kFloat32), dtype);
+      const Tensor b = ops::cast(random_tensor(sb, 2, DType::kFloat32), dtype);
+      const Tensor weights = ops::cast(random_tensor(sa, 3, DType::kFloat32), dtype);
+      GradientTape tape({.persistent = true});
+      tape.watch(a);
+      tape.watch(b);
+      const Tensor fused = ops::add(a, b, ops::FusedActivation::kRelu);
+      const Tensor composed = ops::relu(ops::add(a, b));
+      REQUIRE(fused.dtype() == dtype);
+      REQUIRE(values(fused) == values(composed));
+      // About half the sums are negative: the mask matters.
+      REQUIRE(ops::sum(ops::cast(ops::greater(fused, 0.0), DType::kInt64)).item<int64_t>() >
+              sa.numel() / 4);
+      const std::vector<Tensor> g_fused = tape.gradient(ops::sum(ops::mul(fused, weights)), {a, b});
+      const std::vector<Tensor> g_composed =
+          tape.gradient(ops::sum(ops::mul(composed, weights)), {a, b});
+      REQUIRE(values(g_fused[0]) == values(g_composed[0]));
+      REQUIRE(values(g_fused[1]) == values(g_composed[1]));
+    }
+  }
+  // kLinear is add itself; the ReLU needs a floating dtype.
+  const Tensor i = Tensor::from_vector<int32_t>({1, -3});
+  REQUIRE(values(ops::add(i, i, ops::FusedActivation::kLinear)) == std::vector<double>{2, -6});
+  REQUIRE_THROWS_WITH(ops::add(i, i, ops::FusedActivation::kRelu),
+                      Catch::Contains("add with a ReLU") && Catch::Contains("int32"));
 }

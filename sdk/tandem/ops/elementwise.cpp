@@ -49,6 +49,18 @@ Tensor add(const Tensor& a, const Tensor& b) {
   return out;
 }
 
+Tensor add(const Tensor& a, const Tensor& b, FusedActivation activation) {
+  if (activation == FusedActivation::kLinear) return add(a, b);
+  Tensor out = binary<DTypes::kFloating>("add with a ReLU", k::AddRelu{}, a, b);
+  if (tracked(out, {&a, &b}))
+    record_op("add_relu", {a, b}, out, [out, sa = a.shape(), sb = b.shape()](const Tensor& g) {
+      // relu's gradient passes g where a + b > 0, that is where the output is > 0.
+      const Tensor masked = grad_map("add with a ReLU", k::ReluGrad{}, out, g);
+      return std::vector<Tensor>{sum_to(masked, sa), sum_to(masked, sb)};
+    });
+  return out;
+}
+
 Tensor sub(const Tensor& a, const Tensor& b) {
   Tensor out = binary<DTypes::kNumeric>("sub", k::Sub{}, a, b);
   if (tracked(out, {&a, &b}))

@@ -169,6 +169,10 @@ enum class FusedActivation { kLinear, kRelu };
 /// float32 sums and round the output once, on either device.
 Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(),
              FusedActivation activation = FusedActivation::kLinear);
+/// act(a + b) with numpy broadcasting in one pass, as a residual block ends: with kRelu it
+/// equals relu(add(a, b)) bitwise, forward and backward, without the intermediate sum (its
+/// backward keeps only the output). kLinear is add(a, b). kRelu needs a floating dtype.
+Tensor add(const Tensor& a, const Tensor& b, FusedActivation activation);
 
 // ---- losses -------------------------------------------------------------------------------
 /// Per-example -log softmax(logits)[label]: logits [N, C], labels [N] int32/int64 -> [N].

@@ -234,6 +234,13 @@ struct Relu {
     return x > T(0) ? x : T(0);
   }
 };
+/// relu(a + b): a residual connection's add and ReLU in one pass (ops::add with kRelu).
+struct AddRelu {
+  template <typename T>
+  TANDEM_HD_INLINE T operator()(T a, T b) const {
+    return Relu{}(Add{}(a, b));
+  }
+};
 struct Sigmoid {
   // exp(-x) overflows to inf for very negative x, and 1 / inf = 0 is the right limit.
   template <typename T>

@@ -30,7 +30,7 @@
 #define TANDEM_FLOATING_BINARY_FUNCTORS(X)                                                   \
   X(Div) X(First) X(AbsGrad) X(Log1pGrad) X(SqrtGrad) X(SquareGrad) X(PowGrad) X(ClipGrad) \
   X(ReluGrad) X(SigmoidGrad) X(TanhGrad) X(GeluGrad) X(GeluTanhGrad) X(MaximumMask)        \
-  X(MinimumMask)
+  X(MinimumMask) X(AddRelu)
 /// (a, b) -> same type on every numeric type, the 16-bit ones included.
 #define TANDEM_NUMERIC_BINARY_FUNCTORS(X) \
   X(Add) X(Sub) X(Mul) X(Maximum) X(Minimum) X(AddScaled)
