@@ -237,6 +237,9 @@ TEST_CASE("unary ops and activations match the CPU", "[cuda]") {
     check_op("pow -1.5", [](const auto& v) { return ops::pow(v[0], -1.5); }, {positive});
     check_op("clip", [](const auto& v) { return ops::clip(v[0], -1.0, 0.5); }, {x});
     check_op("relu", [](const auto& v) { return ops::relu(v[0]); }, {x});
+    check_op("add with a fused relu",
+             [](const auto& v) { return ops::add(v[0], v[1], ops::FusedActivation::kRelu); },
+             {x, random({61}, 42, dtype, -3.0, 3.0)});
     check_op("sigmoid", [](const auto& v) { return ops::sigmoid(v[0]); }, {x});
     check_op("tanh", [](const auto& v) { return ops::tanh(v[0]); }, {x});
     check_op("gelu", [](const auto& v) { return ops::gelu(v[0]); }, {x});
