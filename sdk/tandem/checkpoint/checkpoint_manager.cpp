@@ -75,6 +75,8 @@ struct CheckpointManager::Impl {
   std::vector<std::string> kept;     // file names in the directory, oldest first
   std::optional<int64_t> last_step;  // of the last checkpoint written or restored
   std::mutex save_mutex;             // one save at a time from outside replicas
+  // What a save derives from the structure alone, kept for the next (under save_mutex).
+  const std::shared_ptr<detail::SnapshotCache> snapshot_cache = detail::make_snapshot_cache();
   // Options::async_save: one writer thread, started by the first such save, writes the image
   // of `pending` and keeps the error of a write that failed; all under writer_mutex.
   struct PendingWrite {
@@ -85,8 +87,9 @@ struct CheckpointManager::Impl {
   std::thread writer;
   std::mutex writer_mutex;
   std::condition_variable writer_cv;
-  std::optional<PendingWrite> pending;  // handed over, not yet taken by the writer
-  bool writing = false;                 // a write is pending or in flight
+  std::optional<PendingWrite> pending;     // handed over, not yet taken by the writer
+  std::vector<detail::ImageOp> spare_ops;  // the last written image's op list, emptied
+  bool writing = false;                    // a write is pending or in flight
   bool stopping = false;
   std::exception_ptr background_error;
   std::optional<int64_t> last_written_step;  // the last_step of the last write that succeeded
@@ -151,7 +154,9 @@ struct CheckpointManager::Impl {
       } catch (...) {
         error = std::current_exception();
       }
+      write.image.ops.clear();  // the copies are freed here, off the training thread
       lock.lock();
+      spare_ops = std::move(write.image.ops);
       if (error)
         background_error = error;
       else
@@ -302,7 +307,13 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
   std::exception_ptr failure;
   if (is_chief()) {
     try {
-      detail::FileImage image = detail::snapshot_gathered(checkpoint, gathered);
+      std::vector<detail::ImageOp> recycled;
+      if (options.async_save) {
+        const std::lock_guard<std::mutex> writer_lock(writer_mutex);
+        recycled = std::move(spare_ops);
+      }
+      detail::FileImage image = detail::snapshot_gathered(
+          checkpoint, gathered, snapshot_cache.get(), std::move(recycled));
       if (options.async_save) {
         last_written_step = last_step;  // before this write (the writer is idle here)
         submit({std::move(image), name, path, step});

@@ -7,6 +7,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <utility>
 
 #include "tandem/checkpoint/internal/file_io.h"
 #include "tandem/io/internal/hdf5_file.h"
@@ -81,6 +82,11 @@ void ImageGroup::write_attr(const std::string& name, const std::string& value) c
   add(ImageOp::Kind::kAttrString, name).text = value;
 }
 
+void ImageGroup::write_attr_later(const std::string& name,
+                                  std::function<std::string()> make) const {
+  add(ImageOp::Kind::kAttrString, name).text_later = std::move(make);
+}
+
 void ImageGroup::write_attr(const std::string& name, int64_t value) const {
   add(ImageOp::Kind::kAttrInt, name).integer = value;
 }
@@ -136,7 +142,7 @@ void replay(const FileImage& image, const h5::Group& root) {
         group(op.group).write_u64(op.name, op.u64, op.shape);
         break;
       case Kind::kAttrString:
-        group(op.group).write_attr(op.name, op.text);
+        group(op.group).write_attr(op.name, op.text_later ? op.text_later() : op.text);
         break;
       case Kind::kAttrInt:
         group(op.group).write_attr(op.name, op.integer);

@@ -81,11 +81,22 @@ std::string hex64(uint64_t value) {
 }  // namespace
 
 std::string signature_of(const std::vector<LayerWeights>& layers) {
-  std::string text;
+  std::vector<LayerDescription> described;
+  described.reserve(layers.size());
   for (const LayerWeights& layer : layers) {
+    LayerDescription& d = described.emplace_back();
+    d.name = layer.name;
+    for (const Variable& v : layer.weights) d.weights.push_back({v.name(), v.shape(), v.dtype()});
+  }
+  return signature_of(described);
+}
+
+std::string signature_of(const std::vector<LayerDescription>& layers) {
+  std::string text;
+  for (const LayerDescription& layer : layers) {
     text += "layer " + layer.name + "\n";
-    for (const Variable& v : layer.weights)
-      text += str_cat("  ", v.name(), " ", v.shape(), " ", v.dtype(), "\n");
+    for (const LayerDescription::Weight& w : layer.weights)
+      text += str_cat("  ", w.name, " ", w.shape, " ", w.dtype, "\n");
   }
   return hex64(fnv1a(text));
 }

@@ -1,9 +1,13 @@
 // Writing a checkpoint: the root attributes, /model_weights (Keras' legacy h5 layout),
 // /optimizer_weights and /training_state, into a temporary file that is synced and renamed into
 // place, so that a crash leaves the previous checkpoint or the new one, never a mix.
+#include <bit>
 #include <ctime>
 #include <filesystem>
 #include <map>
+#include <memory>
+#include <optional>
+#include <typeinfo>
 
 #include "tandem/checkpoint/internal/file_image.h"
 #include "tandem/checkpoint/internal/file_io.h"
@@ -16,8 +20,11 @@
 #include "tandem/data/distributed_dataset.h"
 #include "tandem/metrics/metrics.h"
 #include "tandem/nn/module.h"
+#include "tandem/optim/adam.h"
 #include "tandem/optim/loss_scale_optimizer.h"
 #include "tandem/optim/optimizer.h"
+#include "tandem/optim/schedules.h"
+#include "tandem/optim/sgd.h"
 
 namespace tandem {
 
@@ -34,6 +41,7 @@ using detail::kOptimizerWeights;
 using detail::kRngAlgorithm;
 using detail::kStandardCounters;
 using detail::kTrainingState;
+using detail::LayerDescription;
 using detail::layers_of;
 using detail::LayerWeights;
 using detail::tracked;
@@ -46,17 +54,18 @@ Tensor int64_scalar(int64_t value) {
   return Tensor::from_vector(std::vector<int64_t>{value}, Shape(std::vector<int64_t>{}));
 }
 
-std::string utc_now() {
-  const std::time_t now = std::time(nullptr);
+std::string utc_text(std::time_t time) {
   std::tm parts{};
-  gmtime_r(&now, &parts);
+  gmtime_r(&time, &parts);
   char text[32];
   std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%SZ", &parts);
   return text;
 }
 
+/// Also describes the layers written into `described`, for the model_signature.
 void write_model(const detail::ImageGroup& root, const nn::Module* model,
-                 const std::map<std::string, Tensor>& on_read) {
+                 const std::map<std::string, Tensor>& on_read,
+                 std::vector<LayerDescription>& described) {
   const detail::ImageGroup group = root.create_group(kModelWeights);
   std::vector<std::string> layer_names;
   const std::vector<LayerWeights> layers = model ? layers_of(*model) : std::vector<LayerWeights>{};
@@ -66,10 +75,14 @@ void write_model(const detail::ImageGroup& root, const nn::Module* model,
   group.write_attr_fixed("layer_names", layer_names);
   group.write_attr("backend", std::string("tensorflow"));
   group.write_attr("keras_version", std::string(kKerasVersion));
+  described.reserve(layers.size());
   for (const LayerWeights& layer : layers) {
     const detail::ImageGroup layer_group = group.create_group(layer.name);
+    LayerDescription& description = described.emplace_back();
+    description.name = layer.name;
     std::vector<std::string> weight_names;
     for (const Variable& v : layer.weights) {
+      description.weights.push_back({v.name(), v.shape(), v.dtype()});
       weight_names.push_back(keras_name(v.name()));
       // Replica 0's copy: after every synchronised update all copies hold the same bits; a
       // variable synchronized on read (batch norm's moving statistics) is saved as the
@@ -82,7 +95,8 @@ void write_model(const detail::ImageGroup& root, const nn::Module* model,
   }
 }
 
-void write_optimizer(const detail::ImageGroup& root, const optim::Optimizer& optimizer) {
+void write_optimizer(const detail::ImageGroup& root, const optim::Optimizer& optimizer,
+                     const std::string& config_json) {
   const detail::ImageGroup group = root.create_group(kOptimizerWeights);
   std::vector<std::string> weight_names = {kIterationName};
   group.write_tensor(kIterationName, int64_scalar(optimizer.iterations()));
@@ -91,7 +105,7 @@ void write_optimizer(const detail::ImageGroup& root, const optim::Optimizer& opt
     group.write_tensor(keras_name(name), slot.copy(0));
   }
   group.write_attr("optimizer", optimizer.name());
-  group.write_attr("config_json", optimizer.config_json());
+  group.write_attr("config_json", config_json);
   group.write_attr_fixed("weight_names", weight_names);
 }
 
@@ -194,16 +208,74 @@ void write_training_state(const detail::ImageGroup& root,
 
 namespace detail {
 
-FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& gathered) {
+struct SnapshotCache {
+  /// Operations in the last image: the next one reserves as many (no regrowth while copying).
+  size_t ops = 0;
+  /// The optimizer's config_json and what it was made from (config_of).
+  const optim::Optimizer* optimizer = nullptr;
+  std::optional<optim::LearningRate> learning_rate;  // keeps its schedule alive
+  double rate = 0;
+  std::optional<double> global_clipnorm;
+  int accumulation_steps = 0;
+  std::string config_json;
+};
+
+std::shared_ptr<SnapshotCache> make_snapshot_cache() { return std::make_shared<SnapshotCache>(); }
+
+namespace {
+
+/// optimizer.config_json(), remade only when what it is made of may have changed. Kept only for
+/// the optimizers whose config is their constructor's options (fixed) and the learning rate,
+/// with a constant rate: one and the same schedule object, whose one value is unchanged (so
+/// even a schedule the caller shares and assigns anew is seen). Any other kind is asked anew.
+const std::string& config_of(const optim::Optimizer& optimizer, SnapshotCache* cache,
+                             std::string& fresh) {
+  const std::type_info& kind = typeid(optimizer);
+  const bool fixed_options =
+      kind == typeid(optim::Adam) || kind == typeid(optim::AdamW) || kind == typeid(optim::SGD);
+  const optim::LearningRate& learning_rate = optimizer.learning_rate();
+  const bool constant_rate = typeid(learning_rate.schedule()) == typeid(optim::schedules::Constant);
+  if (cache == nullptr || !fixed_options || !constant_rate) {
+    fresh = optimizer.config_json();
+    return fresh;
+  }
+  const double rate = learning_rate(0);
+  const bool same = cache->optimizer == &optimizer && cache->learning_rate &&
+                    &cache->learning_rate->schedule() == &learning_rate.schedule() &&
+                    std::bit_cast<uint64_t>(cache->rate) == std::bit_cast<uint64_t>(rate) &&
+                    cache->global_clipnorm == optimizer.global_clipnorm() &&
+                    cache->accumulation_steps == optimizer.gradient_accumulation_steps();
+  if (!same) {
+    cache->optimizer = &optimizer;
+    cache->learning_rate = learning_rate;
+    cache->rate = rate;
+    cache->global_clipnorm = optimizer.global_clipnorm();
+    cache->accumulation_steps = optimizer.gradient_accumulation_steps();
+    cache->config_json = optimizer.config_json();
+  }
+  return cache->config_json;
+}
+
+}  // namespace
+
+FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& gathered,
+                            SnapshotCache* cache, std::vector<ImageOp> recycled) {
   const std::vector<Checkpoint::Entry>& entries_ = checkpoint.entries();
   const nn::Module* model = tracked_one<nn::Module>(entries_);
   const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_);
   const auto image = std::make_shared<FileImage>();
+  // A new op list of this size is a large allocation, which can make the allocator sort its
+  // free lists first on this thread: the previous image's list is reused instead.
+  image->ops = std::move(recycled);
+  image->ops.clear();
+  if (cache != nullptr) image->ops.reserve(cache->ops);
   const ImageGroup root(image);
   root.write_attr("tandem_format", std::string(kFormatName));
   root.write_attr("tandem_format_version", kCheckpointFormatVersion);
   root.write_attr("tandem_version", build_info().version);
-  root.write_attr("created_utc", utc_now());
+  // The time is taken now; its text, like the model_signature, is made as the file is written.
+  const std::time_t now = std::time(nullptr);
+  root.write_attr_later("created_utc", [now] { return utc_text(now); });
   root.write_attr("num_workers", static_cast<int64_t>(gathered.num_workers));
   root.write_attr("num_replicas", gathered.num_replicas);
   std::string backend = "cpu";
@@ -212,17 +284,23 @@ FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& g
     if (!weights.empty() && weights.front().copy(0).device().is_cuda()) backend = "cuda";
   }
   root.write_attr("backend", backend);
-  root.write_attr("model_signature", checkpoint.model_signature());
+  // Checkpoint::model_signature(), of the layers write_model describes.
+  const auto described = std::make_shared<std::vector<LayerDescription>>();
+  root.write_attr_later("model_signature", [described, has_model = model != nullptr] {
+    return has_model ? detail::signature_of(*described) : std::string();
+  });
   // Every dataset with data carries Fletcher-32, scalars sit in checksummed object headers
   // (hdf5_file.h); readers note files without this attribute (written before checksums).
   root.write_attr("tandem_checksums", std::string(kChecksums));
 
-  write_model(root, model, gathered.on_read);
+  write_model(root, model, gathered.on_read, *described);
   root.save_point("model_weights");
-  if (optimizer) write_optimizer(root, *optimizer);
+  std::string config_json;
+  if (optimizer) write_optimizer(root, *optimizer, config_of(*optimizer, cache, config_json));
   root.save_point("optimizer_weights");
   write_training_state(root, entries_, checkpoint.global_step(), gathered);
   root.save_point("training_state");
+  if (cache != nullptr) cache->ops = image->ops.size();
   return std::move(*image);
 }
 

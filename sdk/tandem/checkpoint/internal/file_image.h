@@ -6,6 +6,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <string_view>
@@ -34,6 +35,8 @@ struct ImageOp {
   std::string name;
   std::string object;
   std::string text;
+  /// kAttrString: when set, makes `text` as the file is written (from values the image holds).
+  std::function<std::string()> text_later;
   int64_t integer = 0;
   std::vector<std::string> texts;
   Tensor tensor;  ///< a host copy
@@ -60,6 +63,9 @@ class ImageGroup {
   void write_u64(const std::string& name, const std::vector<uint64_t>& values,
                  const Shape& shape) const;
   void write_attr(const std::string& name, const std::string& value) const;
+  /// A string attribute whose value `make` computes when the file is written, on the thread
+  /// that writes it: `make` must use only values it holds, never the live objects.
+  void write_attr_later(const std::string& name, std::function<std::string()> make) const;
   void write_attr(const std::string& name, int64_t value) const;
   void write_attr(const std::string& name, const std::vector<std::string>& values) const;
   void write_attr_fixed(const std::string& name, const std::vector<std::string>& values) const;

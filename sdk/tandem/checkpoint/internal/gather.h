@@ -6,6 +6,7 @@
 #include <array>
 #include <cstdint>
 #include <map>
+#include <memory>
 #include <string>
 #include <utility>
 #include <vector>
@@ -39,7 +40,18 @@ GatheredState gather_state(const Checkpoint& checkpoint, WorkerGroup* workers);
 /// Checkpoint::write with the gathered state (what the chief of a multi-worker job writes).
 void write_gathered(const Checkpoint& checkpoint, const std::string& path,
                     const GatheredState& gathered);
+/// What the saves of one CheckpointManager keep from one save to the next so that taking an
+/// image costs the caller little more than the copy of the values: what is derived only from
+/// the tracked objects' structure, checked against them at every save and remade when it
+/// changed (write.cpp).
+struct SnapshotCache;
+std::shared_ptr<SnapshotCache> make_snapshot_cache();
+
 /// The file write_gathered writes, taken now into host memory (write it with write_image).
-FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& gathered);
+/// What only describes the values (the model_signature, the creation time's text) is made
+/// when the image is written. `cache` (optional) is used by one thread at a time; `recycled`
+/// (optional) is the emptied op list of an earlier image, whose memory this one reuses.
+FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& gathered,
+                            SnapshotCache* cache = nullptr, std::vector<ImageOp> recycled = {});
 
 }  // namespace tandem::detail

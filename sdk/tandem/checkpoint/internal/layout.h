@@ -97,6 +97,20 @@ std::string strip_keras_suffix(const std::string& name);
 /// variable's name, shape and dtype.
 std::string signature_of(const std::vector<LayerWeights>& layers);
 
+/// What model_signature hashes of one layer, held apart from the variables (a save records it
+/// with the copy of the values and hashes it on the thread that writes the file).
+struct LayerDescription {
+  struct Weight {
+    std::string name;
+    Shape shape;
+    DType dtype = DType::kFloat32;
+  };
+  std::string name;
+  std::vector<Weight> weights;
+};
+/// The same signature, of layers described.
+std::string signature_of(const std::vector<LayerDescription>& layers);
+
 /// Writes `value` into every replica's copy of `variable`, so that all replicas hold the same
 /// bits (the restore-side "broadcast" of a mirrored variable; load_weights uses it too).
 void assign_all_copies(const Variable& variable, const Tensor& value);
