@@ -26,9 +26,12 @@ inline void run(const F& f, int64_t n, const T* a, const T* b, R* y) {
   } else if constexpr (kA) {
     const C bv = C(b[0]);
     for (int64_t i = 0; i < n; ++i) y[i] = static_cast<R>(f(C(a[i]), bv));
-  } else {
+  } else if constexpr (kB) {
     const C av = C(a[0]);
     for (int64_t i = 0; i < n; ++i) y[i] = static_cast<R>(f(av, C(b[i])));
+  } else {  // neither advances (broadcast_to): one value, repeated
+    const R v = static_cast<R>(f(C(a[0]), C(b[0])));
+    for (int64_t i = 0; i < n; ++i) y[i] = v;
   }
 }
 
@@ -131,8 +134,10 @@ void binary(const F& f, const kernels::BroadcastPlan& plan, const T* a, const T*
       binary_range<true, true>(f, plan, a, b, y, begin, end);
     else if (plan.a_inner)
       binary_range<true, false>(f, plan, a, b, y, begin, end);
-    else
+    else if (plan.b_inner)
       binary_range<false, true>(f, plan, a, b, y, begin, end);
+    else  // both repeat along the inner run: only broadcast_to's output outgrows both inputs
+      binary_range<false, false>(f, plan, a, b, y, begin, end);
   });
 }
 
