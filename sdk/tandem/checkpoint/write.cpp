@@ -234,14 +234,15 @@ const std::string& config_of(const optim::Optimizer& optimizer, SnapshotCache* c
   const bool fixed_options =
       kind == typeid(optim::Adam) || kind == typeid(optim::AdamW) || kind == typeid(optim::SGD);
   const optim::LearningRate& learning_rate = optimizer.learning_rate();
-  const bool constant_rate = typeid(learning_rate.schedule()) == typeid(optim::schedules::Constant);
+  const auto& schedule = learning_rate.schedule();
+  const bool constant_rate = typeid(schedule) == typeid(optim::schedules::Constant);
   if (cache == nullptr || !fixed_options || !constant_rate) {
     fresh = optimizer.config_json();
     return fresh;
   }
   const double rate = learning_rate(0);
   const bool same = cache->optimizer == &optimizer && cache->learning_rate &&
-                    &cache->learning_rate->schedule() == &learning_rate.schedule() &&
+                    &cache->learning_rate->schedule() == &schedule &&
                     std::bit_cast<uint64_t>(cache->rate) == std::bit_cast<uint64_t>(rate) &&
                     cache->global_clipnorm == optimizer.global_clipnorm() &&
                     cache->accumulation_steps == optimizer.gradient_accumulation_steps();
