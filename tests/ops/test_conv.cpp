@@ -2,7 +2,9 @@
 // composition it replaced (im2col, matmul, add, relu; col2im for the input gradient) over
 // several shapes, strides and paddings: float64 bitwise, float32 (oneDNN's primitives) bitwise
 // on inputs whose sums are exact and within the summation-order bound otherwise; finite
-// differences; one recorded node and no input gradient for an untracked input; errors.
+// differences; one recorded node and no input gradient for an untracked input; errors. The
+// shapes oneDNN's Winograd kernels take: within their error bound of the exact result, and within
+// the summation-order bound once they are turned off.
 #include <algorithm>
 #include <array>
 #include <catch2/catch.hpp>
@@ -365,4 +367,60 @@ TEST_CASE("conv2d refuses mismatched shapes and dtypes, naming the op and the sh
   REQUIRE_THROWS_WITH(ops::conv2d(x, Tensor::ones({8, 3, 3, 4}, DType::kFloat64),
                                   Tensor::ones({4}, DType::kFloat64), s, valid),
                       Catch::Contains("conv2d") && Catch::Contains("VALID"));
+}
+
+TEST_CASE("float32 3x3 SAME convolutions of 16k channels: Winograd within its bound, or direct",
+          "[cpu][ops][conv]") {
+  // The shapes oneDNN's Winograd kernels take: 16 channels (used in place) and 32 (reordered).
+  const std::vector<ConvCase> cases = {
+      {{2, 8, 8, 16}, {3, 3, 16, 16}, {1, 1}, ops::Padding::kSame},
+      {{2, 7, 6, 32}, {3, 3, 32, 16}, {1, 1}, ops::Padding::kSame},
+      {{3, 5, 9, 16}, {3, 3, 16, 32}, {1, 1}, ops::Padding::kSame},
+  };
+  struct Restore {
+    bool was = ops::winograd_convolutions();
+    ~Restore() { ops::set_winograd_convolutions(was); }
+  } restore;
+  for (const bool winograd : {true, false}) {
+    ops::set_winograd_convolutions(winograd);
+    REQUIRE(ops::winograd_convolutions() == winograd);
+    for (const ConvCase& c : cases) {
+      INFO(describe(c) << " + bias, " << (winograd ? "Winograd allowed" : "direct"));
+      const Tensor x = random_tensor(c.x, /*seed=*/21, DType::kFloat32);
+      const Tensor kernel = random_tensor(c.kernel, /*seed=*/22, DType::kFloat32);
+      const Tensor bias = random_tensor({c.kernel[3]}, /*seed=*/23, DType::kFloat32);
+      const Tensor upstream = random_tensor(output_shape(c), /*seed=*/24, DType::kFloat32);
+      const Result got = fused(c, x, kernel, bias, /*relu=*/false, upstream);
+      const Result magnitude =
+          reference(c, abs64(x), abs64(kernel), abs64(bias), false, abs64(upstream));
+      const ConvGeometry g = geometry(c);
+      const int64_t rows = ops::cpu::im2col_rows(g);
+      if (winograd) {
+        // Winograd F(4x4, 3x3) rounds in its transforms too: within 2^-17 of sum|term| of the
+        // exact float64 result (the largest seen here is ~2^-20).
+        const Result exact = reference(
+            c, ops::cast(x, DType::kFloat64), ops::cast(kernel, DType::kFloat64),
+            ops::cast(bias, DType::kFloat64), false, ops::cast(upstream, DType::kFloat64));
+        const auto within = [](const Tensor& a, const Tensor& b, const Tensor& m) {
+          const std::vector<double> av = values(a), bv = values(b), mv = values(m);
+          REQUIRE(av.size() == bv.size());
+          double worst = 0;
+          for (size_t i = 0; i < av.size(); ++i)
+            worst = std::max(worst, std::abs(av[i] - bv[i]) / std::max(mv[i], 1e-30));
+          INFO("largest |got - exact| / sum|term| = " << worst);
+          CHECK(worst <= std::ldexp(1.0, -17));
+        };
+        within(got.y, exact.y, magnitude.y);
+        within(got.kernel, exact.kernel, magnitude.kernel);
+        within(got.bias, exact.bias, magnitude.bias);
+        within(got.x, exact.x, magnitude.x);
+      } else {
+        const Result want = reference(c, x, kernel, bias, /*relu=*/false, upstream);
+        require_within_order_bound(got.y, want.y, magnitude.y, ops::cpu::im2col_depth(g) + 1);
+        require_within_order_bound(got.kernel, want.kernel, magnitude.kernel, rows);
+        require_within_order_bound(got.bias, want.bias, magnitude.bias, rows);
+        require_within_order_bound(got.x, want.x, magnitude.x, 9 * c.kernel[3]);
+      }
+    }
+  }
 }

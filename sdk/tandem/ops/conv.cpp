@@ -182,6 +182,10 @@ void run_conv2d_backward_data(const Tensor& dz, const Tensor& kernel, const cpu:
 
 // ---- convolution ----------------------------------------------------------------------------
 
+void set_winograd_convolutions(bool enabled) { cpu::set_winograd_convolutions(enabled); }
+
+bool winograd_convolutions() { return cpu::winograd_convolutions(); }
+
 int64_t conv_output_size(int64_t input, int64_t window, int64_t stride, Padding padding) {
   TANDEM_CHECK(input >= 0 && window >= 1 && stride >= 1, "conv_output_size: bad arguments (input ",
                input, ", window ", window, ", stride ", stride, ")");

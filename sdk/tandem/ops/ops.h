@@ -199,6 +199,14 @@ Tensor conv2d(const Tensor& x, const Tensor& kernel, std::array<int64_t, 2> stri
 Tensor conv2d(const Tensor& x, const Tensor& kernel, const Tensor& bias,
               std::array<int64_t, 2> strides, Padding padding,
               FusedActivation activation = FusedActivation::kLinear);
+/// Whether float32 CPU convolutions that oneDNN's Winograd kernels take (3x3 windows, stride 1,
+/// SAME padding, input and output channels multiples of 16) run on them, forward and both
+/// backwards: on by default (TANDEM_CONV_WINOGRAD=0 at start-up turns it off). They multiply
+/// 2.25x less than the direct kernels and round differently (relative differences of ~1e-6 in
+/// the outputs); set it off for results that do not depend on which kernels oneDNN has.
+void set_winograd_convolutions(bool enabled);
+/// Whether float32 CPU convolutions may run Winograd kernels (set_winograd_convolutions).
+bool winograd_convolutions();
 /// Max pooling over windows of `pool_size` (SAME pads with -inf, as TensorFlow).
 Tensor max_pool2d(const Tensor& x, std::array<int64_t, 2> pool_size, std::array<int64_t, 2> strides,
                   Padding padding = Padding::kValid);

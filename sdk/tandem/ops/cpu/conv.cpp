@@ -4,7 +4,10 @@
 #include "tandem/ops/cpu/conv.h"
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <memory>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -19,6 +22,14 @@
 
 namespace tandem::ops::cpu {
 namespace {
+
+std::atomic<bool>& winograd_flag() {
+  static std::atomic<bool> flag{[] {
+    const char* value = std::getenv("TANDEM_CONV_WINOGRAD");
+    return value == nullptr || std::string_view(value) != "0";
+  }()};
+  return flag;
+}
 
 // Below this many elements moved a parallel region costs more than it saves.
 constexpr int64_t kParallelMinElements = int64_t{1} << 15;
@@ -299,6 +310,12 @@ void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const bfloat16
 void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float16* dy,
                           const float16* w, float16* dx) {
   conv2d_backward_data_16(g, filters, dy, w, dx);
+}
+
+bool winograd_convolutions() { return winograd_flag().load(std::memory_order_relaxed); }
+
+void set_winograd_convolutions(bool enabled) {
+  winograd_flag().store(enabled, std::memory_order_relaxed);
 }
 
 }  // namespace tandem::ops::cpu

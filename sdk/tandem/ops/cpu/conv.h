@@ -54,4 +54,10 @@ void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const bfloat16
 void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float16* dy,
                           const float16* w, float16* dx);
 
+/// Whether float32 convolutions that oneDNN's Winograd kernels take (3x3, stride 1, SAME,
+/// channel counts multiples of 16) run on them: on unless set off, or TANDEM_CONV_WINOGRAD=0 at
+/// start-up (ops::set_winograd_convolutions).
+bool winograd_convolutions();
+void set_winograd_convolutions(bool enabled);
+
 }  // namespace tandem::ops::cpu
