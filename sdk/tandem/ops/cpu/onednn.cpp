@@ -2,7 +2,6 @@
 // oneDNN (CMakeLists.txt leaves onednn*.cpp out otherwise).
 #include "tandem/ops/cpu/onednn.h"
 
-#include <array>
 #include <vector>
 
 namespace tandem::ops::cpu::onednn {
@@ -28,11 +27,6 @@ void* scratchpad(size_t bytes) {
 void* weights_buffer(size_t bytes) {
   thread_local std::vector<std::byte> buffer;
   return aligned(buffer, bytes);
-}
-
-void* activation_buffer(int slot, size_t bytes) {
-  thread_local std::array<std::vector<std::byte>, 2> buffers;
-  return aligned(buffers.at(static_cast<size_t>(slot)), bytes);
 }
 
 const dnnl::engine& engine() {

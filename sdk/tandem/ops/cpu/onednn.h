@@ -74,9 +74,6 @@ class PrimitiveCache {
 /// A buffer of the calling thread for a primitive's weights in the layout it asked for, grown as
 /// needed and aligned for vector loads; valid until the thread's next call.
 void* weights_buffer(size_t bytes);
-/// Buffer `slot` (0 or 1) of the calling thread for an activation in a primitive's layout,
-/// grown as needed and aligned for vector loads; valid until the thread's next call.
-void* activation_buffer(int slot, size_t bytes);
 
 // ---- kernels on primitives (onednn_conv.cpp); arguments and results as cpu::conv2d's ----------
 // float32 or bfloat16 (summed in float32), with no empty dimension and at least one input

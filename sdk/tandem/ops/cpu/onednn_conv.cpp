@@ -19,6 +19,7 @@
 #include "tandem/core/error.h"
 #include "tandem/ops/cpu/conv.h"
 #include "tandem/ops/cpu/onednn.h"
+#include "tandem/tensor/allocator.h"
 
 namespace tandem::ops::cpu::onednn {
 namespace {
@@ -209,8 +210,8 @@ std::shared_ptr<const BackwardData> create_backward_data(const ConvKey& key) {
 // (batch 64, 2 threads, 2-core AMD EPYC). They take 3x3, stride 1, SAME (padding 1) float32
 // convolutions with channel counts that are multiples of 16, and read and write activations
 // blocked by 16 channels (nChw16c): with 16 channels that lies in memory as NHWC does, so the
-// data is used in place; with more, it is reordered into buffers of the calling thread and back
-// (~0.02 ms for [64, 14, 14, 32]). Their rounding differs from the direct kernels';
+// data is used in place; with more, it is reordered into memory of the CPU allocator for the
+// call and back (~0.02 ms for [64, 14, 14, 32]). Their rounding differs from the direct kernels';
 // ops::set_winograd_convolutions(false) (or TANDEM_CONV_WINOGRAD=0) turns them off. Where
 // oneDNN makes no Winograd primitive for a shape, the direct one runs.
 
@@ -245,19 +246,42 @@ Activation make_activation(const dnnl::memory::desc& nhwc) {
   return a;
 }
 
-/// An input activation in the blocked layout: `data` itself, or its copy in buffer `slot`.
-const void* blocked_input(const Activation& a, const void* data, int slot) {
+/// Memory of the CPU allocator for one call: its free lists serve a training step's repeated
+/// calls without system calls, and the memory goes back to tensors between calls.
+class CallBuffer {
+ public:
+  CallBuffer() = default;
+  CallBuffer(const CallBuffer&) = delete;
+  CallBuffer& operator=(const CallBuffer&) = delete;
+  ~CallBuffer() {
+    if (data_ != nullptr) cpu_allocator().deallocate(data_, bytes_);
+  }
+  void* get(size_t bytes) {
+    TANDEM_CHECK(data_ == nullptr, "conv2d: a call buffer taken twice");
+    bytes_ = bytes;
+    data_ = cpu_allocator().allocate(bytes);
+    return data_;
+  }
+
+ private:
+  size_t bytes_ = 0;
+  void* data_ = nullptr;
+};
+
+/// An input activation in the blocked layout: `data` itself, or its copy in `copy`.
+const void* blocked_input(const Activation& a, const void* data, CallBuffer& copy) {
   if (a.in_place) return data;
-  void* copy = activation_buffer(slot, a.blocked.get_size());
-  execute(a.to_blocked, {{DNNL_ARG_FROM, wrap(a.nhwc, data)}, {DNNL_ARG_TO, wrap(a.blocked, copy)}},
+  void* blocked = copy.get(a.blocked.get_size());
+  execute(a.to_blocked,
+          {{DNNL_ARG_FROM, wrap(a.nhwc, data)}, {DNNL_ARG_TO, wrap(a.blocked, blocked)}},
           a.scratchpad_bytes);
-  return copy;
+  return blocked;
 }
 
-/// Where a primitive writes an output activation: `data` itself, or buffer `slot`, which
-/// finish_output then copies into `data`.
-void* blocked_output(const Activation& a, void* data, int slot) {
-  return a.in_place ? data : activation_buffer(slot, a.blocked.get_size());
+/// Where a primitive writes an output activation: `data` itself, or `copy`, which
+/// finish_output then reorders into `data`.
+void* blocked_output(const Activation& a, void* data, CallBuffer& copy) {
+  return a.in_place ? data : copy.get(a.blocked.get_size());
 }
 
 void finish_output(const Activation& a, const void* blocked, void* data) {
@@ -354,9 +378,10 @@ void forward(dt type, const ConvGeometry& g, int64_t filters, const void* x, con
   static PrimitiveCache<ConvKey, Forward, ConvKeyHash> cache;
   try {
     if (const auto w3 = winograd(type, g, filters, bias != nullptr, relu); w3 && w3->forward) {
-      void* out = blocked_output(w3->dst, y, 0);
+      CallBuffer src_copy, dst_copy;
+      void* out = blocked_output(w3->dst, y, dst_copy);
       std::unordered_map<int, dnnl::memory> args{
-          {DNNL_ARG_SRC, wrap(w3->src.blocked, blocked_input(w3->src, x, 1))},
+          {DNNL_ARG_SRC, wrap(w3->src.blocked, blocked_input(w3->src, x, src_copy))},
           {DNNL_ARG_WEIGHTS, wrap(w3->forward_kernel.to, reordered(w3->forward_kernel, w))},
           {DNNL_ARG_DST, wrap(w3->dst.blocked, out)}};
       if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, wrap(w3->shapes.bias, bias));
@@ -387,9 +412,10 @@ void backward_weights(dt type, const ConvGeometry& g, int64_t filters, const voi
         w3 && w3->backward_weights) {
       const KernelReorder& to_hwio = w3->kernel_grad;
       void* grad = to_hwio.needed ? weights_buffer(to_hwio.from.get_size()) : dw;
+      CallBuffer src_copy, dy_copy;
       std::unordered_map<int, dnnl::memory> args{
-          {DNNL_ARG_SRC, wrap(w3->src.blocked, blocked_input(w3->src, x, 0))},
-          {DNNL_ARG_DIFF_DST, wrap(w3->dst.blocked, blocked_input(w3->dst, dy, 1))},
+          {DNNL_ARG_SRC, wrap(w3->src.blocked, blocked_input(w3->src, x, src_copy))},
+          {DNNL_ARG_DIFF_DST, wrap(w3->dst.blocked, blocked_input(w3->dst, dy, dy_copy))},
           {DNNL_ARG_DIFF_WEIGHTS, wrap(to_hwio.from, grad)}};
       if (db != nullptr) args.emplace(DNNL_ARG_DIFF_BIAS, wrap(w3->shapes.bias, db));
       execute(*w3->backward_weights, std::move(args), w3->weights_scratchpad);
@@ -419,9 +445,10 @@ void backward_data(dt type, const ConvGeometry& g, int64_t filters, const void* 
   static PrimitiveCache<ConvKey, BackwardData, ConvKeyHash> cache;
   try {
     if (const auto w3 = winograd(type, g, filters, false, false); w3 && w3->backward_data) {
-      void* out = blocked_output(w3->src, dx, 0);
+      CallBuffer dy_copy, dx_copy;
+      void* out = blocked_output(w3->src, dx, dx_copy);
       execute(*w3->backward_data,
-              {{DNNL_ARG_DIFF_DST, wrap(w3->dst.blocked, blocked_input(w3->dst, dy, 1))},
+              {{DNNL_ARG_DIFF_DST, wrap(w3->dst.blocked, blocked_input(w3->dst, dy, dy_copy))},
                {DNNL_ARG_WEIGHTS, wrap(w3->data_kernel.to, reordered(w3->data_kernel, w))},
                {DNNL_ARG_DIFF_SRC, wrap(w3->src.blocked, out)}},
               w3->data_scratchpad);
