@@ -11,7 +11,6 @@
 #include <algorithm>
 #include <array>
 #include <memory>
-#include <optional>
 #include <string>
 #include <unordered_map>
 #include <utility>
@@ -33,9 +32,10 @@ struct ConvKey {
   int64_t filters;
   bool bias, relu;
   int threads;
-  dt type;  // of every tensor of the call (f32 or bf16); bfloat16 accumulates in float32
+  dt type;        // of every tensor of the call (f32 or bf16); bfloat16 accumulates in float32
+  bool winograd;  // Winograd kernels on blocked activations (see "Winograd" below)
 
-  std::array<int64_t, 17> fields() const {
+  std::array<int64_t, 18> fields() const {
     return {g.batch,
             g.in_h,
             g.in_w,
@@ -52,7 +52,8 @@ struct ConvKey {
             bias,
             relu,
             threads,
-            static_cast<int64_t>(type)};
+            static_cast<int64_t>(type),
+            winograd};
   }
   bool operator==(const ConvKey& other) const { return fields() == other.fields(); }
 };
@@ -61,8 +62,10 @@ struct ConvKeyHash {
   size_t operator()(const ConvKey& key) const { return hash_values(key.fields()); }
 };
 
+bool winograd_applies(dt type, const ConvGeometry& g, int64_t filters);
+
 ConvKey make_key(dt type, const ConvGeometry& g, int64_t filters, bool bias, bool relu) {
-  return {g, filters, bias, relu, omp_get_max_threads(), type};
+  return {g, filters, bias, relu, omp_get_max_threads(), type, winograd_applies(type, g, filters)};
 }
 
 /// Padding after the input that makes oneDNN's output size the op's: TensorFlow's SAME puts the
@@ -72,18 +75,113 @@ int64_t padding_after(int64_t input, int64_t window, int64_t stride, int64_t bef
   return std::max<int64_t>((output - 1) * stride + window - input - before, 0);
 }
 
+// ---- Winograd -----------------------------------------------------------------------------
+//
+// oneDNN's Winograd F(4x4, 3x3) kernels (jit_wino_4x3) multiply 2.25x less than the direct ones
+// and took 25-35% less time for each of the three primitives on the ResNet sample's 3x3 layers
+// (batch 64, 2 threads, 2-core AMD EPYC). They take 3x3, stride 1, SAME (padding 1) float32
+// convolutions with channel counts that are multiples of 16, and read and write activations
+// blocked by 16 channels (nChw16c): with 16 channels that lies in memory as NHWC does, so the
+// data is used in place; with more, it is reordered into memory of the CPU allocator for the
+// call and back (~0.02 ms for [64, 14, 14, 32]). Their rounding differs from the direct kernels';
+// ops::set_winograd_convolutions(false) (or TANDEM_CONV_WINOGRAD=0) turns them off. Where
+// oneDNN makes no Winograd primitive for a shape, the direct one runs (ConvKey::winograd off).
+
+bool winograd_applies(dt type, const ConvGeometry& g, int64_t filters) {
+  return type == dt::f32 && g.window_h == 3 && g.window_w == 3 && g.stride_h == 1 &&
+         g.stride_w == 1 && g.pad_top == 1 && g.pad_left == 1 && g.out_h == g.in_h &&
+         g.out_w == g.in_w && g.channels % 16 == 0 && filters % 16 == 0 && winograd_convolutions();
+}
+
+/// An activation [N, H, W, C]: as the op holds it (NHWC) and as the primitive reads or writes it
+/// (`layout`), with the reorders between the two where they lie differently in memory (the
+/// direct kernels take NHWC itself; nChw16c at 16 channels lies as NHWC does).
+struct Activation {
+  dnnl::memory::desc nhwc, layout;
+  bool in_place = true;
+  dnnl::reorder to_layout, to_nhwc;
+  size_t scratchpad_bytes = 0;
+};
+
+Activation make_activation(const dnnl::memory::desc& nhwc, bool blocked) {
+  Activation a;
+  a.nhwc = a.layout = nhwc;
+  if (!blocked) return a;
+  a.layout = dnnl::memory::desc(nhwc.dims(), nhwc.data_type(), tag::nChw16c);
+  a.in_place = nhwc.dims()[1] == 16;
+  if (!a.in_place) {
+    const dnnl::reorder::primitive_desc there(engine(), a.nhwc, engine(), a.layout, attributes());
+    const dnnl::reorder::primitive_desc back(engine(), a.layout, engine(), a.nhwc, attributes());
+    a.to_layout = dnnl::reorder(there);
+    a.to_nhwc = dnnl::reorder(back);
+    a.scratchpad_bytes =
+        std::max(there.scratchpad_desc().get_size(), back.scratchpad_desc().get_size());
+  }
+  return a;
+}
+
+/// Memory of the CPU allocator for one call: its free lists serve a training step's repeated
+/// calls without system calls, and the memory goes back to tensors between calls.
+class CallBuffer {
+ public:
+  CallBuffer() = default;
+  CallBuffer(const CallBuffer&) = delete;
+  CallBuffer& operator=(const CallBuffer&) = delete;
+  ~CallBuffer() {
+    if (data_ != nullptr) cpu_allocator().deallocate(data_, bytes_);
+  }
+  void* get(size_t bytes) {
+    TANDEM_CHECK(data_ == nullptr, "conv2d: a call buffer taken twice");
+    bytes_ = bytes;
+    data_ = cpu_allocator().allocate(bytes);
+    return data_;
+  }
+
+ private:
+  size_t bytes_ = 0;
+  void* data_ = nullptr;
+};
+
+/// An input activation as the primitive reads it: `data` itself, or its copy in `copy`.
+dnnl::memory input(const Activation& a, const void* data, CallBuffer& copy) {
+  if (a.in_place) return wrap(a.layout, data);
+  void* copied = copy.get(a.layout.get_size());
+  execute(a.to_layout, {{DNNL_ARG_FROM, wrap(a.nhwc, data)}, {DNNL_ARG_TO, wrap(a.layout, copied)}},
+          a.scratchpad_bytes);
+  return wrap(a.layout, copied);
+}
+
+/// Where the primitive writes an output activation: `data` itself, or `copy`, which
+/// finish_output then reorders into `data`.
+dnnl::memory output(const Activation& a, void* data, CallBuffer& copy) {
+  return wrap(a.layout, a.in_place ? data : copy.get(a.layout.get_size()));
+}
+
+void finish_output(const Activation& a, const dnnl::memory& written, void* data) {
+  if (a.in_place) return;
+  execute(a.to_nhwc, {{DNNL_ARG_FROM, written}, {DNNL_ARG_TO, wrap(a.nhwc, data)}},
+          a.scratchpad_bytes);
+}
+
+// ---- shapes and descriptions ----------------------------------------------------------------
+
 /// The memory descriptors and window of a convolution. oneDNN lists dimensions logically
 /// (N, C, H, W for activations, O, I, H, W for kernels); the format tags say how they lie.
 struct ConvShapes {
-  dnnl::memory::desc src, dst, bias, kernel, any_kernel;
+  Activation src, dst;
+  dnnl::memory::desc bias, kernel, any_kernel;
   dnnl::memory::dims strides, padding_before, padding_after;
+  dnnl::algorithm algorithm;
 };
 
 ConvShapes shapes(const ConvKey& key) {
   const ConvGeometry& g = key.g;
   ConvShapes s;
-  s.src = dnnl::memory::desc({g.batch, g.channels, g.in_h, g.in_w}, key.type, tag::nhwc);
-  s.dst = dnnl::memory::desc({g.batch, key.filters, g.out_h, g.out_w}, key.type, tag::nhwc);
+  s.src = make_activation(
+      dnnl::memory::desc({g.batch, g.channels, g.in_h, g.in_w}, key.type, tag::nhwc), key.winograd);
+  s.dst = make_activation(
+      dnnl::memory::desc({g.batch, key.filters, g.out_h, g.out_w}, key.type, tag::nhwc),
+      key.winograd);
   const dnnl::memory::dims kernel{key.filters, g.channels, g.window_h, g.window_w};
   s.kernel = dnnl::memory::desc(kernel, key.type, tag::hwio);
   s.any_kernel = dnnl::memory::desc(kernel, key.type, tag::any);
@@ -92,6 +190,8 @@ ConvShapes shapes(const ConvKey& key) {
   s.padding_before = {g.pad_top, g.pad_left};
   s.padding_after = {padding_after(g.in_h, g.window_h, g.stride_h, g.pad_top, g.out_h),
                      padding_after(g.in_w, g.window_w, g.stride_w, g.pad_left, g.out_w)};
+  s.algorithm =
+      key.winograd ? dnnl::algorithm::convolution_winograd : dnnl::algorithm::convolution_direct;
   return s;
 }
 
@@ -100,11 +200,11 @@ dnnl::convolution_forward::primitive_desc forward_desc(const ConvShapes& s, bool
                                                        const dnnl::primitive_attr& attr) {
   using fwd = dnnl::convolution_forward;
   const auto prop = dnnl::prop_kind::forward_training;
-  const auto algo = dnnl::algorithm::convolution_direct;
-  const fwd::desc desc = bias ? fwd::desc(prop, algo, s.src, s.any_kernel, s.bias, s.dst, s.strides,
-                                          s.padding_before, s.padding_after)
-                              : fwd::desc(prop, algo, s.src, s.any_kernel, s.dst, s.strides,
-                                          s.padding_before, s.padding_after);
+  const fwd::desc desc =
+      bias ? fwd::desc(prop, s.algorithm, s.src.layout, s.any_kernel, s.bias, s.dst.layout,
+                       s.strides, s.padding_before, s.padding_after)
+           : fwd::desc(prop, s.algorithm, s.src.layout, s.any_kernel, s.dst.layout, s.strides,
+                       s.padding_before, s.padding_after);
   return fwd::primitive_desc(desc, attr, engine());
 }
 
@@ -140,6 +240,25 @@ const void* reordered(const KernelReorder& r, const void* data, void* out = null
 }
 
 // ---- the three primitives, as cached ------------------------------------------------------
+//
+// A Winograd key whose primitive oneDNN does not make caches null; the call then takes the
+// direct key (cached_or_direct).
+
+template <typename Entry, typename Create>
+std::shared_ptr<const Entry> cached_or_direct(PrimitiveCache<ConvKey, Entry, ConvKeyHash>& cache,
+                                              ConvKey key, Create create) {
+  const auto creating = [&](const ConvKey& k) -> std::shared_ptr<const Entry> {
+    try {
+      return create(k);
+    } catch (const dnnl::error&) {
+      if (k.winograd) return nullptr;
+      throw;
+    }
+  };
+  if (auto entry = cache.get(key, creating)) return entry;
+  key.winograd = false;
+  return cache.get(key, creating);
+}
 
 struct Forward {
   ConvShapes shapes;
@@ -169,11 +288,11 @@ std::shared_ptr<const BackwardWeights> create_backward_weights(const ConvKey& ke
   using bwd = dnnl::convolution_backward_weights;
   auto entry = std::make_shared<BackwardWeights>();
   const ConvShapes& s = entry->shapes = shapes(key);
-  const auto algo = dnnl::algorithm::convolution_direct;
-  const bwd::desc desc = key.bias ? bwd::desc(algo, s.src, s.any_kernel, s.bias, s.dst, s.strides,
-                                              s.padding_before, s.padding_after)
-                                  : bwd::desc(algo, s.src, s.any_kernel, s.dst, s.strides,
-                                              s.padding_before, s.padding_after);
+  const bwd::desc desc = key.bias
+                             ? bwd::desc(s.algorithm, s.src.layout, s.any_kernel, s.bias,
+                                         s.dst.layout, s.strides, s.padding_before, s.padding_after)
+                             : bwd::desc(s.algorithm, s.src.layout, s.any_kernel, s.dst.layout,
+                                         s.strides, s.padding_before, s.padding_after);
   const bwd::primitive_desc pd(desc, attributes(), engine(),
                                forward_desc(s, key.bias, attributes()));
   entry->primitive = bwd(pd);
@@ -193,7 +312,7 @@ std::shared_ptr<const BackwardData> create_backward_data(const ConvKey& key) {
   using bwd = dnnl::convolution_backward_data;
   auto entry = std::make_shared<BackwardData>();
   const ConvShapes& s = entry->shapes = shapes(key);
-  const bwd::desc desc(dnnl::algorithm::convolution_direct, s.src, s.any_kernel, s.dst, s.strides,
+  const bwd::desc desc(s.algorithm, s.src.layout, s.any_kernel, s.dst.layout, s.strides,
                        s.padding_before, s.padding_after);
   const bwd::primitive_desc pd(desc, attributes(), engine(),
                                forward_desc(s, /*bias=*/false, attributes()));
@@ -201,161 +320,6 @@ std::shared_ptr<const BackwardData> create_backward_data(const ConvKey& key) {
   entry->scratchpad_bytes = pd.scratchpad_desc().get_size();
   entry->kernel = make_reorder(s.kernel, pd.weights_desc());
   return entry;
-}
-
-// ---- Winograd -----------------------------------------------------------------------------
-//
-// oneDNN's Winograd F(4x4, 3x3) kernels (jit_wino_4x3) multiply 2.25x less than the direct ones
-// and took 25-35% less time for each of the three primitives on the ResNet sample's 3x3 layers
-// (batch 64, 2 threads, 2-core AMD EPYC). They take 3x3, stride 1, SAME (padding 1) float32
-// convolutions with channel counts that are multiples of 16, and read and write activations
-// blocked by 16 channels (nChw16c): with 16 channels that lies in memory as NHWC does, so the
-// data is used in place; with more, it is reordered into memory of the CPU allocator for the
-// call and back (~0.02 ms for [64, 14, 14, 32]). Their rounding differs from the direct kernels';
-// ops::set_winograd_convolutions(false) (or TANDEM_CONV_WINOGRAD=0) turns them off. Where
-// oneDNN makes no Winograd primitive for a shape, the direct one runs.
-
-bool winograd_applies(dt type, const ConvGeometry& g, int64_t filters) {
-  return type == dt::f32 && g.window_h == 3 && g.window_w == 3 && g.stride_h == 1 &&
-         g.stride_w == 1 && g.pad_top == 1 && g.pad_left == 1 && g.out_h == g.in_h &&
-         g.out_w == g.in_w && g.channels % 16 == 0 && filters % 16 == 0 && winograd_convolutions();
-}
-
-/// An activation [N, H, W, C] as NHWC and as nChw16c, with the reorders between the two (none
-/// with 16 channels, where both lie alike).
-struct Activation {
-  dnnl::memory::desc nhwc, blocked;
-  bool in_place = false;
-  dnnl::reorder to_blocked, to_nhwc;
-  size_t scratchpad_bytes = 0;
-};
-
-Activation make_activation(const dnnl::memory::desc& nhwc) {
-  Activation a;
-  a.nhwc = nhwc;
-  a.blocked = dnnl::memory::desc(nhwc.dims(), nhwc.data_type(), tag::nChw16c);
-  a.in_place = nhwc.dims()[1] == 16;
-  if (!a.in_place) {
-    const dnnl::reorder::primitive_desc there(engine(), a.nhwc, engine(), a.blocked, attributes());
-    const dnnl::reorder::primitive_desc back(engine(), a.blocked, engine(), a.nhwc, attributes());
-    a.to_blocked = dnnl::reorder(there);
-    a.to_nhwc = dnnl::reorder(back);
-    a.scratchpad_bytes =
-        std::max(there.scratchpad_desc().get_size(), back.scratchpad_desc().get_size());
-  }
-  return a;
-}
-
-/// Memory of the CPU allocator for one call: its free lists serve a training step's repeated
-/// calls without system calls, and the memory goes back to tensors between calls.
-class CallBuffer {
- public:
-  CallBuffer() = default;
-  CallBuffer(const CallBuffer&) = delete;
-  CallBuffer& operator=(const CallBuffer&) = delete;
-  ~CallBuffer() {
-    if (data_ != nullptr) cpu_allocator().deallocate(data_, bytes_);
-  }
-  void* get(size_t bytes) {
-    TANDEM_CHECK(data_ == nullptr, "conv2d: a call buffer taken twice");
-    bytes_ = bytes;
-    data_ = cpu_allocator().allocate(bytes);
-    return data_;
-  }
-
- private:
-  size_t bytes_ = 0;
-  void* data_ = nullptr;
-};
-
-/// An input activation in the blocked layout: `data` itself, or its copy in `copy`.
-const void* blocked_input(const Activation& a, const void* data, CallBuffer& copy) {
-  if (a.in_place) return data;
-  void* blocked = copy.get(a.blocked.get_size());
-  execute(a.to_blocked,
-          {{DNNL_ARG_FROM, wrap(a.nhwc, data)}, {DNNL_ARG_TO, wrap(a.blocked, blocked)}},
-          a.scratchpad_bytes);
-  return blocked;
-}
-
-/// Where a primitive writes an output activation: `data` itself, or `copy`, which
-/// finish_output then reorders into `data`.
-void* blocked_output(const Activation& a, void* data, CallBuffer& copy) {
-  return a.in_place ? data : copy.get(a.blocked.get_size());
-}
-
-void finish_output(const Activation& a, const void* blocked, void* data) {
-  if (a.in_place) return;
-  execute(a.to_nhwc, {{DNNL_ARG_FROM, wrap(a.blocked, blocked)}, {DNNL_ARG_TO, wrap(a.nhwc, data)}},
-          a.scratchpad_bytes);
-}
-
-/// The three Winograd primitives of one geometry; null members where oneDNN makes none.
-struct Winograd {
-  Activation src, dst;
-  ConvShapes shapes;
-  std::optional<dnnl::convolution_forward> forward;
-  std::optional<dnnl::convolution_backward_data> backward_data;
-  std::optional<dnnl::convolution_backward_weights> backward_weights;
-  size_t forward_scratchpad = 0, data_scratchpad = 0, weights_scratchpad = 0;
-  KernelReorder forward_kernel, data_kernel, kernel_grad;
-};
-
-std::shared_ptr<const Winograd> create_winograd(const ConvKey& key) {
-  auto entry = std::make_shared<Winograd>();
-  ConvShapes& s = entry->shapes = shapes(key);
-  entry->src = make_activation(s.src);
-  entry->dst = make_activation(s.dst);
-  const dnnl::memory::desc& src = entry->src.blocked;
-  const dnnl::memory::desc& dst = entry->dst.blocked;
-  const auto algo = dnnl::algorithm::convolution_winograd;
-  using fwd = dnnl::convolution_forward;
-  std::optional<fwd::primitive_desc> hint;
-  try {
-    const fwd::desc desc =
-        key.bias ? fwd::desc(dnnl::prop_kind::forward_training, algo, src, s.any_kernel, s.bias,
-                             dst, s.strides, s.padding_before, s.padding_after)
-                 : fwd::desc(dnnl::prop_kind::forward_training, algo, src, s.any_kernel, dst,
-                             s.strides, s.padding_before, s.padding_after);
-    hint.emplace(desc, attributes(key.relu), engine());
-    entry->forward.emplace(*hint);
-    entry->forward_scratchpad = hint->scratchpad_desc().get_size();
-    entry->forward_kernel = make_reorder(s.kernel, hint->weights_desc());
-  } catch (const dnnl::error&) {
-    return entry;  // no Winograd kernel for this shape: every call runs the direct ones
-  }
-  try {
-    using bwd = dnnl::convolution_backward_data;
-    const bwd::primitive_desc pd(
-        bwd::desc(algo, src, s.any_kernel, dst, s.strides, s.padding_before, s.padding_after),
-        attributes(), engine(), *hint);
-    entry->backward_data.emplace(pd);
-    entry->data_scratchpad = pd.scratchpad_desc().get_size();
-    entry->data_kernel = make_reorder(s.kernel, pd.weights_desc());
-  } catch (const dnnl::error&) {
-  }
-  try {
-    using bwd = dnnl::convolution_backward_weights;
-    const bwd::desc desc = key.bias ? bwd::desc(algo, src, s.any_kernel, s.bias, dst, s.strides,
-                                                s.padding_before, s.padding_after)
-                                    : bwd::desc(algo, src, s.any_kernel, dst, s.strides,
-                                                s.padding_before, s.padding_after);
-    const bwd::primitive_desc pd(desc, attributes(), engine(), *hint);
-    entry->backward_weights.emplace(pd);
-    entry->weights_scratchpad = pd.scratchpad_desc().get_size();
-    entry->kernel_grad = make_reorder(pd.diff_weights_desc(), s.kernel);
-  } catch (const dnnl::error&) {
-  }
-  return entry;
-}
-
-/// The Winograd primitives for a call, or null when it runs the direct ones. The forward's key
-/// (bias, ReLU) differs from the backward ones', which take no ReLU.
-std::shared_ptr<const Winograd> winograd(dt type, const ConvGeometry& g, int64_t filters, bool bias,
-                                         bool relu) {
-  if (!winograd_applies(type, g, filters)) return nullptr;
-  static PrimitiveCache<ConvKey, Winograd, ConvKeyHash> cache;
-  return cache.get(make_key(type, g, filters, bias, relu), create_winograd);
 }
 
 /// The shapes and window of a call, for error messages.
@@ -377,26 +341,18 @@ void forward(dt type, const ConvGeometry& g, int64_t filters, const void* x, con
              const void* bias, bool relu, void* y) {
   static PrimitiveCache<ConvKey, Forward, ConvKeyHash> cache;
   try {
-    if (const auto w3 = winograd(type, g, filters, bias != nullptr, relu); w3 && w3->forward) {
-      CallBuffer src_copy, dst_copy;
-      void* out = blocked_output(w3->dst, y, dst_copy);
-      std::unordered_map<int, dnnl::memory> args{
-          {DNNL_ARG_SRC, wrap(w3->src.blocked, blocked_input(w3->src, x, src_copy))},
-          {DNNL_ARG_WEIGHTS, wrap(w3->forward_kernel.to, reordered(w3->forward_kernel, w))},
-          {DNNL_ARG_DST, wrap(w3->dst.blocked, out)}};
-      if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, wrap(w3->shapes.bias, bias));
-      execute(*w3->forward, std::move(args), w3->forward_scratchpad);
-      finish_output(w3->dst, out, y);
-      return;
-    }
-    const auto conv = cache.get(make_key(type, g, filters, bias != nullptr, relu), create_forward);
+    const auto conv =
+        cached_or_direct(cache, make_key(type, g, filters, bias != nullptr, relu), create_forward);
     const ConvShapes& s = conv->shapes;
+    CallBuffer src_copy, dst_copy;
+    const dnnl::memory out = output(s.dst, y, dst_copy);
     std::unordered_map<int, dnnl::memory> args{
-        {DNNL_ARG_SRC, wrap(s.src, x)},
+        {DNNL_ARG_SRC, input(s.src, x, src_copy)},
         {DNNL_ARG_WEIGHTS, wrap(conv->kernel.to, reordered(conv->kernel, w))},
-        {DNNL_ARG_DST, wrap(s.dst, y)}};
+        {DNNL_ARG_DST, out}};
     if (bias != nullptr) args.emplace(DNNL_ARG_BIAS, wrap(s.bias, bias));
     execute(conv->primitive, std::move(args), conv->scratchpad_bytes);
+    finish_output(s.dst, out, y);
   } catch (const dnnl::error& e) {
     fail("forward", e, g, filters,
          detail::str_cat(bias != nullptr ? " + bias" : "", relu ? ", relu" : "",
@@ -408,27 +364,14 @@ void backward_weights(dt type, const ConvGeometry& g, int64_t filters, const voi
                       const void* dy, void* dw, void* db) {
   static PrimitiveCache<ConvKey, BackwardWeights, ConvKeyHash> cache;
   try {
-    if (const auto w3 = winograd(type, g, filters, db != nullptr, false);
-        w3 && w3->backward_weights) {
-      const KernelReorder& to_hwio = w3->kernel_grad;
-      void* grad = to_hwio.needed ? weights_buffer(to_hwio.from.get_size()) : dw;
-      CallBuffer src_copy, dy_copy;
-      std::unordered_map<int, dnnl::memory> args{
-          {DNNL_ARG_SRC, wrap(w3->src.blocked, blocked_input(w3->src, x, src_copy))},
-          {DNNL_ARG_DIFF_DST, wrap(w3->dst.blocked, blocked_input(w3->dst, dy, dy_copy))},
-          {DNNL_ARG_DIFF_WEIGHTS, wrap(to_hwio.from, grad)}};
-      if (db != nullptr) args.emplace(DNNL_ARG_DIFF_BIAS, wrap(w3->shapes.bias, db));
-      execute(*w3->backward_weights, std::move(args), w3->weights_scratchpad);
-      reordered(to_hwio, grad, dw);
-      return;
-    }
-    const auto conv = cache.get(make_key(type, g, filters, db != nullptr, /*relu=*/false),
-                                create_backward_weights);
+    const auto conv = cached_or_direct(
+        cache, make_key(type, g, filters, db != nullptr, /*relu=*/false), create_backward_weights);
     const ConvShapes& s = conv->shapes;
     const KernelReorder& to_hwio = conv->kernel_grad;
     void* grad = to_hwio.needed ? weights_buffer(to_hwio.from.get_size()) : dw;
-    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, wrap(s.src, x)},
-                                               {DNNL_ARG_DIFF_DST, wrap(s.dst, dy)},
+    CallBuffer src_copy, dy_copy;
+    std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, input(s.src, x, src_copy)},
+                                               {DNNL_ARG_DIFF_DST, input(s.dst, dy, dy_copy)},
                                                {DNNL_ARG_DIFF_WEIGHTS, wrap(to_hwio.from, grad)}};
     if (db != nullptr) args.emplace(DNNL_ARG_DIFF_BIAS, wrap(s.bias, db));
     execute(conv->primitive, std::move(args), conv->scratchpad_bytes);
@@ -444,25 +387,17 @@ void backward_data(dt type, const ConvGeometry& g, int64_t filters, const void* 
                    void* dx) {
   static PrimitiveCache<ConvKey, BackwardData, ConvKeyHash> cache;
   try {
-    if (const auto w3 = winograd(type, g, filters, false, false); w3 && w3->backward_data) {
-      CallBuffer dy_copy, dx_copy;
-      void* out = blocked_output(w3->src, dx, dx_copy);
-      execute(*w3->backward_data,
-              {{DNNL_ARG_DIFF_DST, wrap(w3->dst.blocked, blocked_input(w3->dst, dy, dy_copy))},
-               {DNNL_ARG_WEIGHTS, wrap(w3->data_kernel.to, reordered(w3->data_kernel, w))},
-               {DNNL_ARG_DIFF_SRC, wrap(w3->src.blocked, out)}},
-              w3->data_scratchpad);
-      finish_output(w3->src, out, dx);
-      return;
-    }
-    const auto conv =
-        cache.get(make_key(type, g, filters, /*bias=*/false, /*relu=*/false), create_backward_data);
+    const auto conv = cached_or_direct(
+        cache, make_key(type, g, filters, /*bias=*/false, /*relu=*/false), create_backward_data);
     const ConvShapes& s = conv->shapes;
+    CallBuffer dy_copy, dx_copy;
+    const dnnl::memory out = output(s.src, dx, dx_copy);
     execute(conv->primitive,
-            {{DNNL_ARG_DIFF_DST, wrap(s.dst, dy)},
+            {{DNNL_ARG_DIFF_DST, input(s.dst, dy, dy_copy)},
              {DNNL_ARG_WEIGHTS, wrap(conv->kernel.to, reordered(conv->kernel, w))},
-             {DNNL_ARG_DIFF_SRC, wrap(s.src, dx)}},
+             {DNNL_ARG_DIFF_SRC, out}},
             conv->scratchpad_bytes);
+    finish_output(s.src, out, dx);
   } catch (const dnnl::error& e) {
     fail("backward-data", e, g, filters, type == dt::bf16 ? " in bfloat16" : "");
   }
