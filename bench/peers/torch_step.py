@@ -4,8 +4,9 @@
 eager forward + cross-entropy + backward + torch.optim.Adam, float32 (or, with --precision
 mixed_bfloat16, the forward and loss under torch.autocast("cpu", torch.bfloat16)), one process.
 
-By default it tries compute threads 1 and 2 under each OPENBLAS_CORETYPE of --coretypes (each
-core type in a process of its own, since OpenBLAS reads it at load time), and for the
+By default it tries compute threads 1 and 2 under each OPENBLAS_CORETYPE of --coretypes that this
+CPU can run (each core type in a process of its own, since OpenBLAS reads it at load time; a core
+type whose instructions the CPU lacks, SkylakeX without AVX-512, is left out and said so), and for the
 convolutional models both memory formats (NCHW and channels_last), and reports the best setting
 per configuration; --threads N --coretype X times one setting.
 
@@ -18,6 +19,34 @@ import sys
 import common
 
 CORETYPES = "default,Haswell,SkylakeX"
+# The instructions each OpenBLAS core type's kernels use: a core type whose flags the CPU lacks
+# dies with SIGILL at its first GEMM.
+CORETYPE_FLAGS = {"Haswell": {"avx2", "fma"}, "SkylakeX": {"avx512f", "avx512bw", "avx512vl"}}
+
+
+def cpu_flags():
+    """The instruction-set flags of this machine's CPU (/proc/cpuinfo), an empty set elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def runnable_coretypes(coretypes):
+    """(the core types of `coretypes` this CPU can run, the ones it cannot with why)."""
+    flags = cpu_flags()
+    keep, dropped = [], []
+    for coretype in coretypes:
+        missing = CORETYPE_FLAGS.get(coretype, set()) - flags
+        if missing and flags:
+            dropped.append(f"{coretype} (this CPU lacks {', '.join(sorted(missing))})")
+        else:
+            keep.append(coretype)
+    return keep, dropped
 
 
 def extra_args(parser):
@@ -134,7 +163,11 @@ def run_here(args):
 def sweep(args):
     """Runs every core type in a child process and keeps each configuration's best row."""
     best = {}
-    for coretype in args.coretypes.split(","):
+    coretypes, dropped = runnable_coretypes(args.coretypes.split(","))
+    for reason in dropped:
+        print(f"PyTorch: not timed under OPENBLAS_CORETYPE={reason}", file=sys.stderr)
+    args.coretypes = ",".join(coretypes)
+    for coretype in coretypes:
         env = dict(os.environ)
         env.pop("OPENBLAS_CORETYPE", None)
         if coretype != "default":
