@@ -53,6 +53,12 @@ const std::vector<ConvCase> kCases = {
     {{1, 9, 9, 2}, {2, 2, 2, 3}, {3, 3}, ops::Padding::kValid},
     {{1, 2, 2, 3}, {3, 3, 3, 2}, {1, 1}, ops::Padding::kSame},
     {{2, 6, 7, 16}, {1, 1, 16, 3}, {2, 2}, ops::Padding::kSame},
+    // 1x1 windows with strides over input channels that are not a multiple of oneDNN's channel
+    // block: its strided 1x1 backward-weights kernel overran its workspace here (wrong kernel
+    // gradients with 2 threads, heap corruption), so Tandem gathers the pixels itself.
+    {{16, 8, 8, 4}, {1, 1, 4, 8}, {2, 2}, ops::Padding::kSame},
+    {{16, 8, 8, 2}, {1, 1, 2, 8}, {2, 2}, ops::Padding::kValid},
+    {{8, 7, 9, 7}, {1, 1, 7, 16}, {2, 3}, ops::Padding::kSame},
     {{3, 9, 9, 1}, {3, 3, 1, 8}, {1, 1}, ops::Padding::kValid},
     {{4, 28, 28, 1}, {3, 3, 1, 32}, {1, 1}, ops::Padding::kValid},
     {{4, 13, 13, 32}, {3, 3, 32, 64}, {1, 1}, ops::Padding::kValid},

@@ -10,6 +10,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cstdint>
+#include <cstring>
 #include <memory>
 #include <string>
 #include <unordered_map>
@@ -337,9 +339,72 @@ std::string describe(const ConvGeometry& g, int64_t filters) {
                static_cast<int>(e.status), ") for ", describe(g, filters), extra);
 }
 
+// ---- 1x1 windows with strides ----------------------------------------------------------------
+//
+// A 1x1 convolution with strides > 1 reads every stride-th pixel and nothing else. oneDNN's 1x1
+// kernels "reduce to unit stride" through a workspace of their own, and its backward-weights
+// kernel writes past that workspace when the input channels are not a multiple of its channel
+// block (oneDNN issue 6035, on AVX2 and AVX-512 alike): wrong kernel gradients that change from
+// run to run with two threads or more, heap corruption and hangs. Tandem gathers those pixels
+// itself and runs the unit-stride primitives on them, in every pass (the same sums, so the same
+// results as a correct strided kernel).
+
+/// Whether `g` is a 1x1 window with a stride > 1 (SAME or VALID: no padding for a 1x1 window).
+bool strided_pointwise(const ConvGeometry& g) {
+  return g.window_h == 1 && g.window_w == 1 && (g.stride_h > 1 || g.stride_w > 1) &&
+         g.pad_top == 0 && g.pad_left == 0;
+}
+
+/// `g` over the gathered pixels: input [N, OH, OW, C], stride 1.
+ConvGeometry unit_stride(const ConvGeometry& g) {
+  ConvGeometry u = g;
+  u.in_h = g.out_h;
+  u.in_w = g.out_w;
+  u.stride_h = u.stride_w = 1;
+  return u;
+}
+
+/// x [N, H, W, C] -> gathered [N, OH, OW, C]: the pixels a strided 1x1 window reads.
+void gather_strided(const ConvGeometry& g, size_t element, const void* x, void* gathered) {
+  const size_t pixel = static_cast<size_t>(g.channels) * element;
+  const auto* in = static_cast<const char*>(x);
+  auto* out = static_cast<char*>(gathered);
+  for (int64_t n = 0; n < g.batch; ++n)
+    for (int64_t oh = 0; oh < g.out_h; ++oh)
+      for (int64_t ow = 0; ow < g.out_w; ++ow, out += pixel)
+        std::memcpy(out, in + ((n * g.in_h + oh * g.stride_h) * g.in_w + ow * g.stride_w) * pixel,
+                    pixel);
+}
+
+/// The adjoint: dx [N, H, W, C] holds `gathered` at the read pixels and zeros elsewhere.
+void scatter_strided(const ConvGeometry& g, size_t element, const void* gathered, void* dx) {
+  const size_t pixel = static_cast<size_t>(g.channels) * element;
+  auto* out = static_cast<char*>(dx);
+  std::memset(out, 0, static_cast<size_t>(g.batch * g.in_h * g.in_w) * pixel);
+  const auto* in = static_cast<const char*>(gathered);
+  for (int64_t n = 0; n < g.batch; ++n)
+    for (int64_t oh = 0; oh < g.out_h; ++oh)
+      for (int64_t ow = 0; ow < g.out_w; ++ow, in += pixel)
+        std::memcpy(out + ((n * g.in_h + oh * g.stride_h) * g.in_w + ow * g.stride_w) * pixel, in,
+                    pixel);
+}
+
+size_t element_size(dt type) { return type == dt::f32 ? sizeof(float) : sizeof(uint16_t); }
+
+/// Bytes of the gathered input of a strided 1x1 window.
+size_t gathered_bytes(const ConvGeometry& g, dt type) {
+  return static_cast<size_t>(g.batch * g.out_h * g.out_w * g.channels) * element_size(type);
+}
+
 void forward(dt type, const ConvGeometry& g, int64_t filters, const void* x, const void* w,
              const void* bias, bool relu, void* y) {
   static PrimitiveCache<ConvKey, Forward, ConvKeyHash> cache;
+  if (strided_pointwise(g)) {
+    CallBuffer gathered;
+    void* pixels = gathered.get(gathered_bytes(g, type));
+    gather_strided(g, element_size(type), x, pixels);
+    return forward(type, unit_stride(g), filters, pixels, w, bias, relu, y);
+  }
   try {
     const auto conv =
         cached_or_direct(cache, make_key(type, g, filters, bias != nullptr, relu), create_forward);
@@ -363,6 +428,12 @@ void forward(dt type, const ConvGeometry& g, int64_t filters, const void* x, con
 void backward_weights(dt type, const ConvGeometry& g, int64_t filters, const void* x,
                       const void* dy, void* dw, void* db) {
   static PrimitiveCache<ConvKey, BackwardWeights, ConvKeyHash> cache;
+  if (strided_pointwise(g)) {
+    CallBuffer gathered;
+    void* pixels = gathered.get(gathered_bytes(g, type));
+    gather_strided(g, element_size(type), x, pixels);
+    return backward_weights(type, unit_stride(g), filters, pixels, dy, dw, db);
+  }
   try {
     const auto conv = cached_or_direct(
         cache, make_key(type, g, filters, db != nullptr, /*relu=*/false), create_backward_weights);
@@ -386,6 +457,12 @@ void backward_weights(dt type, const ConvGeometry& g, int64_t filters, const voi
 void backward_data(dt type, const ConvGeometry& g, int64_t filters, const void* dy, const void* w,
                    void* dx) {
   static PrimitiveCache<ConvKey, BackwardData, ConvKeyHash> cache;
+  if (strided_pointwise(g)) {
+    CallBuffer gathered;
+    void* pixels = gathered.get(gathered_bytes(g, type));
+    backward_data(type, unit_stride(g), filters, dy, w, pixels);
+    return scatter_strided(g, element_size(type), pixels, dx);
+  }
   try {
     const auto conv = cached_or_direct(
         cache, make_key(type, g, filters, /*bias=*/false, /*relu=*/false), create_backward_data);
