@@ -187,10 +187,11 @@ namespace {
   throw AbortedError(detail::str_cat(label, " #", call, " abandoned: ", s.abort_reason));
 }
 
-/// Spins briefly for `counter` to reach `target` (see spin_wait).
-bool spin_until(const State& s, const std::atomic<uint64_t>& counter, uint64_t target) {
-  return detail::spin_wait([&] { return counter.load(std::memory_order_acquire) >= target; },
-                           s.spin);
+/// Spins briefly for `counter` to reach `target` (see spin_wait); false: block, and let `wait`
+/// report how long that took.
+bool spin_until(const State& s, detail::BlockedWait& wait, const std::atomic<uint64_t>& counter,
+                uint64_t target) {
+  return wait.spin([&] { return counter.load(std::memory_order_acquire) >= target; }, s.spin);
 }
 
 /// Waits (lock held) until every rank has arrived at `call`; raises on abort, on a departed
@@ -251,7 +252,8 @@ void run_call(State& s, int rank, const Call& call, DataPhase data_phase) {
       s.cv.notify_all();
     } else {
       lock.unlock();
-      spin_until(s, s.committed, number);
+      detail::BlockedWait wait(s.commit_budget);
+      spin_until(s, wait, s.committed, number);
       lock.lock();
       wait_for_commit(s, lock, number, call.label);
     }
@@ -287,7 +289,8 @@ void run_call(State& s, int rank, const Call& call, DataPhase data_phase) {
       s.cv.notify_all();
     } else {
       lock.unlock();
-      if (!spin_until(s, s.completed, number)) {
+      detail::BlockedWait wait(s.complete_budget);
+      if (!spin_until(s, wait, s.completed, number)) {
         lock.lock();
         s.cv.wait(lock, [&] { return s.completed >= number; });
       }

@@ -122,8 +122,9 @@ void ReplicaThreads::thread_main(int id) {
   for (;;) {
     ReplicaTask task{nullptr, nullptr, nullptr};
     // Training loops call run back to back: poll for the next generation a moment first.
-    spin_wait([&] { return generation_.load(std::memory_order_acquire) != seen; }, worker_spin_);
     {
+      BlockedWait wait(next_run_budget_);
+      wait.spin([&] { return generation_.load(std::memory_order_acquire) != seen; }, worker_spin_);
       // Sleeps until run() publishes a new generation (or the strategy shuts down).
       std::unique_lock<std::mutex> lock(mutex_);
       work_cv_.wait(lock, [&] { return stop_ || generation_ != seen; });
@@ -235,7 +236,8 @@ void ReplicaThreads::run(const ReplicaTask& task) {
     // Every replica finishes (or is released from its collectives) before run returns, so
     // the task and its captures on this stack stay valid while any thread uses them...
     auto all_done = [&] { return pending_.load(std::memory_order_acquire) == 0; };
-    if (!spin_wait(all_done, SpinPolicy::kYield)) wait_for_replicas();
+    BlockedWait wait(run_end_budget_);
+    if (!wait.spin(all_done, SpinPolicy::kYield)) wait_for_replicas();
     if (any_gpu_)
       for (const StreamEvent& end : run_end_) end.wait();
   }

@@ -74,6 +74,8 @@ struct State {
 
   int size;
   detail::SpinPolicy spin;  // how waiting ranks poll before they sleep (see spin_wait)
+  // How long they poll: one budget for the opening rendezvous, one for the closing one.
+  detail::SpinBudget commit_budget, complete_budget;
   // One mutex and one condition variable for the whole group: every wait below re-checks its
   // own predicate, so a notify_all meant for another phase only costs a spurious wake-up.
   std::mutex mutex;

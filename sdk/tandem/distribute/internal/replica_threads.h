@@ -89,6 +89,9 @@ class ReplicaThreads {
   // each have a core, yield otherwise. The caller always yields while it waits for a run to
   // finish, so that it never takes a core from a replica's compute threads.
   SpinPolicy worker_spin_ = SpinPolicy::kYield;
+  // How long they poll (one budget for the replicas' wait for a run, one for the caller's wait
+  // for its end; see SpinBudget).
+  SpinBudget next_run_budget_, run_end_budget_;
   ReplicaTask task_{nullptr, nullptr, nullptr};
   std::vector<std::exception_ptr> errors_;  // per replica, for the current run
   std::vector<char> finished_;              // per replica: returned from the current run
