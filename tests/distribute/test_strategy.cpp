@@ -519,7 +519,7 @@ TEST_CASE("apply_gradients without ctx inside a run of several replicas raises, 
   }),
                     Catch::Contains("sgd.apply_gradients(gradients, variables) was called inside "
                                     "strategy.run") &&
-                        Catch::Contains("of 2) without the replica context") &&
+                        Catch::Contains("of 2 replicas without the replica context") &&
                         Catch::Contains("optimizer.apply_gradients(ctx, gradients, variables)"));
   for (int r = 0; r < 2; ++r) CHECK(w.copy(r).to_vector<float>() == std::vector<float>{0, 0});
   CHECK(sgd->iterations() == 0);
@@ -530,11 +530,15 @@ TEST_CASE("apply_gradients without ctx inside a run of several replicas raises, 
                          {.skip_gradients_aggregation = true});
   });
   for (int r = 0; r < 2; ++r) CHECK(w.copy(r).to_vector<float>() == std::vector<float>{-3, -4});
-  // In cross-replica context (inside merge_call) the call is the user's own: it does not raise.
+  // In cross-replica context (inside merge_call) the call is the user's own: it does not raise,
+  // and updates every replica's copy alike (strategy.extended.update).
   CHECK_NOTHROW(strategy.run([&](td::ReplicaContext& ctx) {
     ctx.merge_call([&](td::Strategy&) { sgd->apply_gradients({vec({1, 1})}, {w}); });
   }));
-  CHECK(sgd->iterations() == 2);
+  for (int r = 0; r < 2; ++r) {
+    CHECK(w.copy(r).to_vector<float>() == std::vector<float>{-4, -5});
+    CHECK(sgd->iterations_variable().copy(r).item<int64_t>() == 2);
+  }
   // Inside the run of a one-replica strategy there is nothing to sum: it updates.
   td::OneDeviceStrategy one(td::Device::cpu());
   td::Variable v;
@@ -744,4 +748,38 @@ TEST_CASE("replicas compute with subnormals flushed to zero, as TensorFlow's CPU
 #else
   WARN("no flush-to-zero control on this CPU: nothing to check");
 #endif
+}
+
+TEST_CASE("apply_gradients outside strategy.run updates every replica's copies alike",
+          "[cpu][distribute]") {
+  // A porting user's call in cross-replica context: tf.distribute applies it to every copy
+  // (strategy.extended.update); updating replica 0's copy alone would split the replicas.
+  auto strategy = td::MirroredStrategy::cpu(2);
+  td::Variable w;
+  std::unique_ptr<td::optim::Adam> adam;
+  {
+    auto scope = strategy.scope();
+    w = td::make_variable("w", vec({1, -2}));
+    adam = std::make_unique<td::optim::Adam>(td::optim::Adam::Options{.learning_rate = 0.1});
+    adam->build({w});
+  }
+  adam->apply_gradients({vec({0.5, -1})}, {w});
+  adam->apply_gradients({vec({0.25, 2})}, {w});
+  // The same values as one replica's Adam with the same gradients, on both copies, slots too.
+  td::Variable one("w", vec({1, -2}));
+  td::optim::Adam reference({.learning_rate = 0.1});
+  reference.apply_gradients({vec({0.5, -1})}, {one});
+  reference.apply_gradients({vec({0.25, 2})}, {one});
+  for (int r = 0; r < 2; ++r) {
+    INFO("copy " << r);
+    CHECK(w.copy(r).to_vector<float>() == one.value().to_vector<float>());
+    CHECK(adam->iterations_variable().copy(r).item<int64_t>() == 2);
+  }
+  // Training inside run afterwards keeps the copies equal.
+  strategy.run([&](td::ReplicaContext& ctx) {
+    const td::Tensor g = ctx.replica_id_in_sync_group() == 0 ? vec({1, 0}) : vec({0, 1});
+    adam->apply_gradients(ctx, {g}, {w});
+  });
+  CHECK(w.copy(0).to_vector<float>() == w.copy(1).to_vector<float>());
+  CHECK(adam->iterations() == 3);
 }

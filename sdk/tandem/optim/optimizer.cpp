@@ -166,14 +166,48 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
   // its own gradients alone (tf.distribute would sum them): the replicas would drift apart.
   const ReplicaBinding binding = current_replica_binding();
   TANDEM_CHECK(binding.num_replicas_in_sync <= 1 || options.skip_gradients_aggregation, name_,
-               ".apply_gradients(gradients, variables) was called inside strategy.run (replica ",
-               binding.first_global_id + binding.replica_id, " of ", binding.num_replicas_in_sync,
-               ") without the replica context, so the gradients would not be summed across the "
+               ".apply_gradients(gradients, variables) was called inside strategy.run of ",
+               binding.num_replicas_in_sync,
+               " replicas without the replica context, so the gradients would not be summed "
+               "across the "
                "replicas; pass the context the replica function received: "
                "optimizer.apply_gradients(ctx, gradients, variables) (or, for gradients already "
                "summed with ctx.all_reduce, add {.skip_gradients_aggregation = true})");
   check_pairs(gradients, variables);
   check_numerics(gradients, variables, "");
+  // Cross-replica context (outside strategy.run, or inside merge_call) with mirrored variables:
+  // the same update on every replica's copies of the variables, slots and counters, as
+  // tf.distribute's strategy.extended.update does, so the copies never drift apart.
+  int copies = iterations_.num_copies();
+  for (const Variable& v : variables) copies = std::max(copies, v.num_copies());
+  if (binding.num_replicas > 1 || copies <= 1) {
+    update_or_accumulate(gradients, variables);
+    return;
+  }
+  for (int r = 0; r < copies; ++r) {
+    set_current_replica_binding({.replica_id = r,
+                                 .num_replicas = copies,
+                                 .first_global_id = binding.first_global_id,
+                                 .num_replicas_in_sync = binding.num_replicas_in_sync});
+    try {
+      std::vector<Tensor> on_copy(gradients.size());
+      for (size_t i = 0; i < gradients.size(); ++i) {
+        if (!gradients[i].defined()) continue;
+        const Device device =
+            variables[i].copy(std::min(r, variables[i].num_copies() - 1)).device();
+        on_copy[i] = gradients[i].device() == device ? gradients[i] : gradients[i].to(device);
+      }
+      update_or_accumulate(on_copy, variables);
+    } catch (...) {
+      set_current_replica_binding(binding);
+      throw;
+    }
+  }
+  set_current_replica_binding(binding);
+}
+
+void Optimizer::update_or_accumulate(const std::vector<Tensor>& gradients,
+                                     const std::vector<Variable>& variables) {
   if (accumulation_steps_ == 1) {
     apply_update(gradients, variables);
     return;

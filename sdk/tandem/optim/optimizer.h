@@ -69,6 +69,9 @@ class Optimizer {
   /// than one replica in sync it raises (each replica would update with its own gradients
   /// alone): use the replica-context form below, or, for gradients already summed across the
   /// replicas (ctx.all_reduce), say so with {.skip_gradients_aggregation = true}, as in Keras.
+  /// In cross-replica context (outside run, or inside merge_call) it applies the same update
+  /// to every replica's copies of mirrored variables (and of the slots and counters), as
+  /// tf.distribute's strategy.extended.update does: the copies stay equal.
   void apply_gradients(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
                        ApplyGradientsOptions options = {});
   /// The replica-context form (inside strategy.run, `ctx` being the ReplicaContext): all-reduces
@@ -162,6 +165,10 @@ class Optimizer {
                       const std::string& replica) const;
   /// One update from gradients already combined (and checked): clip, update_step, iterations+1.
   void apply_update(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
+  /// apply_update, or with accumulation: add to the accumulators, updating on the N-th call (on
+  /// the calling thread's copies).
+  void update_or_accumulate(const std::vector<Tensor>& gradients,
+                            const std::vector<Variable>& variables);
   /// Adds the defined gradients to this replica's accumulators and counts the micro-step.
   /// Returns the micro-steps done since the last update, this one included (N: the update's
   /// turn, the counter is left for finish_accumulation). `accumulated` holds, for each variable
