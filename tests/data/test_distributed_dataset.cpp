@@ -10,6 +10,7 @@
 #include <string>
 
 #include "data_test_util.h"
+#include "support/stderr_capture.h"
 #include "tandem/tandem.h"
 
 using namespace tandem;
@@ -268,29 +269,7 @@ TEST_CASE("auto-sharding across simulated workers", "[cpu][data]") {
   }
 }
 
-namespace {
-
-/// What the process writes to stderr (fd 2, where Tandem's log goes) while `fn` runs.
-template <typename Fn>
-std::string stderr_of(Fn&& fn) {
-  std::fflush(stderr);
-  FILE* file = std::tmpfile();
-  REQUIRE(file != nullptr);
-  const int saved = dup(2);
-  dup2(fileno(file), 2);
-  fn();
-  std::fflush(stderr);
-  dup2(saved, 2);
-  close(saved);
-  std::rewind(file);
-  std::string text;
-  char buffer[4096];
-  for (size_t n; (n = std::fread(buffer, 1, sizeof buffer, file)) > 0;) text.append(buffer, n);
-  std::fclose(file);
-  return text;
-}
-
-}  // namespace
+using tandem::testing::stderr_of;
 
 TEST_CASE("a loop that starts in the middle of an epoch says so", "[cpu][data]") {
   DistributedDataset dist(range(40).batch(8), 2);
@@ -337,4 +316,25 @@ TEST_CASE("a loop that starts in the middle of an epoch says so", "[cpu][data]")
   CHECK(remaining.size() == 2);
   CHECK(second_loop.find("this loop continues epoch 3, where the previous loop over it stopped") !=
         std::string::npos);
+}
+
+TEST_CASE("TensorFlow's steps-per-epoch loop over a repeated dataset runs without a warning",
+          "[cpu][data]") {
+  // for epoch: for batch in dist: ...; if ++step == steps_per_epoch: break. Over an endless
+  // dataset every loop ends by break, and each continues where the last one stopped.
+  DistributedDataset dist(range(10).repeat().batch(4), 2);
+  std::vector<int64_t> firsts;
+  const std::string log = stderr_of([&] {
+    for (int epoch = 0; epoch < 3; ++epoch) {
+      int steps = 0;
+      for (const PerReplica<Batch>& per_replica : dist) {
+        firsts.push_back(per_replica[0].features().to_vector<int64_t>().at(0));
+        if (++steps == 2) break;
+      }
+    }
+  });
+  INFO(log);
+  CHECK(log.find("distributed dataset") == std::string::npos);
+  // Six steps of 4 from 0..9 repeated: each loop went on from where the previous one stopped.
+  CHECK(firsts == std::vector<int64_t>{0, 4, 8, 2, 6, 0});
 }

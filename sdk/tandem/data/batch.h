@@ -16,8 +16,11 @@ class Batch {
  public:
   /// A batch with no tensors.
   Batch() = default;
-  /// A batch of `tensors` (each with the examples along axis 0).
-  explicit Batch(Element tensors) : tensors_(std::move(tensors)) {}
+  /// A batch of `tensors` (each with the examples along axis 0); `global_batch_size`: the
+  /// examples of the whole step on every replica and worker, when the batch is one replica's
+  /// share of it (0: not known).
+  explicit Batch(Element tensors, int64_t global_batch_size = 0)
+      : tensors_(std::move(tensors)), global_batch_size_(global_batch_size) {}
 
   /// Tensor 0 (e.g. images [B, 28, 28]); raises when the batch has no tensors.
   const Tensor& features() const;
@@ -33,9 +36,15 @@ class Batch {
   bool empty() const { return batch_size() == 0; }
   /// Every tensor, in order.
   const Element& tensors() const { return tensors_; }
+  /// The examples of the step this batch is a replica's share of, over every replica and
+  /// worker (what compute_average_loss should divide by), as a distributed dataset that split
+  /// a global batch delivered it; 0 when not known (a batch of one's own, a dataset batched per
+  /// replica).
+  int64_t global_batch_size() const { return global_batch_size_; }
 
  private:
   Element tensors_;
+  int64_t global_batch_size_ = 0;
 };
 
 }  // namespace tandem::data

@@ -144,6 +144,11 @@ struct DistributedDataset::State {
   std::optional<uint64_t> pulled_at_run;
   std::vector<double> speeds;
   std::vector<int64_t> last_sizes;  // the latest step's split
+  // Workers reading shares of each global batch (1: this process reads it whole; 0: every
+  // worker reads everything, kOff), and the largest share seen: a step of a full share holds
+  // workers x share examples in all.
+  int64_t workers = 1;
+  int64_t full_share = 0;
 };
 
 namespace {
@@ -250,6 +255,9 @@ DistributedDataset::DistributedDataset(Dataset dataset, int64_t num_replicas,
   state_ =
       std::make_shared<State>(State::Mode::kSplitGlobalBatches, std::move(local), num_replicas);
   state_->split = options.split;
+  state_->workers = options.num_workers == 1 || options.auto_shard_policy != AutoShardPolicy::kOff
+                        ? options.num_workers
+                        : 0;
   state_->speeds.assign(static_cast<size_t>(num_replicas), 0.0);
 }
 
@@ -279,7 +287,8 @@ namespace {
 void place(std::vector<Batch>& per_replica, const std::vector<Device>& devices) {
   if (devices.empty()) return;
   for (size_t r = 0; r < per_replica.size(); ++r)
-    per_replica[r] = Batch(stage_to_device(per_replica[r].tensors(), devices[r]));
+    per_replica[r] = Batch(stage_to_device(per_replica[r].tensors(), devices[r]),
+                           per_replica[r].global_batch_size());
 }
 }  // namespace
 
@@ -355,10 +364,15 @@ bool DistributedDataset::pull(std::vector<Batch>& per_replica) {
   if (s.mode == State::Mode::kSplitGlobalBatches) {
     if (!s.iterator->next(element)) return false;
     check_batched(element, "distribute_dataset");
-    const std::vector<int64_t> sizes = split(element[0].dim(0));
+    const int64_t rows = element[0].dim(0);
+    const std::vector<int64_t> sizes = split(rows);
+    // The step's examples on every worker: known for this worker's whole batch, and for a
+    // full share of a global batch that several workers read (the last share may be shorter).
+    s.full_share = std::max(s.full_share, rows);
+    const int64_t global = s.workers == 1 ? rows : rows == s.full_share ? rows * s.workers : 0;
     int64_t begin = 0;
     for (size_t r = 0; r < replicas; ++r) {
-      per_replica[r] = Batch(rows_of(element, begin, sizes[r]));
+      per_replica[r] = Batch(rows_of(element, begin, sizes[r]), global);
       begin += sizes[r];
     }
     s.last_sizes = sizes;
@@ -441,8 +455,12 @@ DistributedDataset::StepCursor::StepCursor(DistributedDataset* owner) : owner_(o
   // A loop that starts in the middle of an epoch is easy to miss: a loop left by `break` or an
   // exception leaves its epoch under way, and the next loop walks only what remained (tf.data's
   // iter() would start afresh).
+  // An endless dataset (repeat() without a count) is walked in loops that each end by `break`
+  // (TensorFlow's steps_per_epoch loop): continuing is what such a loop means, so it is not
+  // reported.
   State& s = *owner_->state_;
-  if (s.iterator.has_value()) {
+  const bool endless = s.dataset.cardinality() == kInfiniteCardinality;
+  if (s.iterator.has_value() && !endless) {
     if (s.restored) {
       TANDEM_LOG_INFO("distributed dataset: this loop continues epoch ", s.epoch,
                       " from the position a restore gave it");
@@ -456,8 +474,8 @@ DistributedDataset::StepCursor::StepCursor(DistributedDataset* owner) : owner_(o
                          "set_epoch(",
                          s.epoch, ") first starts that epoch from its beginning");
     }
-    s.restored = false;  // a later loop of this epoch follows this one, not the restore
   }
+  s.restored = false;  // a later loop of this epoch follows this one, not the restore
   done_ = !owner_->next(current_.values());
 }
 

@@ -1,8 +1,13 @@
 // compute_average_loss and scale_regularization_loss, built from ops so gradients flow.
 #include "tandem/distribute/average_loss.h"
 
+#include <mutex>
+#include <set>
+#include <utility>
+
 #include "tandem/autograd/variable.h"
 #include "tandem/core/check_numerics.h"
+#include "tandem/core/logging.h"
 #include "tandem/distribute/internal/state.h"
 #include "tandem/distribute/strategy.h"
 #include "tandem/ops/ops.h"
@@ -25,6 +30,32 @@ int replicas_in_sync(const char* function, const char* remedy) {
   return 1;
 }
 
+/// A global batch smaller than the examples the step's distributed dataset delivered scales
+/// the loss and the gradients up by delivered / given, silently: warned once per pair of
+/// numbers. (Larger is legitimate: a short last batch, gradient accumulation.)
+void report_batch_contradiction(int64_t given, int64_t delivered) {
+  if (delivered <= 0 || given >= delivered) return;
+  static std::mutex mutex;
+  static std::set<std::pair<int64_t, int64_t>> reported;
+  {
+    const std::lock_guard<std::mutex> lock(mutex);
+    if (!reported.insert({given, delivered}).second) return;
+  }
+  TANDEM_LOG_WARNING("compute_average_loss: global_batch_size ", given,
+                     " but the distributed "
+                     "dataset delivered ",
+                     delivered,
+                     " examples this step over every replica: "
+                     "the loss and the gradients are ",
+                     static_cast<double>(delivered) / static_cast<double>(given),
+                     "x their mean over the batch. Pass the global "
+                     "batch the dataset was batched with (",
+                     delivered,
+                     "), or leave "
+                     "global_batch_size out to divide by this replica's batch x "
+                     "num_replicas_in_sync");
+}
+
 }  // namespace
 
 Tensor compute_average_loss(const Tensor& per_example_loss,
@@ -37,10 +68,18 @@ Tensor compute_average_loss(const Tensor& per_example_loss,
   TANDEM_CHECK(!global_batch_size || *global_batch_size >= 0,
                "compute_average_loss: global_batch_size must be >= 0, got ", *global_batch_size);
   // What every worker must pass alike (the optimizer's first update compares it across workers).
-  if (global_batch_size && current_replica_context() != nullptr)
+  if (global_batch_size && current_replica_context() != nullptr) {
     detail::set_last_global_batch_size(*global_batch_size);
-  const Tensor weighted =
-      sample_weight.defined() ? ops::mul(per_example_loss, sample_weight) : per_example_loss;
+    report_batch_contradiction(*global_batch_size, detail::step_global_batch_size());
+  }
+  // 16-bit losses (a loss written by hand under a mixed policy) are averaged in float32, as
+  // Keras's losses compute in float32: a bfloat16 sum of a batch would lose the small terms.
+  const auto widened = [](const Tensor& t) {
+    return t.defined() && is_half(t.dtype()) ? ops::cast(t, DType::kFloat32) : t;
+  };
+  const Tensor weighted = sample_weight.defined()
+                              ? ops::mul(widened(per_example_loss), widened(sample_weight))
+                              : widened(per_example_loss);
   const int64_t divisor =
       global_batch_size ? *global_batch_size
                         : per_example_loss.dim(0) *

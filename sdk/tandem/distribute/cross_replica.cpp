@@ -5,6 +5,7 @@
 
 #include "tandem/distribute/internal/host_reduce.h"
 #include "tandem/distribute/internal/strategy_impl.h"
+#include "tandem/ops/ops.h"
 
 namespace tandem {
 
@@ -23,6 +24,15 @@ Tensor Strategy::reduce(ReduceOp op, const PerReplica<Tensor>& value,
   TANDEM_CHECK(value.size() == static_cast<size_t>(impl_->num_replicas()), name(),
                ".reduce: the PerReplica holds ", value.size(), " values but the strategy has ",
                impl_->num_replicas(), " replicas");
+  if (!value.values().empty() && value.values()[0].defined() &&
+      is_half(value.values()[0].dtype())) {
+    // 16-bit values (a loss under a mixed policy) add up in float32 and are rounded once.
+    const DType half = value.values()[0].dtype();
+    std::vector<Tensor> widened;
+    for (const Tensor& v : value.values())
+      widened.push_back(v.defined() && v.dtype() == half ? ops::cast(v, DType::kFloat32) : v);
+    return ops::cast(reduce(op, PerReplica<Tensor>(std::move(widened)), axis), half);
+  }
   const bool workers = impl_->num_workers() > 1;
   if (!axis && !workers) return detail::combine_elementwise(value.values(), op, "strategy.reduce");
   if (!axis) {
@@ -81,6 +91,8 @@ Tensor Strategy::reduce(ReduceOp op, const Tensor& value, std::optional<int64_t>
                "ReduceOp::kMean");
   TANDEM_CHECK(value.defined(), name(), ".reduce: the value is undefined");
   if (!axis) return value;
+  if (is_half(value.dtype()))  // added up in float32, rounded once
+    return ops::cast(reduce(op, ops::cast(value, DType::kFloat32), axis), value.dtype());
   Tensor total = detail::reduce_over_axis(
       value, *axis, op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum, "strategy.reduce");
   if (op != ReduceOp::kMean) return total;

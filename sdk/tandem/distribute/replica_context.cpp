@@ -61,6 +61,14 @@ void set_last_global_batch_size(int64_t global_batch_size) {
   t_global_batch_size = global_batch_size;
 }
 
+namespace {
+thread_local int64_t t_step_global_batch_size = 0;
+}  // namespace
+
+int64_t step_global_batch_size() { return t_step_global_batch_size; }
+
+void set_step_global_batch_size(int64_t examples) { t_step_global_batch_size = examples; }
+
 std::string describe_exception(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);

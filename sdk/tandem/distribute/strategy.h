@@ -289,6 +289,25 @@ Strategy& default_strategy();
 
 // ---- template definitions ------------------------------------------------------------------
 
+namespace detail {
+/// Sets what compute_average_loss compares its global_batch_size with on the calling replica
+/// thread (the step's examples on every replica; 0: not known).
+void set_step_global_batch_size(int64_t examples);
+/// The step's examples as a distributed dataset's batch knows them; 0 for other arguments.
+inline int64_t step_examples_of(const data::Batch& batch) { return batch.global_batch_size(); }
+template <typename A>
+int64_t step_examples_of(const A&) {
+  return 0;
+}
+/// The first known step size among a replica's pieces of the run's arguments.
+template <typename... Pieces>
+int64_t step_examples(const Pieces&... pieces) {
+  int64_t examples = 0;
+  ((examples = examples != 0 ? examples : step_examples_of(pieces)), ...);
+  return examples;
+}
+}  // namespace detail
+
 template <typename Fn, typename... Args>
 auto Strategy::run(Fn&& fn, const Args&... args) {
   // A PerReplica argument must hold one value per replica.
@@ -311,7 +330,10 @@ auto Strategy::run(Fn&& fn, const Args&... args) {
   };
   if constexpr (std::is_void_v<Result>) {
     submit([&fn, &args...](ReplicaContext& ctx) {
-      fn(ctx, detail::replica_piece(args, ctx.local_replica_id())...);
+      const int id = ctx.local_replica_id();
+      (void)id;  // no arguments
+      detail::set_step_global_batch_size(detail::step_examples(detail::replica_piece(args, id)...));
+      fn(ctx, detail::replica_piece(args, id)...);
     });
   } else {
     using Value = std::decay_t<Result>;
@@ -320,6 +342,8 @@ auto Strategy::run(Fn&& fn, const Args&... args) {
     // Each replica writes only its own element, so the threads never share one.
     submit([results, &fn, &args...](ReplicaContext& ctx) {
       const int id = ctx.local_replica_id();
+      (void)id;  // no arguments
+      detail::set_step_global_batch_size(detail::step_examples(detail::replica_piece(args, id)...));
       (*results)[static_cast<size_t>(id)].emplace(fn(ctx, detail::replica_piece(args, id)...));
     });
     std::vector<Value> values;

@@ -37,6 +37,11 @@ void set_current_run_index(uint64_t run_index);
 std::optional<int64_t> last_global_batch_size();
 void set_last_global_batch_size(int64_t global_batch_size);
 
+/// The examples of the step the calling replica thread runs, over every replica and worker, as
+/// the distributed dataset that delivered its batch knows them (data::Batch::global_batch_size;
+/// 0: not known). strategy.run sets it for each run (set_step_global_batch_size, strategy.h).
+int64_t step_global_batch_size();
+
 /// The message of an exception_ptr ("an exception of unknown type" for non-std exceptions).
 std::string describe_exception(const std::exception_ptr& error);
 
