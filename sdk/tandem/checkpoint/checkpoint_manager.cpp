@@ -512,7 +512,10 @@ std::optional<std::string> CheckpointManager::restore_locally() {
   // checksum, impossible values, a file-system error such as a symbolic-link loop) and also
   // "another model" (a flipped bit can change a shape). Only when every candidate fails is it
   // an error: CheckpointMismatchError when every one is of another model, else tandem::Error.
+  // Each failure is told once: in the warning of the restore that fell back past it, or in the
+  // error when nothing could be restored.
   std::vector<std::string> failures;
+  std::string skipped;  // "cannot restore <file>: <why>" lines
   bool all_mismatched = true;
   for (const std::string& candidate : candidates) {
     try {
@@ -520,19 +523,22 @@ std::optional<std::string> CheckpointManager::restore_locally() {
     } catch (const std::exception& e) {
       const bool mismatched = dynamic_cast<const CheckpointMismatchError*>(&e) != nullptr;
       all_mismatched = all_mismatched && mismatched;
-      TANDEM_LOG_WARNING("CheckpointManager: cannot restore ", candidate, ": ", e.what(),
-                         "; falling back to the previous checkpoint");
       failures.push_back(e.what());
+      skipped += detail::str_cat("\n  cannot restore ", candidate, ": ", e.what());
       // A damaged file stays on disk for inspection but is no longer one of the kept ones.
       const std::string name = fs::path(candidate).filename().string();
       m.kept.erase(std::remove(m.kept.begin(), m.kept.end(), name), m.kept.end());
       continue;
     }
-    if (!failures.empty() || !note.empty())
+    if (!failures.empty()) {
+      TANDEM_LOG_WARNING("CheckpointManager: restored ", candidate, ", the newest checkpoint in ",
+                         m.directory, " that could be restored; newer ones could not:", skipped);
+    } else if (!note.empty()) {
       TANDEM_LOG_WARNING("CheckpointManager: restored ", candidate,
                          ", the newest complete checkpoint in ", m.directory);
-    else
+    } else {
       TANDEM_LOG_INFO("CheckpointManager: restored ", candidate);
+    }
     m.last_step = m.checkpoint.global_step();
     return candidate;
   }
