@@ -18,8 +18,11 @@
 #include <thread>
 #include <vector>
 
+#include "support/stderr_capture.h"
 #include "tandem/collectives/internal/tcp_store.h"
 #include "tandem/core/error.h"
+
+using tandem::testing::stderr_of;
 
 namespace {
 
@@ -191,10 +194,17 @@ TEST_CASE("tcp store: another job's worker, a second worker 1 and a wrong token 
     TcpStoreOptions o = options(port, 1);
     o.token = "s3cret";
     o.cluster = "127.0.0.1:" + std::to_string(port) + ", 127.0.0.1:9";
-    CHECK_THROWS_WITH(TcpStore(o),
-                      Catch::Contains("serves another job: its TF_CONFIG cluster is [" +
-                                      cluster_of(port, 2) + "], this worker's is [127.0.0.1:" +
-                                      std::to_string(port) + ", 127.0.0.1:9]"));
+    const std::string chief_log = stderr_of([&] {
+      CHECK_THROWS_WITH(TcpStore(o),
+                        Catch::Contains("serves another job: its TF_CONFIG cluster is [" +
+                                        cluster_of(port, 2) + "], this worker's is [127.0.0.1:" +
+                                        std::to_string(port) + ", 127.0.0.1:9]"));
+    });
+    // The chief says so at once too, naming who came (it would otherwise only time out waiting
+    // for its worker 1).
+    CHECK_THAT(chief_log, Catch::Contains("the chief refused the process at 127.0.0.1:") &&
+                              Catch::Contains("that asked to join as worker 1: the chief at") &&
+                              Catch::Contains("serves another job"));
   }
   SECTION("the token: missing, different; never shown, and checked before the cluster") {
     TcpStoreOptions o = options(port, 1);

@@ -92,6 +92,7 @@ struct TcpStoreServer::State {
   std::vector<int> joined;                 // per rank: 0 never, 1 connected, 2 left
   std::vector<Clock::time_point> left_at;  // per rank, when joined == 2
   std::vector<std::string> joined_from;    // per rank: the connection's peer address
+  int refusals_logged = 0;                 // refused joins the chief has logged
 
   explicit State(const TcpStoreOptions& o) : options(o) {
     std::random_device device;
@@ -192,6 +193,22 @@ struct TcpStoreServer::State {
   void refuse(Connection& c, const std::string& why, bool close_after) {
     reply(c, kRefused, why);
     c.closing = c.closing || close_after;
+  }
+
+  /// Refuses a process that asked to join the job, and says so on the chief at once: the
+  /// process learns why from the reply, and the chief, which would otherwise only time out
+  /// waiting for the worker it expected, names who came and why it was turned away. (Logged
+  /// for the first few refusals only: a flood of them is not worth a line each.)
+  void refuse_joining(Connection& c, int32_t rank, const std::string& why) {
+    constexpr int kLoggedRefusals = 8;
+    if (refusals_logged < kLoggedRefusals) {
+      ++refusals_logged;
+      TANDEM_LOG_WARNING(
+          "TF_CONFIG rendezvous: the chief refused the process at ", c.peer,
+          " that asked to join as worker ", rank, ": ", why,
+          refusals_logged == kLoggedRefusals ? " (later refusals are not logged)" : "");
+    }
+    refuse(c, why, true);
   }
 
   void loop() {
@@ -357,44 +374,41 @@ struct TcpStoreServer::State {
       if (c.introduced) return drop(c);
       // The token first: a client without it learns nothing of this job (not its cluster).
       if (!equal_in_constant_time(first, options.token)) {
-        return refuse(
-            c,
+        return refuse_joining(
+            c, rank,
             options.token.empty()
                 ? std::string("this worker has TANDEM_JOB_TOKEN set and the chief has "
                               "none: the chief's job is not this worker's")
                 : std::string("TANDEM_JOB_TOKEN ") +
                       (first.empty() ? "is not set in this worker" : "differs from the chief's") +
-                      ": the chief's job requires its token",
-            true);
+                      ": the chief's job requires its token");
       }
       const std::string mine = shorten(options.cluster), theirs = shorten(second);
       if (second != options.cluster) {
-        return refuse(c,
-                      detail::str_cat("the chief at ", options.host, ":", options.port,
-                                      " serves another job: its TF_CONFIG cluster is [", mine,
-                                      "], this worker's is [", theirs, "]"),
-                      true);
+        return refuse_joining(c, rank,
+                              detail::str_cat("the chief at ", options.host, ":", options.port,
+                                              " serves another job: its TF_CONFIG cluster is [",
+                                              mine, "], this worker's is [", theirs, "]"));
       }
       if (rank < 0 || rank >= options.world_size) {
-        return refuse(c,
-                      detail::str_cat("worker index ", rank, " is outside this job's 0..",
-                                      options.world_size - 1),
-                      true);
+        return refuse_joining(c, rank,
+                              detail::str_cat("worker index ", rank, " is outside this job's 0..",
+                                              options.world_size - 1));
       }
       const auto r = static_cast<size_t>(rank);
       if (joined[r] == 1) {
-        return refuse(c,
-                      detail::str_cat("another process already joined this job as ", worker(rank),
-                                      " (connected from ", joined_from[r],
-                                      "): is a second job using the same TF_CONFIG addresses?"),
-                      true);
+        return refuse_joining(
+            c, rank,
+            detail::str_cat("another process already joined this job as ", worker(rank),
+                            " (connected from ", joined_from[r],
+                            "): is a second job using the same TF_CONFIG addresses?"));
       }
       if (joined[r] == 2) {
-        return refuse(c,
-                      detail::str_cat(worker(rank),
-                                      " already joined this job and left it; a running job does "
-                                      "not take a worker back: start the whole job again"),
-                      true);
+        return refuse_joining(
+            c, rank,
+            detail::str_cat(worker(rank),
+                            " already joined this job and left it; a running job does "
+                            "not take a worker back: start the whole job again"));
       }
       c.introduced = true;
       c.rank = rank;
