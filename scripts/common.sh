@@ -41,3 +41,22 @@ tandem_mpi_env() {
   fi
   export OMPI_MCA_rmaps_base_oversubscribe="${OMPI_MCA_rmaps_base_oversubscribe:-1}"
 }
+
+# with_busy_cores N COMMAND...: runs COMMAND while N other processes each keep a core busy (a
+# shell loop at the same priority), as on a machine shared with other work: races that only
+# show when a thread loses its core mid-step, and waits that burn a core another thread needs,
+# show up here instead of on users' machines. N=0 runs COMMAND alone. Returns its status.
+with_busy_cores() {
+  local count="$1"; shift
+  local pids=() i status=0
+  for ((i = 0; i < count; ++i)); do
+    sh -c 'while :; do :; done' &
+    pids+=($!)
+  done
+  "$@" || status=$?
+  if [[ ${#pids[@]} -gt 0 ]]; then
+    kill "${pids[@]}" 2>/dev/null || true
+    wait "${pids[@]}" 2>/dev/null || true
+  fi
+  return "$status"
+}
