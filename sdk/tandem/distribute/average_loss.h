@@ -16,7 +16,11 @@ namespace tandem {
 /// global_batch_size, the divisor is this replica's batch (dim 0) x num_replicas_in_sync of
 /// the job (every worker's replicas); that form raises in cross-replica context (a strategy's
 /// scope open, outside strategy.run), as TensorFlow does, and outside any strategy counts one
-/// replica. A divisor of 0 gives 0 (an empty global batch contributes nothing).
+/// replica. A divisor of 0 gives 0 (an empty global batch contributes nothing). A bfloat16 or
+/// float16 loss (and sample_weight) is summed in float32 and the result is float32, as Keras's
+/// losses compute in float32. Inside strategy.run, a global_batch_size smaller than the
+/// examples the step's distributed dataset delivered over every replica (the loss and the
+/// gradients would be scaled up) is warned once, naming both numbers.
 Tensor compute_average_loss(const Tensor& per_example_loss,
                             std::optional<int64_t> global_batch_size = std::nullopt,
                             const Tensor& sample_weight = Tensor());
