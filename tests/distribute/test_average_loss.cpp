@@ -74,7 +74,7 @@ TEST_CASE("compute_average_loss names a global batch smaller than the one the da
   CHECK(log.find("2x their mean over the batch") != std::string::npos);
   // The right number, a larger one (accumulation, a short last batch) and no number: silent.
   for (const std::optional<int64_t> global :
-       {std::optional<int64_t>(24), std::optional<int64_t>(48), std::nullopt}) {
+       {std::optional<int64_t>(24), std::optional<int64_t>(48), std::optional<int64_t>()}) {
     dist.set_epoch(0);
     const std::string quiet = td::testing::stderr_of([&] {
       for (const auto& batch : dist)
