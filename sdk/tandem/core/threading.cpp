@@ -5,18 +5,23 @@
 
 #include <dirent.h>
 #include <sched.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
+#include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <ctime>
 #include <fstream>
+#include <mutex>
 #include <sstream>
 #include <thread>
 
 #include "tandem/core/error.h"
+#include "tandem/core/logging.h"
 
 #if defined(__x86_64__) || defined(__i386__)
 #include <xmmintrin.h>
@@ -140,6 +145,161 @@ void set_compute_threads(int threads) {
 }
 
 int compute_threads() { return t_compute_threads > 0 ? t_compute_threads : hardware_cores(); }
+
+namespace {
+
+/// CPU time (seconds) the CPUs in `cpus` spent busy since boot, from /proc/stat's cpuN lines
+/// (user, nice, system, irq, softirq, steal; not idle or iowait); negative when unreadable.
+double busy_seconds(const std::vector<int>& cpus) {
+  std::ifstream in("/proc/stat");
+  if (!in) return -1.0;
+  static const double tick = [] {
+    const long hz = ::sysconf(_SC_CLK_TCK);
+    return 1.0 / static_cast<double>(hz > 0 ? hz : 100);
+  }();
+  double ticks = 0.0;
+  bool any = false;
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.compare(0, 3, "cpu") != 0) break;  // the cpu lines come first
+    if (line.size() < 4 || line[3] < '0' || line[3] > '9') continue;  // the all-CPU line
+    std::istringstream fields(line.substr(3));
+    int cpu = -1;
+    unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0,
+                       softirq = 0, steal = 0;
+    fields >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
+    if (!fields && !fields.eof()) continue;
+    if (!std::binary_search(cpus.begin(), cpus.end(), cpu)) continue;
+    ticks += static_cast<double>(user + nice + system + irq + softirq + steal);
+    any = true;
+  }
+  return any ? ticks * tick : -1.0;
+}
+
+double process_cpu_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+double monotonic_seconds() {
+  timespec t{};
+  ::clock_gettime(CLOCK_MONOTONIC, &t);
+  return static_cast<double>(t.tv_sec) + static_cast<double>(t.tv_nsec) * 1e-9;
+}
+
+/// free_cores' sampler: the last readings, and the smoothed load of other processes.
+struct CoreShare {
+  static constexpr double kInterval = 0.25;  // seconds between samples
+  static constexpr double kTaken = 0.6;      // of a core, for it to count as another's
+  bool enabled = [] {
+    const char* value = std::getenv("TANDEM_SHARE_CORES");
+    return value == nullptr || value[0] == '\0' ||
+           (std::strcmp(value, "0") != 0 && std::strcmp(value, "false") != 0);
+  }();
+  std::mutex mutex;  // one sampler at a time; the others read `free`
+  std::atomic<double> next{0.0};  // monotonic time of the next sample
+  std::atomic<int> free{0};       // 0: not sampled yet
+  double last_time = -1.0, last_busy = 0.0, last_own = 0.0, others = 0.0;
+  int samples = 0, reported = 0;
+
+  void sample(double now) {
+    const std::vector<int> cpus = process_cores();
+    const int cores = hardware_cores();
+    const double busy = busy_seconds(cpus), own = process_cpu_seconds();
+    if (busy < 0.0) {  // no /proc/stat: every core counts as free
+      free.store(cores, std::memory_order_relaxed);
+      next.store(now + 3600.0, std::memory_order_relaxed);
+      return;
+    }
+    if (last_time >= 0.0 && now > last_time) {
+      const double used = std::max(0.0, (busy - last_busy) - (own - last_own)) / (now - last_time);
+      others = samples++ == 0 ? used : 0.5 * others + 0.5 * used;
+      const int taken = static_cast<int>(others + (1.0 - kTaken));
+      const int now_free = std::clamp(cores - taken, 1, cores);
+      const int before = free.exchange(now_free, std::memory_order_relaxed);
+      if (before != 0 && before != now_free && reported < 10) {
+        ++reported;
+        TANDEM_LOG_INFO("other processes kept ", std::round(others * 10.0) / 10.0, " of this "
+                        "process's ", cores, " cores busy: compute threads now use ", now_free,
+                        " of them", reported == 10 ? " (further changes are not reported)" : "",
+                        " (TANDEM_SHARE_CORES=0 uses every core regardless)");
+      }
+    } else {
+      free.store(cores, std::memory_order_relaxed);
+    }
+    last_time = now;
+    last_busy = busy;
+    last_own = own;
+    next.store(now + kInterval, std::memory_order_relaxed);
+  }
+};
+
+CoreShare& core_share() {
+  static CoreShare share;
+  return share;
+}
+
+}  // namespace
+
+bool core_sharing() { return core_share().enabled; }
+
+int free_cores() {
+  CoreShare& share = core_share();
+  if (!share.enabled) return hardware_cores();
+  const double now = monotonic_seconds();
+  if (now >= share.next.load(std::memory_order_relaxed)) {
+    std::unique_lock<std::mutex> lock(share.mutex, std::try_to_lock);
+    if (lock.owns_lock() && now >= share.next.load(std::memory_order_relaxed)) share.sample(now);
+  }
+  const int free = share.free.load(std::memory_order_relaxed);
+  return free > 0 ? std::min(free, hardware_cores()) : hardware_cores();
+}
+
+namespace {
+
+/// The kernel's struct sched_attr (its first version, 48 bytes), for sched_getattr/setattr.
+struct SchedAttr {
+  uint32_t size = sizeof(SchedAttr);
+  uint32_t sched_policy = 0;
+  uint64_t sched_flags = 0;
+  int32_t sched_nice = 0;
+  uint32_t sched_priority = 0;
+  uint64_t sched_runtime = 0;  // for SCHED_OTHER (Linux 6.12+): the requested slice, ns
+  uint64_t sched_deadline = 0;
+  uint64_t sched_period = 0;
+};
+static_assert(sizeof(SchedAttr) == 48);
+
+}  // namespace
+
+bool request_short_time_slices() {
+#if defined(__linux__) && defined(SYS_sched_getattr) && defined(SYS_sched_setattr)
+  if (!core_share().enabled) return false;
+  constexpr uint64_t kSliceNs = 100'000;  // the shortest the kernel grants
+  SchedAttr attr;
+  if (::syscall(SYS_sched_getattr, 0, &attr, sizeof(attr), 0) != 0) return false;
+  if (attr.sched_policy != SCHED_OTHER) return false;  // batch, idle or real-time: leave it be
+  if (attr.sched_runtime == kSliceNs) return true;
+  attr.size = sizeof(attr);
+  attr.sched_flags = 0;
+  attr.sched_runtime = kSliceNs;
+  if (::syscall(SYS_sched_setattr, 0, &attr, 0) != 0) return false;
+  // Kernels before 6.12 accept the call and ignore the slice.
+  SchedAttr check;
+  return ::syscall(SYS_sched_getattr, 0, &check, sizeof(check), 0) == 0 &&
+         check.sched_runtime == kSliceNs;
+#else
+  return false;
+#endif
+}
+
+int adapt_compute_threads(int budget, int sharers) {
+  const int threads =
+      std::clamp(free_cores() / std::max(1, sharers), 1, std::max(1, budget));
+  if (threads != t_compute_threads) set_compute_threads(threads);
+  return threads;
+}
 
 namespace {
 

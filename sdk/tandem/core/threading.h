@@ -33,6 +33,31 @@ void set_compute_threads(int threads);
 /// The calling thread's compute-thread count (default: all cores).
 int compute_threads();
 
+/// The cores of this process (hardware_cores) that other processes left free lately: each core's
+/// worth of CPU time that other processes used over the last quarter second or so (read from
+/// /proc/stat, less this process's own CPU time), counted once it reaches 0.6 of a core, is taken
+/// off; at least 1. A compute team as wide as the cores loses whole time slices whenever one of
+/// its threads is descheduled for another process's, while its partners wait at the next
+/// barrier: on a machine shared with other work, fewer threads finish sooner. Sampled at most
+/// every 250 ms (calls in between return the last figure). TANDEM_SHARE_CORES=0 turns the
+/// sampling off: every core counts as free.
+int free_cores();
+/// False when TANDEM_SHARE_CORES=0: free_cores() is then every core, and
+/// request_short_time_slices() does nothing.
+bool core_sharing();
+/// Sets the calling thread's compute threads to `budget`, or to its share of free_cores() when
+/// `sharers` threads split them and that is fewer (at least 1); returns the count set. Replica
+/// threads call it as each run starts.
+int adapt_compute_threads(int budget, int sharers);
+/// Asks the kernel for short time slices (0.1 ms) for the calling thread, keeping its policy and
+/// nice value: a thread that sleeps at every hand-off of a step (the training loop's thread, a
+/// replica thread) then gets a core as soon as it wakes, instead of after the slice of whatever
+/// other process holds it (milliseconds). Linux 6.12 and later (EEVDF's requested slice,
+/// sched_setattr's sched_runtime for SCHED_OTHER); no effect on a quiet machine, where each
+/// thread has a core. Returns whether the kernel took the request: false on older kernels, for
+/// threads with another scheduling policy, and with TANDEM_SHARE_CORES=0.
+bool request_short_time_slices();
+
 /// Whether replicas compute with subnormal floats flushed to zero (flush-to-zero and
 /// denormals-are-zero on the CPU), as TensorFlow's CPU thread pools run every op. On by default:
 /// an Adam slot of a unit that no longer learns decays through the subnormal range, where each

@@ -5,9 +5,12 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdlib>
+#include <mutex>
 
 #include "tandem/autograd/tape.h"
 #include "tandem/collectives/internal/replica_list.h"
+#include "tandem/core/logging.h"
 #include "tandem/core/spans.h"
 #include "tandem/core/threading.h"
 #include "tandem/distribute/internal/replica_scope.h"
@@ -34,6 +37,28 @@ bool is_aborted(const std::exception_ptr& error) {
   }
 }
 
+/// Once per process, as the first CPU replica threads start: how they behave on cores that other
+/// processes share (core/threading.h), in the start-up log.
+void report_core_sharing(int num_replicas) {
+  static std::once_flag once;
+  std::call_once(once, [num_replicas] {
+    const int cores = hardware_cores(), threads = std::max(1, cores / num_replicas);
+    if (!core_sharing()) {
+      TANDEM_LOG_INFO("CPU replicas: ", threads, " compute thread", threads == 1 ? "" : "s",
+                      " each on ", cores, " core", cores == 1 ? "" : "s",
+                      ", whether or not other processes keep some busy (TANDEM_SHARE_CORES=0)");
+      return;
+    }
+    const bool slices = request_short_time_slices();
+    TANDEM_LOG_INFO("CPU replicas: ", threads, " compute thread", threads == 1 ? "" : "s",
+                    " each on ", cores, " core", cores == 1 ? "" : "s",
+                    ", fewer while other processes keep cores busy; the loop's and the replicas' "
+                    "threads ", slices ? "run in 0.1 ms time slices" :
+                    "keep the kernel's time slices (short ones need Linux 6.12)",
+                    " (TANDEM_SHARE_CORES=0 turns both off)");
+  });
+}
+
 bool is_timeout(const std::exception_ptr& error) {
   try {
     std::rethrow_exception(error);
@@ -57,6 +82,7 @@ ReplicaThreads::ReplicaThreads(Options options)
   run_start_.resize(static_cast<size_t>(num_replicas_));
   run_end_.resize(static_cast<size_t>(num_replicas_));
   if (options_.on_calling_thread) return;
+  if (!any_gpu_) report_core_sharing(num_replicas_);
   try {
     for (int r = 0; r < num_replicas_; ++r)
       threads_.emplace_back(&ReplicaThreads::thread_main, this, r);
@@ -110,12 +136,16 @@ void ReplicaThreads::check_usable(const char* what) {
 
 void ReplicaThreads::thread_main(int id) {
   ReplicaContext& ctx = *options_.contexts[static_cast<size_t>(id)];
+  const int compute_budget = std::max(1, hardware_cores() / num_replicas_);
+  // It sleeps at each hand-off: once woken, it should get a core before other processes' slices
+  // end (core/threading.h).
+  request_short_time_slices();
   const ReplicaScope scope({.context = &ctx,
                             .local_replica = id,
                             .num_local_replicas = num_replicas_,
                             .first_global_replica = options_.worker_index * num_replicas_,
                             .num_replicas_in_sync = options_.num_workers * num_replicas_,
-                            .compute_threads = std::max(1, hardware_cores() / num_replicas_),
+                            .compute_threads = compute_budget,
                             .creator = options_.creator});
   t_thread_of = this;
   uint64_t seen = 0;
@@ -141,6 +171,9 @@ void ReplicaThreads::thread_main(int id) {
         // Subnormals flushed, as TensorFlow runs ops (core/threading.h); the OpenMP team this
         // thread starts is created with its mode and parallel loops pass it on.
         const ScopedFloatMode float_mode;
+        // Fewer compute threads while other processes keep some of the cores busy: a team
+        // wider than the cores it gets waits at every barrier for a descheduled member.
+        adapt_compute_threads(compute_budget, num_replicas_);
         run_start_[static_cast<size_t>(id)].wait();
         // Compute: the task less its time outside compute on this thread (collectives, waits
         // for buckets, the optimizer, host syncs; profile::outside_compute_ns), the figure the
@@ -221,6 +254,9 @@ void ReplicaThreads::run(const ReplicaTask& task) {
       errors_[0] = std::current_exception();
     }
   } else {
+    // The loop's thread sleeps while the replicas compute, and each step waits for it to wake.
+    static thread_local const bool short_slices = request_short_time_slices();
+    (void)short_slices;
     if (any_gpu_) {
       for (int r = 0; r < num_replicas_; ++r)
         run_start_[static_cast<size_t>(r)].record(options_.devices[static_cast<size_t>(r)]);
