@@ -161,12 +161,12 @@ double busy_seconds(const std::vector<int>& cpus) {
   bool any = false;
   std::string line;
   while (std::getline(in, line)) {
-    if (line.compare(0, 3, "cpu") != 0) break;  // the cpu lines come first
+    if (line.compare(0, 3, "cpu") != 0) break;                        // the cpu lines come first
     if (line.size() < 4 || line[3] < '0' || line[3] > '9') continue;  // the all-CPU line
     std::istringstream fields(line.substr(3));
     int cpu = -1;
-    unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0,
-                       softirq = 0, steal = 0;
+    unsigned long long user = 0, nice = 0, system = 0, idle = 0, iowait = 0, irq = 0, softirq = 0,
+                       steal = 0;
     fields >> cpu >> user >> nice >> system >> idle >> iowait >> irq >> softirq >> steal;
     if (!fields && !fields.eof()) continue;
     if (!std::binary_search(cpus.begin(), cpus.end(), cpu)) continue;
@@ -197,7 +197,7 @@ struct CoreShare {
     return value == nullptr || value[0] == '\0' ||
            (std::strcmp(value, "0") != 0 && std::strcmp(value, "false") != 0);
   }();
-  std::mutex mutex;  // one sampler at a time; the others read `free`
+  std::mutex mutex;               // one sampler at a time; the others read `free`
   std::atomic<double> next{0.0};  // monotonic time of the next sample
   std::atomic<int> free{0};       // 0: not sampled yet
   double last_time = -1.0, last_busy = 0.0, last_own = 0.0, others = 0.0;
@@ -220,9 +220,10 @@ struct CoreShare {
       const int before = free.exchange(now_free, std::memory_order_relaxed);
       if (before != 0 && before != now_free && reported < 10) {
         ++reported;
-        TANDEM_LOG_INFO("other processes kept ", std::round(others * 10.0) / 10.0, " of this "
-                        "process's ", cores, " cores busy: compute threads now use ", now_free,
-                        " of them", reported == 10 ? " (further changes are not reported)" : "",
+        TANDEM_LOG_INFO("other processes kept ", std::round(others * 10.0) / 10.0,
+                        " of this process's ", cores, " cores busy: compute threads now use ",
+                        now_free, " of them",
+                        reported == 10 ? " (further changes are not reported)" : "",
                         " (TANDEM_SHARE_CORES=0 uses every core regardless)");
       }
     } else {
@@ -295,8 +296,7 @@ bool request_short_time_slices() {
 }
 
 int adapt_compute_threads(int budget, int sharers) {
-  const int threads =
-      std::clamp(free_cores() / std::max(1, sharers), 1, std::max(1, budget));
+  const int threads = std::clamp(free_cores() / std::max(1, sharers), 1, std::max(1, budget));
   if (threads != t_compute_threads) set_compute_threads(threads);
   return threads;
 }

@@ -52,8 +52,9 @@ void report_core_sharing(int num_replicas) {
     TANDEM_LOG_INFO("CPU replicas: ", threads, " compute thread", threads == 1 ? "" : "s",
                     " each on ", cores, " core", cores == 1 ? "" : "s",
                     ", fewer while other processes keep cores busy; the loop's and the replicas' "
-                    "threads ", slices ? "run in 0.1 ms time slices" :
-                    "keep the kernel's time slices (short ones need Linux 6.12)",
+                    "threads ",
+                    slices ? "run in 0.1 ms time slices"
+                           : "keep the kernel's time slices (short ones need Linux 6.12)",
                     " (TANDEM_SHARE_CORES=0 turns both off)");
   });
 }
