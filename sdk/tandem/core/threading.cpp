@@ -148,6 +148,13 @@ int compute_threads() { return t_compute_threads > 0 ? t_compute_threads : hardw
 
 namespace {
 
+/// A setting that is on unless the environment variable `name` is "0" or "false".
+bool on_unless_turned_off(const char* name) {
+  const char* value = std::getenv(name);
+  return value == nullptr || value[0] == '\0' ||
+         (std::strcmp(value, "0") != 0 && std::strcmp(value, "false") != 0);
+}
+
 /// CPU time (seconds) the CPUs in `cpus` spent busy since boot, from /proc/stat's cpuN lines
 /// (user, nice, system, irq, softirq, steal; not idle or iowait); negative when unreadable.
 double busy_seconds(const std::vector<int>& cpus) {
@@ -192,11 +199,7 @@ double monotonic_seconds() {
 struct CoreShare {
   static constexpr double kInterval = 0.25;  // seconds between samples
   static constexpr double kTaken = 0.6;      // of a core, for it to count as another's
-  bool enabled = [] {
-    const char* value = std::getenv("TANDEM_SHARE_CORES");
-    return value == nullptr || value[0] == '\0' ||
-           (std::strcmp(value, "0") != 0 && std::strcmp(value, "false") != 0);
-  }();
+  bool enabled = on_unless_turned_off("TANDEM_SHARE_CORES");
   std::mutex mutex;               // one sampler at a time; the others read `free`
   std::atomic<double> next{0.0};  // monotonic time of the next sample
   std::atomic<int> free{0};       // 0: not sampled yet
@@ -304,11 +307,7 @@ int adapt_compute_threads(int budget, int sharers) {
 namespace {
 
 std::atomic<bool>& flush_flag() {
-  static std::atomic<bool> enabled{[] {
-    const char* value = std::getenv("TANDEM_FLUSH_DENORMALS");
-    return value == nullptr || value[0] == '\0' ||
-           (std::strcmp(value, "0") != 0 && std::strcmp(value, "false") != 0);
-  }()};
+  static std::atomic<bool> enabled{on_unless_turned_off("TANDEM_FLUSH_DENORMALS")};
   return enabled;
 }
 
