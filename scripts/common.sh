@@ -46,11 +46,24 @@ tandem_mpi_env() {
 # shell loop at the same priority), as on a machine shared with other work: races that only
 # show when a thread loses its core mid-step, and waits that burn a core another thread needs,
 # show up here instead of on users' machines. N=0 runs COMMAND alone. Returns its status.
+# Each busy process is pinned to a core of its own (taskset, round-robin over the cores this
+# shell may use): left free, the kernel sometimes puts two on one core and leaves another free,
+# and figures measured beside them jump between two machines. BUSY_PINNED=0 leaves them free.
 with_busy_cores() {
   local count="$1"; shift
   local pids=() i status=0
+  local cores=()
+  if [[ ${BUSY_PINNED:-1} != 0 ]] && command -v taskset >/dev/null; then
+    read -r -a cores <<<"$(taskset -pc "$BASHPID" 2>/dev/null | sed 's/.*: //' |
+      awk -F, '{ for (i = 1; i <= NF; ++i) { n = split($i, r, "-")
+                 for (c = r[1]; c <= r[n]; ++c) printf "%d ", c } }')"
+  fi
   for ((i = 0; i < count; ++i)); do
-    sh -c 'while :; do :; done' &
+    if [[ ${#cores[@]} -gt 0 ]]; then
+      taskset -c "${cores[i % ${#cores[@]}]}" sh -c 'while :; do :; done' &
+    else
+      sh -c 'while :; do :; done' &
+    fi
     pids+=($!)
   done
   "$@" || status=$?
