@@ -1,7 +1,6 @@
 // End to end on one replica: a small MLP learns a separable 4-class problem (quadrants of the
 // plane) with Adam, SparseCategoricalCrossentropy and SparseCategoricalAccuracy.
 #include <catch2/catch.hpp>
-#include <chrono>
 #include <cmath>
 #include <cstdint>
 #include <vector>
