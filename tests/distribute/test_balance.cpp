@@ -56,8 +56,11 @@ struct Run {
   std::vector<float> weights;
 };
 
-/// Linear regression on 2 CPU replicas where replica 1 takes 2 ms per example and replica 0
-/// 1 ms (a sleep before the real forward and backward), SGD, the loss divided by the global batch.
+/// Linear regression on 2 CPU replicas where replica 1 takes 6 ms per example and replica 0
+/// 3 ms (a sleep before the real forward and backward), SGD, the loss divided by the global batch.
+/// The sleeps are long enough that a thread losing its core for a few milliseconds on a busy
+/// machine (a sleep overshooting by a scheduler tick or two) moves a measured speed by a few
+/// percent, not by a quarter.
 Run train(td::data::SplitPolicy policy) {
   td::MirroredStrategy strategy = td::MirroredStrategy::cpu(2);
   td::Generator generator(7);
@@ -74,7 +77,7 @@ Run train(td::data::SplitPolicy policy) {
   td::optim::SGD sgd;
   auto step = [&](td::ReplicaContext& ctx, const td::data::Batch& batch) {
     const int64_t examples = batch[0].dim(0);
-    const int ms_per_example = ctx.replica_id_in_sync_group() == 1 ? 2 : 1;
+    const int ms_per_example = ctx.replica_id_in_sync_group() == 1 ? 6 : 3;
     std::this_thread::sleep_for(std::chrono::milliseconds(ms_per_example * examples));
     td::GradientTape tape;
     const td::Tensor error = td::ops::sub(td::ops::matmul(batch[0], w.value()), batch[1]);
@@ -110,12 +113,17 @@ TEST_CASE(
   const Run balanced = train(td::data::SplitPolicy::kBySpeed);
   INFO("step even " << even.step_ms << " ms, balanced " << balanced.step_ms << " ms");
   for (int64_t share : even.slow_share) CHECK(share == kGlobalBatch / 2);
-  // The first step is even (nothing measured yet); from the second, replica 1 gets ~1/3.
+  // The first step is even (nothing measured yet); from the second, replica 1 gets ~1/3 (16 of
+  // 48): the median share within 10%, and no step's share off by a quarter (a step's share follows
+  // the speeds measured in the steps before it, which a busy machine's scheduling can skew).
   CHECK(balanced.slow_share[0] == kGlobalBatch / 2);
-  for (size_t i = 2; i < balanced.slow_share.size(); ++i) {
-    CAPTURE(i);
-    CHECK(static_cast<double>(balanced.slow_share[i]) == Approx(kGlobalBatch / 3.0).epsilon(0.1));
+  std::vector<int64_t> shares(balanced.slow_share.begin() + 2, balanced.slow_share.end());
+  for (size_t i = 0; i < shares.size(); ++i) {
+    CAPTURE(i + 2, shares[i]);
+    CHECK(static_cast<double>(shares[i]) == Approx(kGlobalBatch / 3.0).epsilon(0.25));
   }
+  std::sort(shares.begin(), shares.end());
+  CHECK(static_cast<double>(shares[shares.size() / 2]) == Approx(kGlobalBatch / 3.0).epsilon(0.1));
   // Ideally 2/3 of the even step; 0.8 leaves room for the fixed costs of a step, which do not
   // shrink with the slow replica's share and weigh more under ThreadSanitizer or a busy machine.
   CHECK(balanced.step_ms <= 0.8 * even.step_ms);
