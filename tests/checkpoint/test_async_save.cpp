@@ -19,18 +19,20 @@ namespace {
 
 constexpr const char* kChildTest = "asynchronous save: a child that saves until it is killed";
 
-/// ~1.1M float32 weights, with Adam's two slots a ~13 MB checkpoint.
+/// ~263K float32 weights, with Adam's two slots a ~3 MB checkpoint: large enough that a
+/// background write takes a while (a child saving back to back is almost always inside one),
+/// small enough that 30 child processes under the sanitizers on a busy machine stay quick.
 struct Run {
   Run() {
     model.set_seed(5);
-    model.build({512});
+    model.build({256});
     optimizer.build(model.trainable_variables());
   }
   td::Checkpoint checkpoint() {
     return td::Checkpoint(
         {{"model", &model}, {"optimizer", &optimizer}, {"global_step", &global_step}});
   }
-  td::nn::Sequential model{td::nn::Dense(1024, td::nn::Activation::kRelu), td::nn::Dense(512)};
+  td::nn::Sequential model{td::nn::Dense(512, td::nn::Activation::kRelu), td::nn::Dense(256)};
   td::optim::Adam optimizer;
   int64_t global_step = 1;
 };
@@ -41,6 +43,28 @@ bool all_weights_are(const Run& run, float value) {
     for (float x : v.copy(0).to_vector<float>())
       if (x != value) return false;
   return true;
+}
+
+/// The step of the checkpoint `dir`'s state file names (the newest committed save), 0 without one.
+int64_t committed_step(const std::string& dir) {
+  const std::optional<std::string> latest = td::latest_checkpoint(dir);
+  if (!latest) return 0;
+  const std::string stem = fs::path(*latest).stem().string();  // ckpt-N
+  return std::stoll(stem.substr(stem.find('-') + 1));
+}
+
+/// Polls until `dir`'s state file names step `step` or a later one; false after `timeout` or
+/// when the child `pid` has exited first.
+bool wait_for_commit(const std::string& dir, int64_t step, pid_t pid,
+                     std::chrono::seconds timeout) {
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  while (std::chrono::steady_clock::now() < deadline) {
+    if (committed_step(dir) >= step) return true;
+    int status = 0;
+    if (::waitpid(pid, &status, WNOHANG) == pid) return committed_step(dir) >= step;
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+  return false;
 }
 
 }  // namespace
@@ -129,10 +153,9 @@ TEST_CASE("asynchronous save: SIGKILL at random moments of background writes, 30
     fill_model(run.model, 1.0f);
     REQUIRE(manager.save() == dir.file("ckpt-1.h5"));
   }
-  // The kills land anywhere in the child's first few saves. A window in which no save of the
-  // child committed doubles (saves take several times longer under the sanitizers beside busy
-  // processes), so that kills also come after commits, wherever this runs.
-  int64_t window_ms = 250;
+  // Each kill lands after 0 or 1 of the child's saves has committed (the state file names it; the
+  // parent waits for that rather than for a time, which a busy or sanitized machine stretches),
+  // then up to 250 ms later: before the first commit, or inside or between the writes after it.
   std::mt19937 random(11);
   int64_t newest = 1;
   for (int run_index = 0; run_index < 30; ++run_index) {
@@ -146,8 +169,11 @@ TEST_CASE("asynchronous save: SIGKILL at random moments of background writes, 30
                                    {"TANDEM_LOG_LEVEL", "warning"}},
                                   log);
     REQUIRE(wait_for_file(marker, pid, std::chrono::seconds(120)));
-    std::this_thread::sleep_for(
-        std::chrono::milliseconds(static_cast<int64_t>(random()) % window_ms));
+    const auto commits = static_cast<int64_t>(random() % 2);
+    INFO("killed after " << commits << " commits");
+    REQUIRE(wait_for_commit(dir.str(), newest + commits, pid, std::chrono::seconds(120)));
+    std::this_thread::sleep_for(std::chrono::milliseconds(random() % 250));
+    const int64_t committed = committed_step(dir.str());
     ::kill(pid, SIGKILL);
     const int status = wait_child(pid);
     INFO("child output:\n" << read_text(log));
@@ -164,8 +190,7 @@ TEST_CASE("asynchronous save: SIGKILL at random moments of background writes, 30
     CHECK_FALSE(has_temp_files(dir.str()));
     const std::optional<std::string> restored = manager.restore_or_initialize();
     REQUIRE(restored == dir.file("ckpt-" + std::to_string(run.global_step) + ".h5"));
-    CHECK(run.global_step >= newest);  // never older than a checkpoint once committed
-    if (run.global_step == newest) window_ms = std::min<int64_t>(2 * window_ms, 8000);
+    CHECK(run.global_step >= committed);  // never older than a checkpoint once committed
     newest = run.global_step;
     CHECK(all_weights_are(run, static_cast<float>(run.global_step)));
   }
