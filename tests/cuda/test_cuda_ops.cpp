@@ -447,6 +447,27 @@ TEST_CASE("matmul in every transpose combination, forward and backward", "[cuda]
   }
 }
 
+TEST_CASE("batched matmul with broadcast batch dimensions matches the CPU, forward and backward",
+          "[cuda]") {
+  TANDEM_REQUIRE_GPU();
+  const int64_t m = 17, k = 24, n = 11;
+  for (DType dtype : kFloating) {
+    for (bool ta : {false, true}) {
+      for (bool tb : {false, true}) {
+        // Both operands broadcast; and a single right-hand matrix (the batch folded into rows).
+        const Tensor a = random(ta ? Shape{2, 1, k, m} : Shape{2, 1, m, k}, 112, dtype);
+        const Tensor b = random(tb ? Shape{3, n, k} : Shape{3, k, n}, 113, dtype);
+        const Tensor w = random(tb ? Shape{n, k} : Shape{k, n}, 114, dtype);
+        INFO("transpose_a " << ta << ", transpose_b " << tb << ", " << dtype);
+        check_op("matmul [2,1,.,.] x [3,.,.]",
+                 [=](const auto& v) { return ops::matmul(v[0], v[1], ta, tb); }, {a, b});
+        check_op("matmul [2,1,.,.] x [.,.]",
+                 [=](const auto& v) { return ops::matmul(v[0], v[1], ta, tb); }, {a, w});
+      }
+    }
+  }
+}
+
 TEST_CASE("dense (cuBLASLt epilogues for float32) matches the CPU, forward and backward",
           "[cuda]") {
   TANDEM_REQUIRE_GPU();

@@ -74,16 +74,112 @@ Tensor log_softmax(const Tensor& x, int64_t axis) {
 
 // ---- linear algebra -------------------------------------------------------------------------
 
+namespace {
+
+/// The leading (batch) dimensions of an operand of rank >= 2.
+Shape batch_dims(const Tensor& x) {
+  return Shape(std::vector<int64_t>(x.shape().dims().begin(), x.shape().dims().end() - 2));
+}
+
+/// For each matrix of a batch of shape `batch` (row-major order), the index of the matrix of an
+/// operand whose batch shape `operand` broadcasts to it (numpy's rules: missing leading
+/// dimensions and dimensions of size 1 repeat).
+std::vector<int64_t> broadcast_matrix_indices(const Shape& batch, const Shape& operand) {
+  const int64_t rank = batch.rank(), lead = rank - operand.rank();
+  std::vector<int64_t> strides(static_cast<size_t>(rank), 0);
+  int64_t stride = 1;
+  for (int64_t i = rank - 1; i >= lead; --i) {
+    const int64_t d = operand[i - lead];
+    strides[static_cast<size_t>(i)] = d == 1 ? 0 : stride;
+    stride *= d;
+  }
+  std::vector<int64_t> indices(static_cast<size_t>(batch.numel()));
+  std::vector<int64_t> position(static_cast<size_t>(rank), 0);
+  int64_t index = 0;
+  for (int64_t& out : indices) {
+    out = index;
+    // Next position, innermost first; index follows by the strides.
+    for (int64_t i = rank - 1; i >= 0; --i) {
+      const auto u = static_cast<size_t>(i);
+      index += strides[u];
+      if (++position[u] < batch[i]) break;
+      index -= strides[u] * position[u];
+      position[u] = 0;
+    }
+  }
+  return indices;
+}
+
+}  // namespace
+
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
   common_device("matmul", {&a, &b});
-  TANDEM_CHECK(a.rank() == 2 && b.rank() == 2, "matmul: needs two matrices, got shapes ", a.shape(),
-               " and ", b.shape());
+  TANDEM_CHECK(
+      a.rank() >= 2 && b.rank() >= 2,
+      "matmul: needs operands of rank 2 or more ([..., M, K] and [..., K, N]), got shapes ",
+      a.shape(), " and ", b.shape());
   check_same_dtype("matmul", a, b);
-  const int64_t m = transpose_a ? a.dim(1) : a.dim(0), ka = transpose_a ? a.dim(0) : a.dim(1);
-  const int64_t kb = transpose_b ? b.dim(1) : b.dim(0), n = transpose_b ? b.dim(0) : b.dim(1);
+  const int64_t m = transpose_a ? a.dim(-1) : a.dim(-2), ka = transpose_a ? a.dim(-2) : a.dim(-1);
+  const int64_t kb = transpose_b ? b.dim(-1) : b.dim(-2), n = transpose_b ? b.dim(-2) : b.dim(-1);
   TANDEM_CHECK(ka == kb, "matmul: shapes ", a.shape(), " and ", b.shape(),
                " are incompatible (transpose_a=", transpose_a, ", transpose_b=", transpose_b,
                ": inner dimensions ", ka, " and ", kb, ")");
+  if (a.rank() > 2 || b.rank() > 2) {
+    const Shape batch_a = batch_dims(a), batch_b = batch_dims(b);
+    Shape batch;
+    try {
+      batch = broadcast_shapes(batch_a, batch_b);
+    } catch (const Error&) {
+      TANDEM_THROW("matmul: the batch dimensions ", batch_a, " of ", a.shape(), " and ", batch_b,
+                   " of ", b.shape(), " do not broadcast");
+    }
+    std::vector<int64_t> out_dims = batch.dims();
+    out_dims.push_back(m);
+    out_dims.push_back(n);
+    const Shape out_shape(std::move(out_dims));
+    // A single right-hand matrix and rows on the left: one GEMM over all of a's rows (the
+    // reshapes record, so the backward is one GEMM each way too).
+    if (batch_b.numel() == 1 && !transpose_a) {
+      const Tensor rows = reshape(a, Shape{batch_a.numel() * a.dim(-2), ka});
+      const Tensor matrix = reshape(b, Shape{b.dim(-2), b.dim(-1)});
+      return reshape(matmul(rows, matrix, false, transpose_b), out_shape);
+    }
+    Tensor c = Tensor::empty(out_shape, a.dtype(), a.device());
+    const std::vector<int64_t> ia = broadcast_matrix_indices(batch, batch_a);
+    const std::vector<int64_t> ib = broadcast_matrix_indices(batch, batch_b);
+    const Shape a_matrix{a.dim(-2), a.dim(-1)}, b_matrix{b.dim(-2), b.dim(-1)}, c_matrix{m, n};
+    const size_t element = dtype_size(a.dtype());
+    const auto a_bytes = static_cast<size_t>(a_matrix.numel()) * element;
+    const auto b_bytes = static_cast<size_t>(b_matrix.numel()) * element;
+    const auto c_bytes = static_cast<size_t>(m * n) * element;
+    for (size_t i = 0; i < ia.size(); ++i) {
+      const Tensor av = a.view_as(a_matrix, static_cast<size_t>(ia[i]) * a_bytes);
+      const Tensor bv = b.view_as(b_matrix, static_cast<size_t>(ib[i]) * b_bytes);
+      Tensor cv = c.view_as(c_matrix, i * c_bytes);
+      run_gemm("matmul", transpose_a, transpose_b, m, n, ka, av, bv, cv);
+    }
+    if (tracked(c, {&a, &b}))
+      record_op("matmul", {a, b}, c, [a, b, transpose_a, transpose_b](const Tensor& g) {
+        // The matrix formulas below, batched; an operand that was broadcast gets the sum of
+        // its gradients over the batch dimensions it repeated along.
+        Tensor ga, gb;
+        if (!transpose_a && !transpose_b) {
+          ga = matmul(g, b, false, true);
+          gb = matmul(a, g, true, false);
+        } else if (!transpose_a) {
+          ga = matmul(g, b, false, false);
+          gb = matmul(g, a, true, false);
+        } else if (!transpose_b) {
+          ga = matmul(b, g, false, true);
+          gb = matmul(a, g, false, false);
+        } else {
+          ga = matmul(b, g, true, true);
+          gb = matmul(g, a, true, true);
+        }
+        return std::vector<Tensor>{sum_to(ga, a.shape()), sum_to(gb, b.shape())};
+      });
+    return c;
+  }
   Tensor c = Tensor::empty(Shape{m, n}, a.dtype(), a.device());
   run_gemm("matmul", transpose_a, transpose_b, m, n, ka, a, b, c);
   if (tracked(c, {&a, &b}))

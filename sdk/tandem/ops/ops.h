@@ -149,9 +149,14 @@ Tensor cast(const Tensor& x, DType dtype);
 Tensor one_hot(const Tensor& labels, int64_t depth, DType dtype = DType::kFloat32);
 
 // ---- linear algebra -----------------------------------------------------------------------
-/// op(a) @ op(b) for matrices, op = transpose when the flag is set. float32 goes through
-/// oneDNN (CPU) or cuBLAS (CUDA); bfloat16 and float16 sum the products in float32 and round
-/// the result once (oneDNN or float32 emulation on the CPU, cuBLASLt on CUDA).
+/// op(a) @ op(b), op = transpose of the last two axes when the flag is set: a [..., M, K] and
+/// b [..., K, N] (with the flags, [..., K, M] and [..., N, K]) -> [..., M, N]. The dimensions
+/// before the last two are batch dimensions and broadcast as numpy's (np.matmul): a [B, H, T, D]
+/// with b [B, H, D, T], or a [B, T, C] with one matrix b [C, N] (one GEMM over all B * T rows).
+/// A broadcast operand's gradient is summed over the batch dimensions it repeated along. Both
+/// operands have rank 2 or more. float32 goes through oneDNN (CPU) or cuBLAS (CUDA); bfloat16
+/// and float16 sum the products in float32 and round the result once (oneDNN or float32
+/// emulation on the CPU, cuBLASLt on CUDA).
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
 // ---- fused layers -------------------------------------------------------------------------
