@@ -468,6 +468,23 @@ TEST_CASE("batched matmul with broadcast batch dimensions matches the CPU, forwa
   }
 }
 
+TEST_CASE("scaled_dot_product_attention matches the CPU's fused kernel, forward and backward",
+          "[cuda]") {
+  TANDEM_REQUIRE_GPU();
+  for (DType dtype : kFloating) {
+    for (bool causal : {false, true}) {
+      INFO("causal " << causal << ", " << dtype);
+      const Tensor q = random({2, 3, 70, 16}, 115, dtype), k = random({2, 3, 70, 16}, 116, dtype);
+      const Tensor v = random({2, 3, 70, 8}, 117, dtype);
+      check_op("scaled_dot_product_attention",
+               [=](const auto& x) {
+                 return ops::scaled_dot_product_attention(x[0], x[1], x[2], {.causal = causal});
+               },
+               {q, k, v});
+    }
+  }
+}
+
 TEST_CASE("dense (cuBLASLt epilogues for float32) matches the CPU, forward and backward",
           "[cuda]") {
   TANDEM_REQUIRE_GPU();

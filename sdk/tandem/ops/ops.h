@@ -5,6 +5,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <vector>
 
 #include "tandem/tensor/random.h"
@@ -240,6 +241,35 @@ bool batch_norm_supported(const Tensor& x);
 /// row added into its table row in the order of the indices (CPU and CUDA give the same sums).
 /// 16-bit tables gather in their dtype; their gradient goes through float32.
 Tensor embedding(const Tensor& table, const Tensor& indices);
+
+// ---- attention ----------------------------------------------------------------------------
+/// scaled_dot_product_attention's options (use designated initializers: `{.causal = true}`).
+struct AttentionOptions {
+  /// Query i attends key j only when j <= i: the lower triangle from the top-left corner, as
+  /// Keras's use_causal_mask and PyTorch's is_causal.
+  bool causal = false;
+  /// Optional mask broadcastable to [..., Tq, Tk]: query i attends key j where it is true
+  /// (nonzero, any dtype), as Keras's attention_mask. Both masks apply when both are given.
+  Tensor mask{};
+  /// Dropout on the attention probabilities (Keras's MultiHeadAttention dropout): 0 for none.
+  double dropout_rate = 0.0;
+  /// The stream the dropout mask comes from; needed when dropout_rate > 0. It draws what
+  /// ops::dropout would for the [..., Tq, Tk] probabilities, so the two compute the same mask.
+  Generator* generator = nullptr;
+  /// The factor of the scores; 1 / sqrt(D) when unset.
+  std::optional<double> scale{};
+};
+/// softmax(q k^T * scale, masked) v along the keys: q [..., Tq, D], k [..., Tk, D],
+/// v [..., Tk, Dv] -> [..., Tq, Dv], the leading dimensions equal. One fused op on the CPU: the
+/// keys are walked in tiles with an online softmax, so no [Tq, Tk] matrix is kept and memory
+/// grows linearly with the sequence; under `causal`, tiles entirely above the diagonal are
+/// skipped; the backward recomputes each tile's probabilities from the row's log-sum-exp the
+/// forward kept. A query row with no key to attend outputs zeros (and passes no gradient).
+/// float64 computes in double, float32 and the 16-bit types in float32 (the output rounded
+/// once). On CUDA it runs as the composed ops (matmul, mask, softmax, dropout, matmul), whose
+/// memory grows with Tq * Tk.
+Tensor scaled_dot_product_attention(const Tensor& q, const Tensor& k, const Tensor& v,
+                                    const AttentionOptions& options = {});
 
 // ---- random -------------------------------------------------------------------------------
 /// Inverted dropout: keeps each element with probability 1 - rate and scales it by
