@@ -1,6 +1,6 @@
-// Fused attention on the CPU (see attention.h). Each tile product is an outer loop over rows and
-// the shared dimension around an inner loop over contiguous columns: the compiler vectorizes the
-// inner loop without reordering any sum, so every build computes the same bits.
+// Fused attention on the CPU (see attention.h). Each tile product is one GEMM (cpu::gemm: oneDNN's
+// sgemm for float32, single-threaded inside the parallel loop over problems and query tiles);
+// the 16-bit types convert their tiles to float32 first.
 #include "tandem/ops/cpu/attention.h"
 
 #include <omp.h>
@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "tandem/core/threading.h"
-#include "tandem/ops/cpu/cpu_clones.h"
+#include "tandem/ops/cpu/nn_kernels.h"
 #include "tandem/tensor/philox.h"
 
 namespace tandem::ops::cpu {
@@ -84,54 +84,16 @@ class DropoutMask {
   philox::Block bits_{};
 };
 
-/// c[r][0..cols) (+)= sum_p a[r][p] * b[p][0..cols) for r < rows: a [rows, depth] with row
-/// stride lda, b [depth, cols] with row stride ldb, c with row stride ldc.
-template <typename A>
-TANDEM_CPU_CLONES void tile_product(int64_t rows, int64_t cols, int64_t depth, const A* a,
-                                    int64_t lda, const A* b, int64_t ldb, A* c, int64_t ldc,
-                                    bool accumulate) {
-  for (int64_t r = 0; r < rows; ++r) {
-    A* cr = c + r * ldc;
-    if (!accumulate) std::fill(cr, cr + cols, A(0));
-    for (int64_t p = 0; p < depth; ++p) {
-      const A x = a[r * lda + p];
-      const A* bp = b + p * ldb;
-      for (int64_t j = 0; j < cols; ++j) cr[j] += x * bp[j];
-    }
-  }
-}
-
-/// c[j][0..width) += sum_r s[r][j] * x[r][0..width) for j < cols: the transposed tile s
-/// [rows, cols] (row stride lds) times x [rows, width] (row stride ldx), into c (row stride ldc).
-template <typename A>
-TANDEM_CPU_CLONES void tile_product_transposed(int64_t rows, int64_t cols, int64_t width,
-                                               const A* s, int64_t lds, const A* x, int64_t ldx,
-                                               A* c, int64_t ldc) {
-  for (int64_t r = 0; r < rows; ++r) {
-    const A* xr = x + r * ldx;
-    for (int64_t j = 0; j < cols; ++j) {
-      const A w = s[r * lds + j];
-      if (w == A(0)) continue;
-      A* cj = c + j * ldc;
-      for (int64_t p = 0; p < width; ++p) cj[p] += w * xr[p];
-    }
-  }
-}
-
-/// rows [begin, begin + count) of src [*, width] (row stride width) into dst as A,
-/// transposed (dst [width, count], row stride ld) or not (dst [count, width], row stride ld).
+/// Rows [begin, begin + count) of src [*, width] as A: in place when T is A, else converted
+/// into `buffer` (count * width elements).
 template <typename T, typename A>
-void load_rows(const T* src, int64_t begin, int64_t count, int64_t width, bool transpose, A* dst,
-               int64_t ld) {
-  for (int64_t r = 0; r < count; ++r) {
-    const T* row = src + (begin + r) * width;
-    for (int64_t p = 0; p < width; ++p) {
-      const auto x = static_cast<A>(static_cast<Acc<T>>(row[p]));
-      if (transpose)
-        dst[p * ld + r] = x;
-      else
-        dst[r * ld + p] = x;
-    }
+const A* rows_as(const T* src, int64_t begin, int64_t count, int64_t width, A* buffer) {
+  if constexpr (std::is_same_v<T, A>) {
+    return src + begin * width;
+  } else {
+    const T* from = src + begin * width;
+    for (int64_t i = 0; i < count * width; ++i) buffer[i] = static_cast<A>(from[i]);
+    return buffer;
   }
 }
 
@@ -149,16 +111,16 @@ void forward(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* 
     const Visibility visible{g, g.mask ? g.mask + g.mask_offsets[b] : nullptr};
     DropoutMask<T, A> dropout(g);
     thread_local std::vector<A> scratch;
-    scratch.resize(static_cast<size_t>(rows * g.d + g.d * kCols + kCols * g.dv + rows * kCols +
-                                       rows * g.dv + 2 * rows));
-    A* qs = scratch.data();               // [rows, d]
-    A* kt = qs + rows * g.d;              // [d, kCols]: the key tile transposed
-    A* vs = kt + g.d * kCols;             // [kCols, dv]
-    A* s = vs + kCols * g.dv;             // [rows, kCols]: scores, then probabilities
-    A* acc = s + rows * kCols;            // [rows, dv]
-    A* running_max = acc + rows * g.dv;   // [rows]
-    A* running_sum = running_max + rows;  // [rows]
-    load_rows(qb, i0, rows, g.d, false, qs, g.d);
+    scratch.resize(static_cast<size_t>(kRows * g.d + kCols * g.d + kCols * g.dv + kRows * kCols +
+                                       kRows * g.dv + 2 * kRows));
+    A* q_buffer = scratch.data();          // [rows, d] (16-bit inputs only)
+    A* k_buffer = q_buffer + kRows * g.d;  // [cols, d] (16-bit inputs only)
+    A* v_buffer = k_buffer + kCols * g.d;  // [cols, dv] (16-bit inputs only)
+    A* s = v_buffer + kCols * g.dv;        // [rows, kCols]: scores, then probabilities
+    A* acc = s + kRows * kCols;            // [rows, dv]
+    A* running_max = acc + kRows * g.dv;   // [rows]
+    A* running_sum = running_max + kRows;  // [rows]
+    const A* qs = rows_as(qb, i0, rows, g.d, q_buffer);
     std::fill(acc, acc + rows * g.dv, A(0));
     std::fill(running_max, running_max + rows, kMinusInf<A>);
     std::fill(running_sum, running_sum + rows, A(0));
@@ -166,9 +128,9 @@ void forward(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* 
     const int64_t key_end = g.causal ? std::min(g.tk, i0 + rows) : g.tk;
     for (int64_t j0 = 0; j0 < key_end; j0 += kCols) {
       const int64_t cols = std::min(kCols, key_end - j0);
-      load_rows(kb, j0, cols, g.d, true, kt, kCols);
-      load_rows(vb, j0, cols, g.dv, false, vs, g.dv);
-      tile_product(rows, cols, g.d, qs, g.d, kt, kCols, s, kCols, false);
+      const A* ks = rows_as(kb, j0, cols, g.d, k_buffer);
+      const A* vs = rows_as(vb, j0, cols, g.dv, v_buffer);
+      gemm(false, true, rows, cols, g.d, A(1), qs, g.d, ks, g.d, A(0), s, kCols);  // Q K^T
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
         A* sr = s + r * kCols;
@@ -195,7 +157,7 @@ void forward(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* 
         if (dropout.active())
           for (int64_t c = 0; c < cols; ++c) sr[c] *= dropout(b, i, j0 + c);
       }
-      tile_product(rows, g.dv, cols, s, kCols, vs, g.dv, acc, g.dv, true);
+      gemm(false, false, rows, g.dv, cols, A(1), s, kCols, vs, g.dv, A(1), acc, g.dv);  // += P V
     }
     for (int64_t r = 0; r < rows; ++r) {
       const int64_t i = i0 + r;
@@ -224,25 +186,23 @@ void backward(const AttentionGeometry& g, const T* q, const T* k, const T* v, co
     DropoutMask<T, A> dropout(g);
     thread_local std::vector<A> scratch;
     scratch.resize(static_cast<size_t>(g.tk * (g.d + g.dv) + kRows * (2 * g.d + g.dv + 1) +
-                                       kCols * g.d + g.dv * kCols + g.d * kCols +
-                                       3 * kRows * kCols));
-    A* dk_acc = scratch.data();       // [tk, d]
-    A* dv_acc = dk_acc + g.tk * g.d;  // [tk, dv]
-    A* qs = dv_acc + g.tk * g.dv;     // [kRows, d]
-    A* dq_acc = qs + kRows * g.d;     // [kRows, d]
-    A* gs = dq_acc + kRows * g.d;     // [kRows, dv]: the output gradient rows
-    A* delta = gs + kRows * g.dv;     // [kRows]: rowsum(dout * out)
-    A* ks = delta + kRows;            // [kCols, d]
-    A* vt = ks + kCols * g.d;         // [dv, kCols]
-    A* kt = vt + g.dv * kCols;        // [d, kCols]
-    A* p = kt + g.d * kCols;          // [kRows, kCols]: probabilities
-    A* pd = p + kRows * kCols;        // [kRows, kCols]: after dropout; then dS
-    A* dpd = pd + kRows * kCols;      // [kRows, kCols]: d(probabilities after dropout)
+                                       kCols * (g.d + g.dv) + 3 * kRows * kCols));
+    A* dk_acc = scratch.data();            // [tk, d]
+    A* dv_acc = dk_acc + g.tk * g.d;       // [tk, dv]
+    A* q_buffer = dv_acc + g.tk * g.dv;    // [kRows, d] (16-bit inputs only)
+    A* dq_acc = q_buffer + kRows * g.d;    // [kRows, d]
+    A* g_buffer = dq_acc + kRows * g.d;    // [kRows, dv]: output gradient rows (16-bit only)
+    A* delta = g_buffer + kRows * g.dv;    // [kRows]: rowsum(dout * out)
+    A* k_buffer = delta + kRows;           // [kCols, d] (16-bit inputs only)
+    A* v_buffer = k_buffer + kCols * g.d;  // [kCols, dv] (16-bit inputs only)
+    A* p = v_buffer + kCols * g.dv;        // [kRows, kCols]: probabilities
+    A* pd = p + kRows * kCols;             // [kRows, kCols]: after dropout; then dS
+    A* dpd = pd + kRows * kCols;           // [kRows, kCols]: d(probabilities after dropout)
     std::fill(dk_acc, dk_acc + g.tk * (g.d + g.dv), A(0));
     for (int64_t i0 = 0; i0 < g.tq; i0 += kRows) {
       const int64_t rows = std::min(kRows, g.tq - i0);
-      load_rows(qb, i0, rows, g.d, false, qs, g.d);
-      load_rows(gb, i0, rows, g.dv, false, gs, g.dv);
+      const A* qs = rows_as(qb, i0, rows, g.d, q_buffer);
+      const A* gs = rows_as(gb, i0, rows, g.dv, g_buffer);
       std::fill(dq_acc, dq_acc + rows * g.d, A(0));
       for (int64_t r = 0; r < rows; ++r) {
         const T* orow = ob + (i0 + r) * g.dv;
@@ -253,11 +213,10 @@ void backward(const AttentionGeometry& g, const T* q, const T* k, const T* v, co
       const int64_t key_end = g.causal ? std::min(g.tk, i0 + rows) : g.tk;
       for (int64_t j0 = 0; j0 < key_end; j0 += kCols) {
         const int64_t cols = std::min(kCols, key_end - j0);
-        load_rows(kb, j0, cols, g.d, false, ks, g.d);
-        load_rows(kb, j0, cols, g.d, true, kt, kCols);
-        load_rows(vb, j0, cols, g.dv, true, vt, kCols);
+        const A* ks = rows_as(kb, j0, cols, g.d, k_buffer);
+        const A* vs = rows_as(vb, j0, cols, g.dv, v_buffer);
         // Probabilities from the forward's log-sum-exp, and after dropout.
-        tile_product(rows, cols, g.d, qs, g.d, kt, kCols, p, kCols, false);
+        gemm(false, true, rows, cols, g.d, A(1), qs, g.d, ks, g.d, A(0), p, kCols);
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = i0 + r;
           const A row_lse = lb[i];
@@ -269,8 +228,9 @@ void backward(const AttentionGeometry& g, const T* q, const T* k, const T* v, co
           }
         }
         // dV += Pd^T dO; dPd = dO V^T.
-        tile_product_transposed(rows, cols, g.dv, pd, kCols, gs, g.dv, dv_acc + j0 * g.dv, g.dv);
-        tile_product(rows, cols, g.dv, gs, g.dv, vt, kCols, dpd, kCols, false);
+        gemm(true, false, cols, g.dv, rows, A(1), pd, kCols, gs, g.dv, A(1), dv_acc + j0 * g.dv,
+             g.dv);
+        gemm(false, true, rows, cols, g.dv, A(1), gs, g.dv, vs, g.dv, A(0), dpd, kCols);
         // dS = P * (dP - delta), dP = dPd * the dropout factor; scaled for dQ and dK.
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = i0 + r;
@@ -282,8 +242,8 @@ void backward(const AttentionGeometry& g, const T* q, const T* k, const T* v, co
           }
         }
         // dQ += dS K; dK += dS^T Q.
-        tile_product(rows, g.d, cols, pd, kCols, ks, g.d, dq_acc, g.d, true);
-        tile_product_transposed(rows, cols, g.d, pd, kCols, qs, g.d, dk_acc + j0 * g.d, g.d);
+        gemm(false, false, rows, g.d, cols, A(1), pd, kCols, ks, g.d, A(1), dq_acc, g.d);
+        gemm(true, false, cols, g.d, rows, A(1), pd, kCols, qs, g.d, A(1), dk_acc + j0 * g.d, g.d);
       }
       for (int64_t r = 0; r < rows; ++r) {
         T* row = dq + (b * g.tq + i0 + r) * g.d;
