@@ -485,6 +485,20 @@ TEST_CASE("scaled_dot_product_attention matches the CPU's fused kernel, forward 
   }
 }
 
+TEST_CASE("slice along an axis, tril and [B, T, V] cross-entropy match the CPU", "[cuda]") {
+  TANDEM_REQUIRE_GPU();
+  for (DType dtype : kFloating) {
+    INFO(dtype);
+    const Tensor x = random({3, 7, 5}, 118, dtype);
+    check_op("slice axis 1", [](const auto& v) { return ops::slice(v[0], 1, 2, 6); }, {x});
+    check_op("tril", [](const auto& v) { return ops::tril(v[0], 1); }, {x});
+    const Tensor labels = random({3, 7}, 119, DType::kInt64, 0, 5);
+    check_op("sparse_softmax_cross_entropy [B, T, V]",
+             [](const auto& v) { return ops::sparse_softmax_cross_entropy(v[0], v[1]); },
+             {x, labels});
+  }
+}
+
 TEST_CASE("dense (cuBLASLt epilogues for float32) matches the CPU, forward and backward",
           "[cuda]") {
   TANDEM_REQUIRE_GPU();

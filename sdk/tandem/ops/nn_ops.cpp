@@ -202,9 +202,18 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
 Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels) {
   static constexpr std::string_view kOp = "sparse_softmax_cross_entropy";
   common_device(kOp, {&logits, &labels});
-  TANDEM_CHECK(logits.rank() == 2 && labels.rank() == 1 && labels.dim(0) == logits.dim(0), kOp,
-               ": needs logits [N, C] and labels [N], got shapes ", logits.shape(), " and ",
-               labels.shape());
+  bool match = logits.rank() >= 2 && labels.rank() == logits.rank() - 1;
+  for (int64_t i = 0; match && i < labels.rank(); ++i) match = labels.dim(i) == logits.dim(i);
+  TANDEM_CHECK(match, kOp,
+               ": needs logits [..., C] and labels [...] (logits [N, C] and labels "
+               "[N], or [B, T, C] and [B, T]), got shapes ",
+               logits.shape(), " and ", labels.shape());
+  // Any leading dimensions: the rows of [N, C] and [N], the loss reshaped back (the reshapes
+  // record, so the gradient flows back to the logits' shape).
+  if (logits.rank() > 2)
+    return reshape(sparse_softmax_cross_entropy(reshape(logits, Shape{labels.numel(), logits.dim(-1)}),
+                                                reshape(labels, Shape{labels.numel()})),
+                   labels.shape());
   TANDEM_CHECK(labels.dtype() == DType::kInt32 || labels.dtype() == DType::kInt64, kOp,
                ": labels must be int32 or int64, got ", labels.dtype());
   const int64_t batch = logits.dim(0), classes = logits.dim(1);

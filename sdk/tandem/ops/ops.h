@@ -97,6 +97,18 @@ Tensor transpose(const Tensor& x, const std::vector<int64_t>& perm);
 Tensor concat(const std::vector<Tensor>& xs, int64_t axis = 0);
 /// Rows [begin, end) along axis 0 (a view).
 Tensor slice(const Tensor& x, int64_t begin, int64_t end);
+/// Entries [begin, end) along `axis` (negative counts from the end), as x[..., begin:end, ...]:
+/// a view when every axis before it has size 1, else a copy (one block per index of the axes
+/// before it). Its gradient is zero outside the slice.
+Tensor slice(const Tensor& x, int64_t axis, int64_t begin, int64_t end);
+/// Consecutive slices along `axis` of the given sizes (adding up to the axis), as tf.split.
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis);
+/// `parts` equal slices along `axis` (which must divide evenly), as tf.split with a count.
+std::vector<Tensor> split(const Tensor& x, int64_t parts, int64_t axis);
+/// The lower triangle of the last two axes, the rest zero: x[..., i, j] where j - i <=
+/// `diagonal`, as numpy.tril and keras.ops.tril (0: the main diagonal and below). Of a ones
+/// matrix it is the causal mask; differentiable (the gradient is the triangle of the output's).
+Tensor tril(const Tensor& x, int64_t diagonal = 0);
 
 // ---- comparison and logic (not differentiable), selection and conversion ------------------
 // The comparisons take two tensors of one dtype (any: bfloat16 and float16 compare exactly, in
@@ -181,8 +193,10 @@ Tensor dense(const Tensor& x, const Tensor& kernel, const Tensor& bias = Tensor(
 Tensor add(const Tensor& a, const Tensor& b, FusedActivation activation);
 
 // ---- losses -------------------------------------------------------------------------------
-/// Per-example -log softmax(logits)[label]: logits [N, C], labels [N] int32/int64 -> [N].
-/// Fused and numerically stable; labels outside [0, C) raise naming the value.
+/// Per-example -log softmax(logits)[label]: logits [N, C], labels [N] int32/int64 -> [N]; or
+/// any leading dimensions, logits [..., C] and labels [...] -> [...] (a language model's
+/// [B, T, V] logits and [B, T] next tokens). Fused and numerically stable; labels outside
+/// [0, C) raise naming the value.
 Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels);
 
 // ---- convolution and pooling (NHWC) -------------------------------------------------------

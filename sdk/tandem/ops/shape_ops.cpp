@@ -155,4 +155,103 @@ Tensor slice(const Tensor& x, int64_t begin, int64_t end) {
   return y;
 }
 
+namespace {
+
+/// Copies `count` blocks of `block` bytes from src (blocks `src_stride` bytes apart) to dst
+/// (blocks `dst_stride` bytes apart), starting `src_offset` and `dst_offset` bytes in; one block
+/// copy per block on any device.
+void copy_blocks(const Tensor& src, size_t src_offset, size_t src_stride, Tensor& dst,
+                 size_t dst_offset, size_t dst_stride, int64_t count, size_t block) {
+  if (block == 0) return;
+  const size_t element = dtype_size(src.dtype());
+  const Shape chunk{static_cast<int64_t>(block / element)};
+  for (int64_t o = 0; o < count; ++o) {
+    const auto u = static_cast<size_t>(o);
+    dst.view_as(chunk, dst_offset + u * dst_stride)
+        .copy_from(src.view_as(chunk, src_offset + u * src_stride));
+  }
+}
+
+}  // namespace
+
+Tensor slice(const Tensor& x, int64_t axis, int64_t begin, int64_t end) {
+  common_device("slice", {&x});
+  TANDEM_CHECK(x.rank() >= 1, "slice: needs a tensor of rank >= 1, got shape ", x.shape());
+  TANDEM_CHECK(-x.rank() <= axis && axis < x.rank(), "slice: axis ", axis,
+               " is out of range for shape ", x.shape());
+  const int64_t a = axis < 0 ? axis + x.rank() : axis;
+  const int64_t n = x.dim(a);
+  TANDEM_CHECK(0 <= begin && begin <= end && end <= n, "slice: [", begin, ", ", end,
+               ") is not within the ", n, " entries of axis ", a, " of shape ", x.shape());
+  int64_t outer = 1, inner = 1;
+  for (int64_t i = 0; i < a; ++i) outer *= x.dim(i);
+  for (int64_t i = a + 1; i < x.rank(); ++i) inner *= x.dim(i);
+  // Everything before the axis is 1: the slice is contiguous, a view (as slice along axis 0).
+  if (outer == 1) {
+    const Tensor rows = reshape(x, Shape{n, inner});
+    std::vector<int64_t> dims = x.shape().dims();
+    dims[static_cast<size_t>(a)] = end - begin;
+    return reshape(slice(rows, begin, end), Shape(std::move(dims)));
+  }
+  std::vector<int64_t> dims = x.shape().dims();
+  dims[static_cast<size_t>(a)] = end - begin;
+  Tensor y = Tensor::empty(Shape(std::move(dims)), x.dtype(), x.device());
+  const size_t element = dtype_size(x.dtype());
+  const size_t x_stride = static_cast<size_t>(n * inner) * element;
+  const size_t y_stride = static_cast<size_t>((end - begin) * inner) * element;
+  const size_t offset = static_cast<size_t>(begin * inner) * element;
+  if (y.numel() > 0) copy_blocks(x, offset, x_stride, y, 0, y_stride, outer, y_stride);
+  if (tracked(y, {&x}))
+    record_op("slice", {x}, y, [x, offset, x_stride, y_stride, outer](const Tensor& g) {
+      // Zero gradient outside the slice.
+      Tensor dx = Tensor::zeros(x.shape(), x.dtype(), x.device());
+      if (g.numel() > 0) copy_blocks(g, 0, y_stride, dx, offset, x_stride, outer, y_stride);
+      return std::vector<Tensor>{dx};
+    });
+  return y;
+}
+
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t axis) {
+  TANDEM_CHECK(x.rank() >= 1 && -x.rank() <= axis && axis < x.rank(), "split: axis ", axis,
+               " is out of range for shape ", x.shape());
+  const int64_t n = x.dim(axis < 0 ? axis + x.rank() : axis);
+  int64_t total = 0;
+  for (int64_t size : sizes) {
+    TANDEM_CHECK(size >= 0, "split: size ", size, " is negative (sizes for shape ", x.shape(), ")");
+    total += size;
+  }
+  TANDEM_CHECK(total == n, "split: sizes adding up to ", total, " do not cover the ", n,
+               " entries of axis ", axis, " of shape ", x.shape());
+  std::vector<Tensor> parts;
+  int64_t begin = 0;
+  for (int64_t size : sizes) {
+    parts.push_back(slice(x, axis, begin, begin + size));
+    begin += size;
+  }
+  return parts;
+}
+
+std::vector<Tensor> split(const Tensor& x, int64_t parts, int64_t axis) {
+  TANDEM_CHECK(parts >= 1, "split: needs at least one part, got ", parts);
+  TANDEM_CHECK(x.rank() >= 1 && -x.rank() <= axis && axis < x.rank(), "split: axis ", axis,
+               " is out of range for shape ", x.shape());
+  const int64_t n = x.dim(axis < 0 ? axis + x.rank() : axis);
+  TANDEM_CHECK(n % parts == 0, "split: the ", n, " entries of axis ", axis, " of shape ", x.shape(),
+               " do not split into ", parts, " equal parts");
+  return split(x, std::vector<int64_t>(static_cast<size_t>(parts), n / parts), axis);
+}
+
+Tensor tril(const Tensor& x, int64_t diagonal) {
+  common_device("tril", {&x});
+  TANDEM_CHECK(x.rank() >= 2,
+               "tril: needs a tensor of rank >= 2 ([..., rows, columns]), got shape ", x.shape());
+  const int64_t rows = x.dim(-2), cols = x.dim(-1);
+  std::vector<uint8_t> lower(static_cast<size_t>(rows * cols));
+  for (int64_t i = 0; i < rows; ++i)
+    for (int64_t j = 0; j < cols; ++j) lower[static_cast<size_t>(i * cols + j)] = j - i <= diagonal;
+  const Tensor keep =
+      cast(Tensor::from_vector<uint8_t>(lower, Shape{rows, cols}), DType::kBool).to(x.device());
+  return where(keep, x, Tensor::zeros(Shape{}, x.dtype(), x.device()));
+}
+
 }  // namespace tandem::ops
