@@ -33,6 +33,7 @@
 #include "tandem/losses/losses.h"
 #include "tandem/metrics/metrics.h"
 #include "tandem/nn/activations.h"
+#include "tandem/nn/attention.h"
 #include "tandem/nn/initializers.h"
 #include "tandem/nn/layers.h"
 #include "tandem/nn/module.h"

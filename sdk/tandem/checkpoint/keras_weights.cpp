@@ -79,7 +79,7 @@ void collect_layers(const nn::Module& model, bool nested, const std::string& pre
     const nn::Module& child = children[i];
     const std::string& base = child.impl().default_name();
     const int count = seen[base]++;
-    const std::string key = prefix + (!by_class    ? child.name()
+    const std::string key = prefix + (!by_class    ? model.impl().keras_child_key(child)
                                       : count == 0 ? base
                                                    : base + "_" + std::to_string(count));
     // `index`: the position of the layer, or of the nested model holding it, in the model.

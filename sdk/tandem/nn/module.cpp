@@ -63,6 +63,8 @@ void ModuleImpl::register_child(const Module& child) {
   children_.push_back(child);
 }
 
+std::string ModuleImpl::keras_child_key(const Module& child) const { return child.name(); }
+
 Shape ModuleImpl::build_child(const Module& child, const Shape& input_shape, Generator& generator) {
   ModuleImpl& impl = child.impl();
   if (!impl.built()) impl.set_scope(child_scope());

@@ -136,6 +136,10 @@ class ModuleImpl {
   /// The scope this module gives the modules it contains: "" for a top-level Sequential (its
   /// layers keep Keras's flat names, "dense/kernel"), else "<scope>/<name>".
   virtual std::string child_scope() const;
+  /// The key a Keras 3 .weights.h5 file keeps the add_child() module `child` under (the
+  /// attribute holding it in the Keras layer): its name by default. Keras's MultiHeadAttention
+  /// names its projections "query" but keeps them as "query_dense".
+  virtual std::string keras_child_key(const Module& child) const;
 
  protected:
   /// A block of your own holds its sub-modules by adding them here (in its constructor):
