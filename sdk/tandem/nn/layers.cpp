@@ -232,9 +232,57 @@ Tensor EmbeddingImpl::call(const Tensor& indices, bool training) {
   return autocast(ops::embedding(embeddings_.value(), indices));
 }
 
+void EmbeddingImpl::check_input(const Tensor& x) const {
+  TANDEM_CHECK(x.rank() >= 1, describe(), ": needs indices with a leading batch axis, got shape ",
+               x.shape());
+}
+
+Tensor EmbeddingImpl::reverse(const Tensor& x) const {
+  TANDEM_CHECK(built(), describe(), ": reverse() before the layer is built");
+  TANDEM_CHECK(x.rank() >= 2 && x.dim(-1) == output_dim_, describe(),
+               ": reverse() needs inputs [..., ", output_dim_, "], got shape ", x.shape());
+  return ops::matmul(autocast(x), autocast(embeddings_.value()), false, /*transpose_b=*/true);
+}
+
 Embedding::Embedding(int64_t input_dim, int64_t output_dim)
     : Module(std::make_shared<EmbeddingImpl>(input_dim, output_dim)) {}
 Embedding::Embedding(std::shared_ptr<EmbeddingImpl> impl) : Module(std::move(impl)) {}
+
+// ---- PositionEmbedding -----------------------------------------------------------------------
+
+PositionEmbeddingImpl::PositionEmbeddingImpl(int64_t sequence_length)
+    : ModuleImpl("position_embedding"), sequence_length_(sequence_length) {
+  TANDEM_CHECK(sequence_length > 0, "PositionEmbedding: sequence_length must be positive, got ",
+               sequence_length);
+}
+
+Shape PositionEmbeddingImpl::compute_output_shape(const Shape& input_shape) const {
+  TANDEM_CHECK(input_shape.rank() == 2 && input_shape[0] <= sequence_length_, describe(),
+               " needs inputs [batch, T, features] with T <= ", sequence_length_,
+               ", got an input shape ", input_shape, " without the batch axis");
+  return input_shape;
+}
+
+void PositionEmbeddingImpl::check_input(const Tensor& x) const {
+  TANDEM_CHECK(x.rank() == 3 && x.dim(1) <= sequence_length_ && x.dim(2) == input_shape()[1],
+               describe(), " needs inputs [batch, T, ", input_shape()[1],
+               "] with T <= ", sequence_length_, ", got shape ", x.shape());
+}
+
+void PositionEmbeddingImpl::build_variables(const Shape& input_shape, Generator& generator) {
+  embeddings_ = add_weight(
+      "embeddings", glorot_uniform(Shape{sequence_length_, input_shape[1]}, generator, dtype()));
+}
+
+Tensor PositionEmbeddingImpl::call(const Tensor& x, bool training) {
+  (void)training;
+  return ops::slice(autocast(embeddings_.value()), 0, x.dim(1));
+}
+
+PositionEmbedding::PositionEmbedding(int64_t sequence_length)
+    : Module(std::make_shared<PositionEmbeddingImpl>(sequence_length)) {}
+PositionEmbedding::PositionEmbedding(std::shared_ptr<PositionEmbeddingImpl> impl)
+    : Module(std::move(impl)) {}
 
 // ---- Flatten ---------------------------------------------------------------------------------
 

@@ -250,6 +250,13 @@ class EmbeddingImpl : public ModuleImpl {
   std::string type_name() const override { return "Embedding"; }
   Shape compute_output_shape(const Shape& input_shape) const override;
   Tensor call(const Tensor& indices, bool training) override;
+  /// Indices of any shape (the built one is only the first call's): a language model embeds a
+  /// prompt shorter than its training windows.
+  void check_input(const Tensor& x) const override;
+  /// x [..., output_dim] against every row: x @ embeddings^T -> [..., input_dim], in the compute
+  /// dtype. A language model's output layer tied to its input embedding (keras_hub's
+  /// ReversibleEmbedding(reverse=True)): one variable, its gradient the sum of both uses.
+  Tensor reverse(const Tensor& x) const;
   /// The number of rows: indices lie in [0, input_dim).
   int64_t input_dim() const { return input_dim_; }
   /// The length of each row: the size of the output's last axis.
@@ -281,9 +288,56 @@ class Embedding : public Module {
   explicit Embedding(std::shared_ptr<EmbeddingImpl> impl);
   /// "<name>/embeddings", [input_dim, output_dim]; built layers only.
   const Variable& embeddings() const { return layer().embeddings(); }
+  /// See EmbeddingImpl::reverse (built layers only).
+  Tensor reverse(const Tensor& x) const { return layer().reverse(x); }
 
  private:
   EmbeddingImpl& layer() const { return static_cast<EmbeddingImpl&>(impl()); }
+};
+
+// ---- PositionEmbedding -----------------------------------------------------------------------
+
+/// PositionEmbedding's implementation.
+class PositionEmbeddingImpl : public ModuleImpl {
+ public:
+  /// See PositionEmbedding's constructor.
+  explicit PositionEmbeddingImpl(int64_t sequence_length);
+  std::string type_name() const override { return "PositionEmbedding"; }
+  /// [T, C] -> [T, C] for T <= sequence_length.
+  Shape compute_output_shape(const Shape& input_shape) const override;
+  Tensor call(const Tensor& x, bool training) override;
+  /// [batch, T, C] with T up to sequence_length and the built C.
+  void check_input(const Tensor& x) const override;
+  /// The longest sequence: the rows of the table.
+  int64_t sequence_length() const { return sequence_length_; }
+  /// "<name>/embeddings", [sequence_length, C]; built layers only.
+  const Variable& embeddings() const { return embeddings_; }
+
+ protected:
+  void build_variables(const Shape& input_shape, Generator& generator) override;
+
+ private:
+  int64_t sequence_length_;
+  Variable embeddings_;
+};
+
+/// Learned position embeddings, as keras_hub's PositionEmbedding: a table "embeddings"
+/// [sequence_length, C] (Glorot-uniform) whose first T rows are position 0..T-1's. Called on
+/// x [batch, T, C] it returns those rows, [T, C], to add to x (they broadcast over the batch):
+/// `h = token_embedding(ids) + position_embedding(token_embedding(ids))`.
+class PositionEmbedding : public Module {
+ public:
+  /// The implementation class (what Module::as<PositionEmbedding>() casts to).
+  using Impl = PositionEmbeddingImpl;
+  /// Positions 0 .. sequence_length - 1.
+  explicit PositionEmbedding(int64_t sequence_length);
+  /// Wraps an existing implementation (another handle to the same layer).
+  explicit PositionEmbedding(std::shared_ptr<PositionEmbeddingImpl> impl);
+  /// "<name>/embeddings", [sequence_length, C]; built layers only.
+  const Variable& embeddings() const { return layer().embeddings(); }
+
+ private:
+  PositionEmbeddingImpl& layer() const { return static_cast<PositionEmbeddingImpl&>(impl()); }
 };
 
 // ---- Flatten ---------------------------------------------------------------------------------
