@@ -24,6 +24,7 @@
 #include "tandem/core/threading.h"
 #include "tandem/data/batch.h"
 #include "tandem/data/dataset.h"
+#include "tandem/data/text.h"
 #include "tandem/data/distributed_dataset.h"
 #include "tandem/data/iterator_state.h"
 #include "tandem/distribute/average_loss.h"
@@ -54,6 +55,7 @@
 #include "tandem/tensor/allocator.h"
 #include "tandem/tensor/random.h"
 #include "tandem/tensor/tensor.h"
+#include "tandem/text/char_tokenizer.h"
 
 /// \namespace tandem
 /// Tandem's public API: tensors (Tensor, DType, Shape, Device), variables and GradientTape, the
