@@ -52,8 +52,9 @@ void Adam::update_step(std::span<const Tensor> gradients, std::span<Tensor> vari
   if (variables.empty()) return;
   // Scalars in the variables' precision (one dtype per call), as Keras computes them on
   // tensors of that dtype: beta^t = pow(beta, t); (1 - beta) is the Python double rounded once.
-  ops::AdamStep scalars{
-      .epsilon = options_.epsilon, .weight_decay = weight_decay_, .learning_rate = learning_rate};
+  ops::AdamStep scalars{.epsilon = options_.epsilon,
+                        .weight_decay = weight_decay_applies() ? weight_decay_ : 0.0,
+                        .learning_rate = learning_rate};
   dispatch_floating(variables[0].dtype(), name(), [&]<typename T>() {
     const T lr = static_cast<T>(learning_rate);
     const T t = static_cast<T>(step);

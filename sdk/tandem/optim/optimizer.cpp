@@ -79,6 +79,35 @@ void Optimizer::set_micro_step(int64_t micro_step) {
 
 double Optimizer::current_learning_rate() const { return learning_rate_(iterations()); }
 
+namespace {
+/// Whether the update_step call this thread is in gets weight decay (apply_update sets it per
+/// group; every replica thread runs its own update).
+thread_local bool decay_group = true;
+}  // namespace
+
+bool Optimizer::weight_decay_applies() { return decay_group; }
+
+void Optimizer::exclude_from_weight_decay(const std::vector<Variable>& variables,
+                                          const std::vector<std::string>& name_parts) {
+  std::lock_guard<std::mutex> lock(mutex_);
+  for (const Variable& v : variables) {
+    TANDEM_CHECK(v.defined(), name_, ": exclude_from_weight_decay got an undefined variable");
+    no_decay_.insert(v.id());
+  }
+  for (const std::string& part : name_parts) {
+    TANDEM_CHECK(!part.empty(), name_, ": exclude_from_weight_decay got an empty name part");
+    no_decay_names_.push_back(part);
+  }
+}
+
+bool Optimizer::use_weight_decay(const Variable& variable) const {
+  std::lock_guard<std::mutex> lock(mutex_);
+  if (no_decay_.count(variable.id()) != 0) return false;
+  for (const std::string& part : no_decay_names_)
+    if (variable.name().find(part) != std::string::npos) return false;
+  return true;
+}
+
 Optimizer::Entry& Optimizer::entry_for(const Variable& variable) {
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = index_.find(variable.id());
@@ -317,17 +346,19 @@ void Optimizer::apply_update(const std::vector<Tensor>& gradients,
     std::vector<Tensor> gradients, values;
     std::vector<std::vector<Tensor>> slots;
   };
-  std::vector<std::pair<DType, Group>> groups;
+  // Variables excluded from weight decay form groups of their own.
+  std::vector<std::pair<std::pair<DType, bool>, Group>> groups;
   for (size_t i = 0; i < variables.size(); ++i) {
     if (!grads[i].defined()) continue;
     Entry& entry = entry_for(variables[i]);
     Tensor value = variables[i].value_untracked();
-    auto it = std::find_if(groups.begin(), groups.end(),
-                           [&](const auto& g) { return g.first == value.dtype(); });
+    const std::pair<DType, bool> key{value.dtype(), use_weight_decay(variables[i])};
+    auto it =
+        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
     if (it == groups.end()) {
       Group group;
       group.slots.resize(entry.slots.size());
-      groups.emplace_back(value.dtype(), std::move(group));
+      groups.emplace_back(key, std::move(group));
       it = std::prev(groups.end());
     }
     Group& group = it->second;
@@ -336,12 +367,14 @@ void Optimizer::apply_update(const std::vector<Tensor>& gradients,
     for (size_t k = 0; k < entry.slots.size(); ++k)
       group.slots[k].push_back(entry.slots[k].value_untracked());
   }
-  for (auto& [dtype, group] : groups) {
+  for (auto& [key, group] : groups) {
     // Keras casts the (float32) learning rate to the variable's dtype.
     const double lr =
-        dtype == DType::kFloat32 ? static_cast<double>(static_cast<float>(rate)) : rate;
+        key.first == DType::kFloat32 ? static_cast<double>(static_cast<float>(rate)) : rate;
+    decay_group = key.second;
     update_step(group.gradients, group.values, group.slots, lr, done + 1);
   }
+  decay_group = true;
   iterations_.assign(Tensor::scalar(static_cast<double>(done + 1), DType::kInt64));
 }
 

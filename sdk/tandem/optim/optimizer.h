@@ -121,7 +121,18 @@ class Optimizer {
   /// Hyper-parameters as Keras-style JSON (stored in checkpoints).
   virtual std::string config_json() const;
 
+  /// Keras's exclude_from_weight_decay: `variables`, and every variable whose name contains
+  /// one of `name_parts`, get no weight decay (AdamW's), as nanoGPT leaves biases and
+  /// normalization gains undecayed. Calls add up; make them before training.
+  void exclude_from_weight_decay(const std::vector<Variable>& variables,
+                                 const std::vector<std::string>& name_parts = {});
+  /// Whether `variable` gets this optimizer's weight decay (not excluded).
+  bool use_weight_decay(const Variable& variable) const;
+
  protected:
+  /// Inside update_step: whether its variables get weight decay (apply_gradients gives the
+  /// excluded variables an update_step call of their own).
+  static bool weight_decay_applies();
   /// For subclasses: `name` is the Keras name ("adam"), `slot_names` the slot kinds each
   /// variable gets at build; the rest are the options every optimizer has.
   Optimizer(std::string name, LearningRate learning_rate, std::optional<double> global_clipnorm,
@@ -191,6 +202,8 @@ class Optimizer {
   std::unordered_map<const void*, size_t> index_;
   std::unordered_set<const void*> warned_;
   std::unordered_set<int> agreed_;  // replicas (in sync) that described this optimizer's updates
+  std::unordered_set<const void*> no_decay_;  // exclude_from_weight_decay's variables
+  std::vector<std::string> no_decay_names_;   // and name parts
   /// Set by a LossScaleOptimizer wrapping this one: runs first in every update, on the combined
   /// gradients; may replace them (unscaled) or return false to skip the update.
   std::function<bool(std::vector<Tensor>&)> update_gate_;
