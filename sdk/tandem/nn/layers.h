@@ -373,6 +373,8 @@ class DropoutImpl : public ModuleImpl {
   std::string type_name() const override { return "Dropout"; }
   Shape compute_output_shape(const Shape& input_shape) const override { return input_shape; }
   Tensor call(const Tensor& x, bool training) override;
+  /// Any shape (as Keras's Dropout): it acts on each element.
+  void check_input(const Tensor& x) const override { (void)x; }
   /// A standalone Dropout reseeds its own streams; inside a Sequential the model's seed rules.
   void set_seed(uint64_t seed) override;
   void set_random_source(std::shared_ptr<ReplicaGenerators> source) override;

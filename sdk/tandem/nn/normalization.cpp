@@ -122,6 +122,13 @@ void LayerNormalizationImpl::build_variables(const Shape& input_shape, Generator
   if (options_.center) beta_ = add_weight("beta", Tensor::zeros({features}, dtype()));
 }
 
+void LayerNormalizationImpl::check_input(const Tensor& x) const {
+  const Shape& in = input_shape();
+  TANDEM_CHECK(x.rank() >= 2 && in.rank() >= 1 && x.dim(-1) == in[-1], describe(),
+               " was built for ", in[-1], " features (the last axis) but got an input of shape ",
+               x.shape());
+}
+
 Tensor LayerNormalizationImpl::call(const Tensor& x, bool) {
   const DType type = dtype();
   const Tensor input = x.dtype() == type ? x : ops::cast(x, type);

@@ -110,6 +110,8 @@ class LayerNormalizationImpl : public ModuleImpl {
   /// features; the same in training and inference, no state, and nothing shared between
   /// replicas. 16-bit inputs in float32, as Keras.
   Tensor call(const Tensor& x, bool training) override;
+  /// Any leading axes (a sequence of any length); the last must be the built one.
+  void check_input(const Tensor& x) const override;
   /// The options the layer was made with.
   const LayerNormalizationOptions& options() const { return options_; }
 
