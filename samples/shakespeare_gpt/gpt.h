@@ -138,9 +138,9 @@ class GptImpl : public nn::ModuleImpl {
     for (const td::Variable& v : weights()) {
       if (v.value().rank() < 2) continue;
       const bool is_residual = std::find(scaled.begin(), scaled.end(), v.id()) != scaled.end();
-      td::Variable target = v;
-      target.assign(td::Tensor::normal(v.value().shape(), generator, 0.0,
-                                       is_residual ? residual : 0.02, v.value().dtype()));
+      // Every replica's copy (a mirrored variable's copies must stay identical).
+      v.assign_all(td::Tensor::normal(v.value().shape(), generator, 0.0,
+                                      is_residual ? residual : 0.02, v.value().dtype()));
     }
   }
 

@@ -321,6 +321,7 @@ int main(int argc, char** argv) {
         if (tensorboard.writer()) tensorboard.writer()->scalar("validation/loss", done, last_val);
         manager.save();
         interval = samples::Stopwatch();  // the evaluation and the save are not training time
+        interval_tokens = 0;
       }
     }
     if (std::isnan(last_val)) last_val = validate();
