@@ -122,3 +122,18 @@ TEST_CASE("repeated uses add up without changing a shared gradient", "[cpu][ops]
   require_close(g[1], {1, 1});
   require_close(g[2], {1, 1});
 }
+
+TEST_CASE("a 16-bit tensor used three times gets the sum of its three gradients",
+          "[cpu][ops][grad]") {
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    INFO(dtype);
+    const Tensor x = ops::cast(Tensor::from_vector<float>({1.0f, -2.0f, 0.5f}), dtype);
+    GradientTape tape;
+    tape.watch(x);
+    // Three uses: the tape adds the third contribution to the sum of the first two.
+    const Tensor y = ops::add(ops::add(ops::mul(x, 1.0), ops::mul(x, 2.0)), ops::mul(x, 4.0));
+    const Tensor g = tape.gradient(ops::sum(ops::cast(y, DType::kFloat32)), x);
+    REQUIRE(g.dtype() == dtype);
+    CHECK(ops::cast(g, DType::kFloat32).to_vector<float>() == std::vector<float>{7, 7, 7});
+  }
+}

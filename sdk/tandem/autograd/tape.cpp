@@ -109,7 +109,9 @@ std::vector<Tensor> GradientTape::gradient(const Tensor& target,
     auto [it, inserted] = grads.try_emplace(input.id(), Gradient{grad});
     if (inserted) return;
     Gradient& sum = it->second;
-    if (sum.owned) {
+    // In place from the third contribution on; 16-bit gradients (add_ takes none) through
+    // ops::add, which sums in float32 and rounds once, as add_ would.
+    if (sum.owned && !is_half(sum.value.dtype())) {
       ops::add_(sum.value, grad);
     } else {
       sum.value = ops::add(sum.value, grad);
