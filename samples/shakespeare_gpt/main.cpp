@@ -34,6 +34,7 @@ struct Options {
   double dropout = 0.0, learning_rate = 1e-3, min_learning_rate = 1e-4, weight_decay = 0.1;
   double beta_2 = 0.99, grad_clip = 1.0;
   int64_t warmup = 100, eval_interval = 250, eval_batches = 20, log_interval = 50;
+  int64_t stop_after = 0;  // 0: run to --steps
   std::optional<int> replicas;
   std::string precision = "float32";
   int accumulation = 1;
@@ -61,6 +62,8 @@ const char* kUsage = R"(usage: shakespeare_gpt [flags]
   --eval-interval N       validation every N updates (250)
   --eval-batches N        batches in one validation (20)
   --log-interval N        a training line every N updates (50)
+  --stop-after N          save and stop after update N (the schedule still spans --steps;
+                          the next run resumes there)
   --replicas N            CPU replicas (default: the strategy's choice)
   --precision P           float32 | mixed_bfloat16 | mixed_float16
   --accumulation N        micro-steps per update (1)
@@ -90,7 +93,8 @@ Options parse(int argc, char** argv) {
                                            {"--eval-batches", &o.eval_batches},
                                            {"--log-interval", &o.log_interval},
                                            {"--generate", &o.generate},
-                                           {"--top-k", &o.top_k}};
+                                           {"--top-k", &o.top_k},
+                                           {"--stop-after", &o.stop_after}};
   std::map<std::string, double*> reals{{"--dropout", &o.dropout},
                                        {"--learning-rate", &o.learning_rate},
                                        {"--min-learning-rate", &o.min_learning_rate},
@@ -323,11 +327,18 @@ int main(int argc, char** argv) {
         interval = samples::Stopwatch();  // the evaluation and the save are not training time
         interval_tokens = 0;
       }
+      if (o.stop_after > 0 && done >= o.stop_after && done < o.steps) {
+        if (done % o.eval_interval != 0) manager.save();
+        std::cout << "stopped after update " << done << " (--stop-after); the next run resumes here"
+                  << std::endl;
+        return EXIT_SUCCESS;
+      }
     }
     if (std::isnan(last_val)) last_val = validate();
-    std::cout << "final validation loss: " << std::fixed << std::setprecision(4) << last_val
-              << " after " << optimizer.iterations() << " updates; " << std::setprecision(1)
-              << run_time.seconds() << " s, " << std::setprecision(0)
+    // All the digits: a resumed run ends where an uninterrupted one does, bit for bit.
+    std::cout << "final validation loss: " << std::defaultfloat << std::setprecision(9) << last_val
+              << " after " << optimizer.iterations() << " updates; " << std::fixed
+              << std::setprecision(1) << run_time.seconds() << " s, " << std::setprecision(0)
               << static_cast<double>(tokens_done) / std::max(run_time.seconds(), 1e-9)
               << " tokens/s overall" << std::endl;
 
