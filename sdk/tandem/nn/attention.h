@@ -110,14 +110,21 @@ class MultiHeadAttentionImpl : public ModuleImpl {
   Tensor attend(const Tensor& query, const Tensor& value, const Tensor& key,
                 const AttendOptions& options);
 
+  /// The number of heads.
   int64_t num_heads() const { return num_heads_; }
+  /// The depth of each head's queries and keys.
   int64_t key_dim() const { return key_dim_; }
+  /// The depth of each head's values.
   int64_t value_dim() const { return value_dim_; }
+  /// The dropout rate on the attention probabilities while training.
   double dropout() const { return dropout_; }
-  /// The four projections, as Keras names them.
+  /// The query projection, Keras's "query" ([C, heads, key_dim]).
   const EinsumDense& query_dense() const { return query_; }
+  /// The key projection, Keras's "key".
   const EinsumDense& key_dense() const { return key_; }
+  /// The value projection, Keras's "value" ([C, heads, value_dim]).
   const EinsumDense& value_dense() const { return value_; }
+  /// The output projection, Keras's "attention_output" ([heads, value_dim, out]); built only.
   const EinsumDense& output_dense() const { return output_; }
 
  protected:
