@@ -211,9 +211,10 @@ Tensor sparse_softmax_cross_entropy(const Tensor& logits, const Tensor& labels) 
   // Any leading dimensions: the rows of [N, C] and [N], the loss reshaped back (the reshapes
   // record, so the gradient flows back to the logits' shape).
   if (logits.rank() > 2)
-    return reshape(sparse_softmax_cross_entropy(reshape(logits, Shape{labels.numel(), logits.dim(-1)}),
-                                                reshape(labels, Shape{labels.numel()})),
-                   labels.shape());
+    return reshape(
+        sparse_softmax_cross_entropy(reshape(logits, Shape{labels.numel(), logits.dim(-1)}),
+                                     reshape(labels, Shape{labels.numel()})),
+        labels.shape());
   TANDEM_CHECK(labels.dtype() == DType::kInt32 || labels.dtype() == DType::kInt64, kOp,
                ": labels must be int32 or int64, got ", labels.dtype());
   const int64_t batch = logits.dim(0), classes = logits.dim(1);
