@@ -6,6 +6,7 @@
 #include <sys/wait.h>
 
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <string>
 #include <vector>
@@ -24,6 +25,16 @@ inline nn::Sequential sample_mlp(uint64_t seed = 42) {
   model.set_seed(seed);
   model.build({28, 28});
   return model;
+}
+
+/// The raw values of a binary file the interop scripts wrote (numpy's tofile), as T.
+template <typename T>
+std::vector<T> read_values(const std::string& path) {
+  const std::string bytes = read_text(path);
+  REQUIRE(bytes.size() % sizeof(T) == 0);
+  std::vector<T> values(bytes.size() / sizeof(T));
+  std::memcpy(values.data(), bytes.data(), bytes.size());
+  return values;
 }
 
 /// Runs `command`; returns its exit status (-1 when it did not exit normally).

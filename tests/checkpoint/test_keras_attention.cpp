@@ -17,15 +17,6 @@ using td::testing::relative_difference;
 
 namespace {
 
-template <typename T>
-std::vector<T> read_values(const std::string& path) {
-  const std::string bytes = read_text(path);
-  REQUIRE(bytes.size() % sizeof(T) == 0);
-  std::vector<T> values(bytes.size() / sizeof(T));
-  std::memcpy(values.data(), bytes.data(), bytes.size());
-  return values;
-}
-
 struct Case {
   std::string name;
   int64_t heads, key_dim;

@@ -26,15 +26,6 @@ namespace {
 constexpr int kSteps = 20;
 constexpr int64_t kBatch = 32;
 
-template <typename T>
-std::vector<T> read_values(const std::string& path) {
-  const std::string bytes = read_text(path);
-  REQUIRE(bytes.size() % sizeof(T) == 0);
-  std::vector<T> values(bytes.size() / sizeof(T));
-  std::memcpy(values.data(), bytes.data(), bytes.size());
-  return values;
-}
-
 nn::Sequential model_with(bool synchronized) {
   return nn::Sequential({nn::Dense(8, nn::Activation::kNone, /*use_bias=*/false),
                          nn::BatchNormalization({.synchronized = synchronized}), nn::Dense(4)});

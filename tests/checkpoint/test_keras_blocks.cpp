@@ -22,15 +22,6 @@ using td::testing::relative_difference;
 
 namespace {
 
-template <typename T>
-std::vector<T> read_values(const std::string& path) {
-  const std::string bytes = read_text(path);
-  REQUIRE(bytes.size() % sizeof(T) == 0);
-  std::vector<T> values(bytes.size() / sizeof(T));
-  std::memcpy(values.data(), bytes.data(), bytes.size());
-  return values;
-}
-
 nn::Sequential block_model() {
   nn::Sequential model({nn::Conv2D(4, 3, 1, nn::Padding::kSame, nn::Activation::kNone, false),
                         nn::BatchNormalization(), nn::ActivationLayer(nn::Activation::kRelu),
