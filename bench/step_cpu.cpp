@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "fashion_mnist_resnet/residual_block.h"
+#include "shakespeare_gpt/gpt.h"
 #include "tandem/tandem.h"
 #include "timing.h"
 
@@ -19,7 +20,7 @@ namespace {
 
 namespace td = tandem;
 
-enum class Model { kMlp, kLargeMlp, kCnn, kResnet };
+enum class Model { kMlp, kLargeMlp, kCnn, kResnet, kGpt, kGptLarge };
 
 struct Config {
   std::string name;   ///< what --configs selects and the peers' scripts print
@@ -36,7 +37,20 @@ std::vector<Config> all_configs() {
           {"cnn-b64", "cnn (fashion_mnist_cnn)", Model::kCnn, 64, 1},
           {"resnet-b64", "resnet (fashion_mnist_resnet)", Model::kResnet, 64, 1},
           {"mlp-b64-r2", "mlp 784-256-128-10", Model::kMlp, 64, 2},
-          {"mlp-b256-r2", "mlp 784-256-128-10", Model::kMlp, 256, 2}};
+          {"mlp-b256-r2", "mlp 784-256-128-10", Model::kMlp, 256, 2},
+          // samples/shakespeare_gpt's model; the batch counts sequences of the block's tokens.
+          {"gpt-b12", "gpt 4x4x128, 64 tokens", Model::kGpt, 12, 1},
+          {"gpt-b12-r2", "gpt 4x4x128, 64 tokens", Model::kGpt, 12, 2},
+          {"gpt-large-b12", "gpt 6x6x384, 256 tokens", Model::kGptLarge, 12, 1}};
+}
+
+bool is_gpt(Model kind) { return kind == Model::kGpt || kind == Model::kGptLarge; }
+
+/// nanoGPT's shakespeare_char recipes (CPU, and the larger one), on the corpus's 84 characters.
+samples::gpt::Config gpt_config(Model kind) {
+  if (kind == Model::kGptLarge)
+    return {.vocabulary = 84, .block = 256, .layers = 6, .heads = 6, .embed = 384};
+  return {.vocabulary = 84, .block = 64, .layers = 4, .heads = 4, .embed = 128};
 }
 
 /// The model each sample builds (samples/fashion_mnist_mlp, samples/fashion_mnist_cnn); the
@@ -63,6 +77,9 @@ td::nn::Sequential make_model(Model kind) {
            td::nn::BatchNormalization(), td::nn::ActivationLayer(relu), samples::ResidualBlock(16),
            samples::ResidualBlock(32, 2), samples::ResidualBlock(64, 2),
            td::nn::GlobalAveragePooling2D(), td::nn::Dense(10)});
+    case Model::kGpt:  // run_gpt_config builds it
+    case Model::kGptLarge:
+      break;
   }
   TANDEM_THROW("bench_step_cpu: unknown model");
 }
@@ -101,6 +118,8 @@ std::vector<Gemm> step_gemms(Model kind, int64_t batch) {
       layer(batch, 7 * 7 * 64, 1024), layer(batch, 1024, 10);
       break;
     case Model::kResnet:  // timed against its batch normalizations instead (step_batch_norms)
+    case Model::kGpt:     // not split up
+    case Model::kGptLarge:
       break;
   }
   return gemms;
@@ -157,7 +176,50 @@ struct Result {
   int threads;          ///< compute threads per replica
 };
 
+/// The GPT sample's step (its train_step, less the loss's reduction): AdamW (1e-3, beta_2 0.99,
+/// decay 0.1 on matrices) with clipping at global norm 1.0, on random tokens.
+Result run_gpt_config(const Config& c, const Options& options) {
+  td::MirroredStrategy strategy = td::MirroredStrategy::cpu(c.replicas);
+  if (options.threads > 0)
+    strategy.run([&](td::ReplicaContext&) { td::set_compute_threads(options.threads); });
+  const td::PerReplica<int> threads =
+      strategy.run([](td::ReplicaContext&) { return td::compute_threads(); });
+  const samples::gpt::Config config = gpt_config(c.kind);
+  const int64_t per_replica = c.batch / c.replicas;
+  td::Generator generator(/*seed=*/1);
+  std::vector<td::Tensor> xs, ys;
+  for (int r = 0; r < c.replicas; ++r) {
+    const td::Tensor tokens = td::ops::cast(
+        td::Tensor::uniform({per_replica, config.block + 1}, generator, 0, 84, td::DType::kFloat64),
+        td::DType::kInt64);
+    xs.push_back(td::ops::slice(tokens, 1, 0, config.block));
+    ys.push_back(td::ops::slice(tokens, 1, 1, config.block + 1));
+  }
+  const td::PerReplica<td::Tensor> x(xs), y(ys);
+  td::nn::set_global_policy(options.precision);
+  auto scope = strategy.scope();
+  td::nn::Module model = samples::gpt::make_gpt(config);
+  model.set_seed(42);
+  model.build({config.block});
+  const std::vector<td::Variable> variables = model.trainable_variables();
+  td::optim::AdamW optimizer(
+      {.learning_rate = 1e-3, .weight_decay = 0.1, .beta_2 = 0.99, .global_clipnorm = 1.0});
+  optimizer.exclude_from_weight_decay(samples::gpt::undecayed(model));
+  optimizer.build(variables);
+  auto train_step = [&](td::ReplicaContext& ctx, const td::Tensor& ids, const td::Tensor& next) {
+    td::GradientTape tape;
+    const td::Tensor loss = td::compute_average_loss(
+        samples::gpt::sequence_losses(model(ids, /*training=*/true), next), c.batch);
+    optimizer.apply_gradients(ctx, tape.gradient(loss, variables), variables);
+    return loss;
+  };
+  const double step_seconds = median_seconds([&] { strategy.run(train_step, x, y); },
+                                             options.warmup_steps, options.timed_steps);
+  return {step_seconds, 0.0, threads[0]};
+}
+
 Result run_config(const Config& c, const Options& options) {
+  if (is_gpt(c.kind)) return run_gpt_config(c, options);
   // OneDeviceStrategy would run on this thread; MirroredStrategy is what the samples use, and
   // its replicas run on their own threads, with one replica as with two.
   td::MirroredStrategy strategy = td::MirroredStrategy::cpu(c.replicas);

@@ -25,7 +25,17 @@ CONFIGS = {
     "large-b256": ("large", "mlp 784-1024x2-10", 256),
     "cnn-b64": ("cnn", "cnn (fashion_mnist_cnn)", 64),
     "resnet-b64": ("resnet", "resnet (fashion_mnist_resnet)", 64),
+    # samples/shakespeare_gpt's model: the batch counts sequences of GPT_SHAPES' block tokens.
+    "gpt-b12": ("gpt", "gpt 4x4x128, 64 tokens", 12),
+    "gpt-large-b12": ("gpt-large", "gpt 6x6x384, 256 tokens", 12),
 }
+# The GPTs (nanoGPT's shakespeare_char recipes, CPU and larger): layers, heads, embedding, block
+# (context length); a vocabulary of the Shakespeare corpus's 84 characters; no biases, layer
+# norm epsilon 1e-5, GELU (erf), the output layer tied to the token embedding. They train with
+# AdamW (learning rate 1e-3, beta_2 0.99, weight decay 0.1) and clipping at global norm 1.0.
+GPT_SHAPES = {"gpt": (4, 4, 128, 64), "gpt-large": (6, 6, 384, 256)}
+GPT_VOCABULARY = 84
+GPT_BETA_2, GPT_WEIGHT_DECAY, GPT_CLIP = 0.99, 0.1, 1.0
 # Hidden widths of the MLPs (input 784 = 28 x 28, 10 classes).
 HIDDEN = {"mlp": [256, 128], "large": [1024, 1024]}
 # fashion_mnist_resnet's model: a 3x3 convolution of 16 filters (no bias), batch norm, ReLU, then
@@ -46,6 +56,19 @@ def synthetic_batch(batch):
     return images, labels
 
 
+def tokens_per_sample(name):
+    """Tokens in one sample of configuration `name`: a GPT's block, 1 for the image models."""
+    kind = CONFIGS[name][0]
+    return GPT_SHAPES[kind][3] if kind in GPT_SHAPES else 1
+
+
+def synthetic_tokens(batch, block):
+    """Token windows x [batch, block] and their next tokens y, int64 in [0, GPT_VOCABULARY)."""
+    rng = np.random.default_rng(2)
+    tokens = rng.integers(0, GPT_VOCABULARY, size=(batch, block + 1)).astype(np.int64)
+    return tokens[:, :-1].copy(), tokens[:, 1:].copy()
+
+
 def median_step_seconds(step, warmup=WARMUP_STEPS, timed=TIMED_STEPS):
     """step() runs one training step and returns once its loss is on the host."""
     for _ in range(warmup):
@@ -59,10 +82,12 @@ def median_step_seconds(step, warmup=WARMUP_STEPS, timed=TIMED_STEPS):
     return seconds[len(seconds) // 2]
 
 
-def parse_args(description, extra=None):
+def parse_args(description, extra=None, gpt=False):
+    """The peers' common flags; `gpt`: the script has the GPT configurations too."""
+    known = [c for c in CONFIGS if gpt or CONFIGS[c][0] not in GPT_SHAPES]
     parser = argparse.ArgumentParser(description=description)
-    parser.add_argument("--configs", default=",".join(CONFIGS),
-                        help="comma-separated subset of: " + " ".join(CONFIGS))
+    parser.add_argument("--configs", default=",".join(known),
+                        help="comma-separated subset of: " + " ".join(known))
     parser.add_argument("--steps", type=int, default=TIMED_STEPS, help="timed steps (median)")
     parser.add_argument("--warmup", type=int, default=WARMUP_STEPS, help="untimed steps first")
     parser.add_argument("--csv", action="store_true", help="print " + CSV_HEADER)
@@ -73,9 +98,9 @@ def parse_args(description, extra=None):
         extra(parser)
     args = parser.parse_args()
     args.configs = [c for c in args.configs.split(",") if c]
-    unknown = [c for c in args.configs if c not in CONFIGS]
+    unknown = [c for c in args.configs if c not in known]
     if unknown:
-        parser.error(f"unknown configuration(s) {unknown}; known: {list(CONFIGS)}")
+        parser.error(f"unknown configuration(s) {unknown}; known: {known}")
     return args
 
 

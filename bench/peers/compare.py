@@ -28,7 +28,13 @@ PEERS = {  # name -> (table heading, script, runs under the venv's python)
 }
 TANDEM_CONFIGS = ["mlp-b64", "mlp-b256", "large-b256", "cnn-b64", "resnet-b64", "mlp-b64-r2",
                   "mlp-b256-r2"]
-MODELS = {"mlp-b64-r2": "mlp 784-256-128-10", "mlp-b256-r2": "mlp 784-256-128-10"}
+# samples/shakespeare_gpt's model (--configs gpt-b12,...; not in the default list): its rows give
+# tokens/s. The peers that have it so far:
+GPT_CONFIGS = ["gpt-b12", "gpt-b12-r2", "gpt-large-b12"]
+GPT_PEERS = {"torch"}
+MODELS = {"mlp-b64-r2": "mlp 784-256-128-10", "mlp-b256-r2": "mlp 784-256-128-10",
+          "gpt-b12-r2": "gpt 4x4x128, 64 tokens"}
+TOKENS = {"gpt-b12-r2": 64}  # tokens per sample of the rows the peers lack
 
 
 def parse_csv(text):
@@ -58,9 +64,9 @@ def main():
                         help="every contender's: float32, or mixed_bfloat16 (bfloat16 compute)")
     args = parser.parse_args()
     configs = [c for c in args.configs.split(",") if c]
-    unknown = [c for c in configs if c not in TANDEM_CONFIGS]
+    unknown = [c for c in configs if c not in TANDEM_CONFIGS + GPT_CONFIGS]
     if unknown:
-        parser.error(f"unknown configuration(s) {unknown}; known: {TANDEM_CONFIGS}")
+        parser.error(f"unknown configuration(s) {unknown}; known: {TANDEM_CONFIGS + GPT_CONFIGS}")
     peer_configs = [c for c in configs if c in common.CONFIGS]
     peers = [p for p in PEERS if p not in args.skip.split(",")]
     steps = ["--steps", str(args.steps), "--warmup", str(common.WARMUP_STEPS),
@@ -72,11 +78,13 @@ def main():
     commands = {"tandem": tandem + ["--configs", ",".join(configs)]}
     if peer_configs and "--threads" not in args.tandem_args:
         commands["tandem-t1"] = tandem + ["--configs", ",".join(peer_configs), "--threads", "1"]
-    for peer in peers if peer_configs else []:
+    for peer in peers:
         _, script, in_venv = PEERS[peer]
         python = args.venv_python if in_venv else "/usr/bin/python3"
-        commands[peer] = [python, os.path.join(HERE, script), "--csv", "--configs",
-                          ",".join(peer_configs)] + steps
+        mine = [c for c in peer_configs if peer in GPT_PEERS or c not in GPT_CONFIGS]
+        if mine:
+            commands[peer] = [python, os.path.join(HERE, script), "--csv", "--configs",
+                              ",".join(mine)] + steps
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
     samples = defaultdict(list)   # (contender, config) -> samples/s per round
@@ -112,7 +120,8 @@ def main():
             samples[("tandem-default", config)].append(float(default["samples_per_s"]))
 
     names = [PEERS[p][0] for p in peers]
-    print(f"CPU training step, {args.precision}, Adam, synthetic data: samples/s, median over "
+    print(f"CPU training step, {args.precision}, Adam (GPT: AdamW with clipping), synthetic data: "
+          f"samples/s (GPT: tokens/s), median over "
           f"{args.rounds} interleaved rounds (each: median of {args.steps} steps after "
           f"{common.WARMUP_STEPS}); ratio = Tandem / peer (> 1: Tandem faster)\n")
     heading = (f"{'config':<12} {'model':<24} {'batch':>5} {'rep':>3} {'Tandem':>9} "
@@ -121,12 +130,18 @@ def main():
     print(heading)
     for config in configs:
         model = common.CONFIGS[config][1] if config in common.CONFIGS else MODELS[config]
-        tandem = statistics.median(samples[("tandem", config)])
-        default = statistics.median(samples[("tandem-default", config)])
+        # A GPT's samples are sequences: its rows give tokens/s.
+        unit = TOKENS.get(config) or (common.tokens_per_sample(config)
+                                      if config in common.CONFIGS else 1)
+        for key in list(samples):
+            if key[1] == config and not key[0].endswith("-scaled"):
+                samples[(key[0] + "-scaled", config)] = [v * unit for v in samples[key]]
+        tandem = statistics.median(samples[("tandem-scaled", config)])
+        default = statistics.median(samples[("tandem-default-scaled", config)])
         line = (f"{config:<12} {model:<24} {batches[config]:>5} {replicas[config]:>3} "
                 f"{tandem:>9.0f} {default:>9.0f} {statistics.median(gemm_fraction[config]):>7.2f}")
-        peer_values = [statistics.median(samples[(p, config)]) if samples[(p, config)] else None
-                       for p in peers]
+        peer_values = [statistics.median(samples[(p + "-scaled", config)])
+                       if samples[(p + "-scaled", config)] else None for p in peers]
         line += "".join(f" {v:>10.0f}" if v else f" {'-':>10}" for v in peer_values)
         line += "".join(f" {tandem / v:>12.2f}x" if v else f" {'-':>13}" for v in peer_values)
         print(line)

@@ -87,6 +87,94 @@ def build_resnet(torch):
     return nn.Sequential(*layers)
 
 
+def build_gpt(torch, kind):
+    """nanoGPT's model (bias=False), attention written out as nanoGPT does without
+    F.scaled_dot_product_attention (this PyTorch has none): masked scores, softmax, weighted sum."""
+    nn = torch.nn
+    layers, heads, embed, block = common.GPT_SHAPES[kind]
+
+    class Attention(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.qkv = nn.Linear(embed, 3 * embed, bias=False)
+            self.proj = nn.Linear(embed, embed, bias=False)
+            self.register_buffer("mask", torch.tril(torch.ones(block, block)).bool())
+
+        def forward(self, x):
+            b, t, c = x.shape
+            q, k, v = self.qkv(x).split(embed, dim=2)
+            q, k, v = (z.view(b, t, heads, c // heads).transpose(1, 2) for z in (q, k, v))
+            scores = (q @ k.transpose(-2, -1)) * (1.0 / (c // heads) ** 0.5)
+            scores = scores.masked_fill(~self.mask[:t, :t], float("-inf"))
+            y = torch.softmax(scores, dim=-1) @ v
+            return self.proj(y.transpose(1, 2).contiguous().view(b, t, c))
+
+    class Block(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.ln_1 = nn.LayerNorm(embed, elementwise_affine=True)
+            self.attention = Attention()
+            self.ln_2 = nn.LayerNorm(embed, elementwise_affine=True)
+            self.mlp = nn.Sequential(nn.Linear(embed, 4 * embed, bias=False), nn.GELU(),
+                                     nn.Linear(4 * embed, embed, bias=False))
+
+        def forward(self, x):
+            x = x + self.attention(self.ln_1(x))
+            return x + self.mlp(self.ln_2(x))
+
+    class Gpt(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.tokens = nn.Embedding(common.GPT_VOCABULARY, embed)
+            self.positions = nn.Embedding(block, embed)
+            self.blocks = nn.Sequential(*[Block() for _ in range(layers)])
+            self.ln_f = nn.LayerNorm(embed)
+            self.head = nn.Linear(embed, common.GPT_VOCABULARY, bias=False)
+            self.head.weight = self.tokens.weight  # tied
+
+        def forward(self, ids):
+            t = ids.shape[1]
+            x = self.tokens(ids) + self.positions(torch.arange(t))
+            return self.head(self.ln_f(self.blocks(x)))
+
+    model = Gpt()
+    for name, p in model.named_parameters():
+        if p.dim() >= 2:
+            std = 0.02 / (2 * layers) ** 0.5 if name.endswith("proj.weight") else 0.02
+            nn.init.normal_(p, 0.0, std)
+    for module in model.modules():  # layer norms without their bias (nanoGPT's bias=False)
+        if isinstance(module, nn.LayerNorm):
+            module.bias = None
+    return model
+
+
+def time_gpt(torch, name, args):
+    kind, _, batch = common.CONFIGS[name]
+    torch.manual_seed(42)
+    model = build_gpt(torch, kind)
+    x, y = (torch.from_numpy(a) for a in common.synthetic_tokens(batch, common.GPT_SHAPES[kind][3]))
+    decay = [p for p in model.parameters() if p.dim() >= 2]
+    rest = [p for p in model.parameters() if p.dim() < 2]
+    optimizer = torch.optim.AdamW(
+        [{"params": decay, "weight_decay": common.GPT_WEIGHT_DECAY},
+         {"params": rest, "weight_decay": 0.0}],
+        lr=common.LEARNING_RATE, betas=(common.BETA_1, common.GPT_BETA_2))
+    mixed = args.precision == "mixed_bfloat16"
+
+    def step():
+        optimizer.zero_grad(set_to_none=True)
+        with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mixed):
+            logits = model(x)
+            loss = torch.nn.functional.cross_entropy(logits.float().view(-1, logits.shape[-1]),
+                                                     y.view(-1))
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), common.GPT_CLIP)
+        optimizer.step()
+        return loss.item()
+
+    return common.median_step_seconds(step, args.warmup, args.steps)
+
+
 def build_model(torch, kind):
     nn = torch.nn
     if kind == "resnet":
@@ -118,6 +206,8 @@ def build_model(torch, kind):
 
 def time_config(torch, name, args, channels_last=False):
     kind, _, batch = common.CONFIGS[name]
+    if kind in common.GPT_SHAPES:
+        return time_gpt(torch, name, args)
     torch.manual_seed(42)
     model = build_model(torch, kind)
     images, labels = common.synthetic_batch(batch)
@@ -186,7 +276,7 @@ def sweep(args):
 
 
 def main():
-    args = common.parse_args(__doc__.splitlines()[0], extra_args)
+    args = common.parse_args(__doc__.splitlines()[0], extra_args, gpt=True)
     if args.coretype is not None:  # one setting, in this process
         if args.coretype == "default":
             os.environ.pop("OPENBLAS_CORETYPE", None)
