@@ -205,7 +205,10 @@ TEST_CASE("asynchronous save: a child that saves until it is killed", "[.child]"
   td::CheckpointManager manager(run.checkpoint(), dir, {.max_to_keep = 3, .async_save = true});
   REQUIRE(manager.restore_or_initialize().has_value());
   write_text(marker, "ready");
-  for (int64_t step = run.global_step + 1;; ++step) {
+  // Saves until killed, or until the test that started it is gone (a test killed by a timeout
+  // must not leave this loop running): then it is someone else's child.
+  const pid_t parent = ::getppid();
+  for (int64_t step = run.global_step + 1; ::getppid() == parent; ++step) {
     fill_model(run.model, static_cast<float>(step));
     run.global_step = step;
     manager.save();                // waits for the previous write, then returns after the snapshot
