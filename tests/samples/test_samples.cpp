@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "samples/run_program.h"
 #include "tandem/core/build_info.h"
 
 namespace fs = std::filesystem;
@@ -29,24 +30,8 @@ const std::string kResnet =
     std::string(TANDEM_BINARY_DIR) + "/samples/fashion_mnist_resnet/fashion_mnist_resnet";
 const std::string kApiTour = std::string(TANDEM_BINARY_DIR) + "/samples/api_tour/api_tour";
 
-struct Result {
-  int exit_code = -1;
-  std::string output;  // stdout and stderr
-};
-
-/// Runs `command` through the shell and returns its exit code and output.
-Result run(const std::string& command) {
-  Result result;
-  FILE* pipe = popen((command + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) result.output.append(buffer, n);
-  const int status = pclose(pipe);
-  REQUIRE(WIFEXITED(status));
-  result.exit_code = WEXITSTATUS(status);
-  return result;
-}
+using tandem::testing::Result;
+using tandem::testing::run;
 
 /// A fresh directory under the system's temporary directory, removed at scope exit.
 struct TempDir {

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <string>
 
+#include "samples/run_program.h"
+
 namespace fs = std::filesystem;
 
 namespace {
@@ -18,22 +20,10 @@ namespace {
 const std::string kGpt =
     std::string(TANDEM_BINARY_DIR) + "/samples/shakespeare_gpt/shakespeare_gpt";
 
-struct Output {
-  int exit_code = -1;
-  std::string text;  // stdout and stderr
-};
+using Output = tandem::testing::Result;
 
 Output run_gpt(const std::string& arguments) {
-  Output out;
-  FILE* pipe = popen((kGpt + " " + arguments + " 2>&1").c_str(), "r");
-  REQUIRE(pipe != nullptr);
-  char buffer[4096];
-  size_t n = 0;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.text.append(buffer, n);
-  const int status = pclose(pipe);
-  REQUIRE(WIFEXITED(status));
-  out.exit_code = WEXITSTATUS(status);
-  return out;
+  return tandem::testing::run(kGpt + " " + arguments);
 }
 
 /// The text after "final validation loss: " up to the next space.
@@ -63,22 +53,22 @@ TEST_CASE("shakespeare_gpt trains, resumes to the same bits after a stop, and ge
                              " --warmup 2 --eval-interval 6 --eval-batches 2 --log-interval 6"
                              " --replicas 2 --seed 5";
   const Output whole = run_gpt(common + " --fresh --checkpoint-dir " + (dir / "whole").string());
-  INFO(whole.text);
+  INFO(whole.output);
   REQUIRE(whole.exit_code == 0);
-  CHECK(whole.text.find("2 replica(s)") != std::string::npos);
-  CHECK(whole.text.find("update 12: validation loss") != std::string::npos);
+  CHECK(whole.output.find("2 replica(s)") != std::string::npos);
+  CHECK(whole.output.find("update 12: validation loss") != std::string::npos);
 
   const std::string parts = common + " --checkpoint-dir " + (dir / "parts").string();
   const Output first = run_gpt(parts + " --fresh --stop-after 7");
-  INFO(first.text);
+  INFO(first.output);
   REQUIRE(first.exit_code == 0);
-  CHECK(first.text.find("stopped after update 7") != std::string::npos);
+  CHECK(first.output.find("stopped after update 7") != std::string::npos);
   const Output rest = run_gpt(parts + " --generate 40 --prompt To");
-  INFO(rest.text);
+  INFO(rest.output);
   REQUIRE(rest.exit_code == 0);
-  CHECK(rest.text.find("at update 7 of 12") != std::string::npos);
-  CHECK(final_loss(rest.text) == final_loss(whole.text));
-  const size_t generated = rest.text.find("---- generated ----\nTo");
+  CHECK(rest.output.find("at update 7 of 12") != std::string::npos);
+  CHECK(final_loss(rest.output) == final_loss(whole.output));
+  const size_t generated = rest.output.find("---- generated ----\nTo");
   REQUIRE(generated != std::string::npos);
   fs::remove_all(dir);
 }
@@ -86,17 +76,17 @@ TEST_CASE("shakespeare_gpt trains, resumes to the same bits after a stop, and ge
 TEST_CASE("shakespeare_gpt refuses bad flags naming them", "[cpu][samples]") {
   const Output unknown = run_gpt("--stesp 10");
   CHECK(unknown.exit_code == 2);
-  CHECK(unknown.text.find("unknown flag --stesp") != std::string::npos);
+  CHECK(unknown.output.find("unknown flag --stesp") != std::string::npos);
   const Output bad = run_gpt("--steps ten");
   CHECK(bad.exit_code == 2);
-  CHECK(bad.text.find("bad value 'ten' for --steps") != std::string::npos);
+  CHECK(bad.output.find("bad value 'ten' for --steps") != std::string::npos);
   const Output precision = run_gpt("--precision half");
   CHECK(precision.exit_code == 2);
-  CHECK(precision.text.find("'half' for --precision") != std::string::npos);
+  CHECK(precision.output.find("'half' for --precision") != std::string::npos);
   const Output missing = run_gpt("--data /nonexistent/corpus.txt --steps 1");
   CHECK(missing.exit_code == 1);
-  CHECK(missing.text.find("cannot open \"/nonexistent/corpus.txt\"") != std::string::npos);
+  CHECK(missing.output.find("cannot open \"/nonexistent/corpus.txt\"") != std::string::npos);
   const Output help = run_gpt("--help");
   CHECK(help.exit_code == 0);
-  CHECK(help.text.find("--stop-after") != std::string::npos);
+  CHECK(help.output.find("--stop-after") != std::string::npos);
 }
