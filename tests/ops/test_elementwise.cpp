@@ -210,6 +210,61 @@ TEST_CASE("activations stay finite at the extremes", "[cpu][ops]") {
   REQUIRE_THROWS_WITH(ops::clip(x, 1.0, -1.0), Catch::Contains("clip") && Catch::Contains("low"));
 }
 
+TEST_CASE("GELU and its gradient in float32 keep their relative accuracy in both tails",
+          "[cpu][ops]") {
+  // Every 1/4096 from -9 to 9, and NaN and the infinities: Phi(x) is about 1e-19 at -9, where
+  // 0.5 (1 + erf(x / sqrt 2)) would have lost every digit to cancellation.
+  std::vector<float> xs;
+  for (int i = -9 * 4096; i <= 9 * 4096; ++i) xs.push_back(static_cast<float>(i) / 4096.0f);
+  const size_t finite = xs.size();
+  xs.insert(xs.end(),
+            {std::numeric_limits<float>::quiet_NaN(), std::numeric_limits<float>::infinity(),
+             -std::numeric_limits<float>::infinity()});
+  const Shape shape{static_cast<int64_t>(xs.size())};
+  const Tensor x = Tensor::from_vector<float>(xs, shape);
+  GradientTape tape;
+  tape.watch(x);
+  const Tensor y = ops::gelu(x);
+  const std::vector<double> got = values(y);
+  const std::vector<double> grad = values(tape.gradient(y * 0.75, x));  // upstream 0.75
+  for (size_t i = 0; i < finite; ++i) {
+    const double v = xs[i];
+    const double cdf = 0.5 * std::erfc(-v / std::sqrt(2.0));
+    const double pdf = std::exp(-0.5 * v * v) / std::sqrt(2.0 * M_PI);
+    INFO("x = " << v);
+    // Rounding x^2 in float bounds the relative error by about 2.5e-7 * (1 + x^2 / 2).
+    const double rtol = 1e-6 * (1.0 + v * v / 8.0);
+    REQUIRE(std::abs(got[i] - v * cdf) <= rtol * std::abs(v * cdf));
+    // The gradient crosses zero near x = -0.75: there, relative to its terms.
+    const double d = 0.75 * (cdf + v * pdf);
+    REQUIRE(std::abs(grad[i] - d) <= rtol * 0.75 * (cdf + std::abs(v) * pdf));
+  }
+  REQUIRE(std::isnan(got[finite]));
+  REQUIRE(got[finite + 1] == std::numeric_limits<double>::infinity());
+  REQUIRE(std::isnan(got[finite + 2]));  // -inf * Phi(-inf) = -inf * 0, as 0.5 x (1 + erf)
+  REQUIRE(std::isnan(grad[finite]));
+}
+
+TEST_CASE("GELU in the 16-bit types is float32's GELU of the widened input, rounded once",
+          "[cpu][ops]") {
+  const Tensor x32 = random_tensor({3, 1001}, 11, DType::kFloat32, -6, 6);  // odd lengths: tails
+  const Tensor g32 = random_tensor({3, 1001}, 12, DType::kFloat32, -1, 1);
+  for (const DType dtype : {DType::kBFloat16, DType::kFloat16}) {
+    INFO(dtype);
+    const Tensor x = ops::cast(x32, dtype), g = ops::cast(g32, dtype);
+    const Tensor wide_x = ops::cast(x, DType::kFloat32), wide_g = ops::cast(g, DType::kFloat32);
+    GradientTape tape({.persistent = true});
+    tape.watch(x);
+    tape.watch(wide_x);
+    const Tensor y = ops::gelu(x), wide_y = ops::gelu(wide_x);
+    REQUIRE(y.dtype() == dtype);
+    REQUIRE(values(y) == values(ops::cast(wide_y, dtype)));
+    // Upstream gradients g (exact in both: multiplying by ones rounds nothing).
+    const Tensor dx = tape.gradient(y * g, x), wide_dx = tape.gradient(wide_y * wide_g, wide_x);
+    REQUIRE(values(dx) == values(ops::cast(wide_dx, dtype)));
+  }
+}
+
 TEST_CASE("scalar forms and Tensor operators", "[cpu][ops]") {
   const Tensor a = Tensor::from_vector<double>({1, 2, 3, 4}, {2, 2});
   const Tensor b = Tensor::from_vector<double>({10, 20}, {2});

@@ -8,6 +8,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tandem/ops/cpu/activations.h"
 #include "tandem/ops/cpu/half_convert.h"
 #include "tandem/ops/cpu/parallel.h"
 #include "tandem/ops/kernels/op_list.h"
@@ -117,11 +118,54 @@ void select_range(const F& f, const kernels::SelectPlan& p, const bool* c, const
   }
 }
 
+// Float32 and the 16-bit types take GELU's vectorised loops (activations.h); the 16-bit ones
+// widened a block at a time, computed in float and rounded once, as the generic loops do.
+template <typename T>
+constexpr bool kVectorGelu = std::is_same_v<T, float> || is_half_v<T>;
+
+template <typename T>
+void gelu_range(const T* x, T* y, int64_t begin, int64_t end) {
+  if constexpr (std::is_same_v<T, float>) {
+    gelu(x + begin, y + begin, end - begin);
+  } else {
+    constexpr int64_t kBlock = 512;
+    float wide[kBlock];
+    for (int64_t i = begin; i < end; i += kBlock) {
+      const int64_t m = std::min(kBlock, end - i);
+      convert(x + i, wide, m);
+      gelu(wide, wide, m);
+      convert(wide, y + i, m);
+    }
+  }
+}
+
+template <typename T>
+void gelu_grad_range(const T* x, const T* g, T* dx, int64_t begin, int64_t end) {
+  if constexpr (std::is_same_v<T, float>) {
+    gelu_grad(x + begin, g + begin, dx + begin, end - begin);
+  } else {
+    constexpr int64_t kBlock = 512;
+    float wide_x[kBlock], wide_g[kBlock];
+    for (int64_t i = begin; i < end; i += kBlock) {
+      const int64_t m = std::min(kBlock, end - i);
+      convert(x + i, wide_x, m);
+      convert(g + i, wide_g, m);
+      gelu_grad(wide_x, wide_g, wide_x, m);
+      convert(wide_x, dx + i, m);
+    }
+  }
+}
+
 }  // namespace
 
 template <typename F, typename T, typename R>
 void unary(const F& f, int64_t n, const T* x, R* y) {
   using C = compute_type_t<T>;
+  if constexpr (std::is_same_v<F, kernels::Gelu> && kVectorGelu<T>) {
+    parallel_for(n, kElementwiseGrain,
+                 [&](int64_t begin, int64_t end) { gelu_range(x, y, begin, end); });
+    return;
+  }
   parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
     for (int64_t i = begin; i < end; ++i) y[i] = static_cast<R>(f(C(x[i])));
   });
@@ -129,6 +173,13 @@ void unary(const F& f, int64_t n, const T* x, R* y) {
 
 template <typename F, typename T, typename R>
 void binary(const F& f, const kernels::BroadcastPlan& plan, const T* a, const T* b, R* y) {
+  if constexpr (std::is_same_v<F, kernels::GeluGrad> && kVectorGelu<T>) {
+    if (plan.outer.empty() && plan.a_inner && plan.b_inner) {  // x and g of one shape
+      parallel_for(plan.numel, kElementwiseGrain,
+                   [&](int64_t begin, int64_t end) { gelu_grad_range(a, b, y, begin, end); });
+      return;
+    }
+  }
   parallel_for(plan.numel, kElementwiseGrain, [&](int64_t begin, int64_t end) {
     if (plan.a_inner && plan.b_inner)
       binary_range<true, true>(f, plan, a, b, y, begin, end);

@@ -1,0 +1,28 @@
+// GELU's CPU loops (activations.h): vmath's branch-free Phi and phi, vectorised by the compiler
+// at the width of each clone. Built without multiply-add contraction (CMakeLists.txt), so the
+// AVX-512, AVX2 and baseline clones round every operation alike.
+#include "tandem/ops/cpu/activations.h"
+
+#include "tandem/ops/cpu/cpu_clones.h"
+#include "tandem/ops/cpu/vector_math.h"
+
+namespace tandem::ops::cpu {
+
+TANDEM_CPU_CLONES void gelu(const float* x, float* y, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    y[i] = v * vmath::normal_cdf_pdf(v).cdf;
+  }
+}
+
+TANDEM_CPU_CLONES void gelu_grad(const float* x, const float* g, float* dx, int64_t n) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) {
+    const float v = x[i];
+    const vmath::NormalCdfPdf d = vmath::normal_cdf_pdf(v);
+    dx[i] = g[i] * (d.cdf + v * d.pdf);
+  }
+}
+
+}  // namespace tandem::ops::cpu
