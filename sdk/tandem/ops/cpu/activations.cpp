@@ -1,4 +1,4 @@
-// GELU's CPU loops (activations.h): vmath's branch-free Phi and phi, vectorised by the compiler
+// The loops of activations.h: vmath's branch-free exponential, Phi and phi, vectorised by the compiler
 // at the width of each clone. Built without multiply-add contraction (CMakeLists.txt), so the
 // AVX-512, AVX2 and baseline clones round every operation alike.
 #include "tandem/ops/cpu/activations.h"
@@ -23,6 +23,11 @@ TANDEM_CPU_CLONES void gelu_grad(const float* x, const float* g, float* dx, int6
     const vmath::NormalCdfPdf d = vmath::normal_cdf_pdf(v);
     dx[i] = g[i] * (d.cdf + v * d.pdf);
   }
+}
+
+TANDEM_CPU_CLONES void exp_shifted(float* x, int64_t n, float shift) {
+#pragma omp simd
+  for (int64_t i = 0; i < n; ++i) x[i] = vmath::exp(x[i] - shift);
 }
 
 }  // namespace tandem::ops::cpu

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "tandem/core/threading.h"
+#include "tandem/ops/cpu/activations.h"
 #include "tandem/ops/cpu/nn_kernels.h"
 #include "tandem/tensor/philox.h"
 
@@ -55,6 +56,22 @@ struct Visibility {
     return mask_b == nullptr || mask_b[i * g.mask_row_stride + j * g.mask_col_stride] != 0;
   }
 };
+
+/// How many of the columns [j0, j0 + cols) query i may see at most: those before the causal
+/// edge (all of them without the causal mask). Past them every key is hidden.
+inline int64_t visible_span(const AttentionGeometry& g, int64_t i, int64_t j0, int64_t cols) {
+  return g.causal ? std::clamp<int64_t>(i - j0 + 1, 0, cols) : cols;
+}
+
+/// x[c] = e^(x[c] - shift) for c < n: the vectorised loop for float, std::exp for double.
+template <typename A>
+void exp_shifted_row(A* x, int64_t n, A shift) {
+  if constexpr (std::is_same_v<A, float>) {
+    exp_shifted(x, n, shift);
+  } else {
+    for (int64_t c = 0; c < n; ++c) x[c] = std::exp(x[c] - shift);
+  }
+}
 
 /// The dropout factor of probability (b, i, j): 0 or 1 / (1 - rate) in the dtype T, as
 /// ops::dropout's mask; 1 without dropout.
@@ -134,22 +151,29 @@ void forward(const AttentionGeometry& g, const T* q, const T* k, const T* v, T* 
       for (int64_t r = 0; r < rows; ++r) {
         const int64_t i = i0 + r;
         A* sr = s + r * kCols;
+        const int64_t span = visible_span(g, i, j0, cols);
         A tile_max = kMinusInf<A>;
-        for (int64_t c = 0; c < cols; ++c) {
-          sr[c] = visible(i, j0 + c) ? sr[c] * scale : kMinusInf<A>;
-          tile_max = std::max(tile_max, sr[c]);
+        if (visible.mask_b == nullptr) {
+          for (int64_t c = 0; c < span; ++c) {
+            sr[c] *= scale;
+            tile_max = std::max(tile_max, sr[c]);
+          }
+        } else {
+          for (int64_t c = 0; c < span; ++c) {
+            sr[c] = visible(i, j0 + c) ? sr[c] * scale : kMinusInf<A>;
+            tile_max = std::max(tile_max, sr[c]);
+          }
         }
+        std::fill(sr + span, sr + cols, A(0));
         if (tile_max == kMinusInf<A>) {  // nothing visible in this tile
-          std::fill(sr, sr + cols, A(0));
+          std::fill(sr, sr + span, A(0));
           continue;
         }
         const A new_max = std::max(running_max[r], tile_max);
         const A rescale = std::exp(running_max[r] - new_max);  // 0 for the first visible tile
+        exp_shifted_row(sr, span, new_max);  // exp(-inf) = 0 for what the mask hides
         A tile_sum = 0;
-        for (int64_t c = 0; c < cols; ++c) {
-          sr[c] = std::exp(sr[c] - new_max);  // exp(-inf) = 0 for what is hidden
-          tile_sum += sr[c];
-        }
+        for (int64_t c = 0; c < span; ++c) tile_sum += sr[c];
         running_sum[r] = running_sum[r] * rescale + tile_sum;
         running_max[r] = new_max;
         A* ar = acc + r * g.dv;
@@ -220,11 +244,23 @@ void backward(const AttentionGeometry& g, const T* q, const T* k, const T* v, co
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = i0 + r;
           const A row_lse = lb[i];
-          for (int64_t c = 0; c < cols; ++c) {
-            A& x = p[r * kCols + c];
-            x = visible(i, j0 + c) && row_lse != kMinusInf<A> ? std::exp(x * scale - row_lse)
-                                                              : A(0);
-            pd[r * kCols + c] = dropout.active() && x != A(0) ? x * dropout(b, i, j0 + c) : x;
+          A* pr = p + r * kCols;
+          // A row that sees nothing (log-sum-exp -inf) has probabilities 0.
+          const int64_t span = row_lse == kMinusInf<A> ? 0 : visible_span(g, i, j0, cols);
+          if (visible.mask_b == nullptr) {
+            for (int64_t c = 0; c < span; ++c) pr[c] *= scale;
+          } else {
+            for (int64_t c = 0; c < span; ++c)
+              pr[c] = visible(i, j0 + c) ? pr[c] * scale : kMinusInf<A>;
+          }
+          exp_shifted_row(pr, span, row_lse);
+          std::fill(pr + span, pr + cols, A(0));
+          A* pdr = pd + r * kCols;
+          if (dropout.active()) {
+            for (int64_t c = 0; c < cols; ++c)
+              pdr[c] = pr[c] != A(0) ? pr[c] * dropout(b, i, j0 + c) : pr[c];
+          } else {
+            std::copy(pr, pr + cols, pdr);
           }
         }
         // dV += Pd^T dO; dPd = dO V^T.
@@ -234,11 +270,17 @@ void backward(const AttentionGeometry& g, const T* q, const T* k, const T* v, co
         // dS = P * (dP - delta), dP = dPd * the dropout factor; scaled for dQ and dK.
         for (int64_t r = 0; r < rows; ++r) {
           const int64_t i = i0 + r;
+          const A* pr = p + r * kCols;
+          A* dpr = dpd + r * kCols;
+          if (dropout.active()) {
+            for (int64_t c = 0; c < cols; ++c)
+              if (pr[c] != A(0)) dpr[c] *= dropout(b, i, j0 + c);
+          }
+          A* dsr = pd + r * kCols;
+          const A d = delta[r];
           for (int64_t c = 0; c < cols; ++c) {
-            const A prob = p[r * kCols + c];
-            A grad = dpd[r * kCols + c];
-            if (dropout.active() && prob != A(0)) grad *= dropout(b, i, j0 + c);
-            pd[r * kCols + c] = prob == A(0) ? A(0) : prob * (grad - delta[r]) * scale;
+            const A ds = pr[c] * (dpr[c] - d) * scale;
+            dsr[c] = pr[c] == A(0) ? A(0) : ds;
           }
         }
         // dQ += dS K; dK += dS^T Q.
