@@ -29,9 +29,9 @@ PEERS = {  # name -> (table heading, script, runs under the venv's python)
 TANDEM_CONFIGS = ["mlp-b64", "mlp-b256", "large-b256", "cnn-b64", "resnet-b64", "mlp-b64-r2",
                   "mlp-b256-r2"]
 # samples/shakespeare_gpt's model (--configs gpt-b12,...; not in the default list): its rows give
-# tokens/s. The peers that have it so far:
+# tokens/s. The peers that have it:
 GPT_CONFIGS = ["gpt-b12", "gpt-b12-r2", "gpt-large-b12"]
-GPT_PEERS = {"torch"}
+GPT_PEERS = {"torch", "tf", "jax"}
 MODELS = {"mlp-b64-r2": "mlp 784-256-128-10", "mlp-b256-r2": "mlp 784-256-128-10",
           "gpt-b12-r2": "gpt 4x4x128, 64 tokens"}
 TOKENS = {"gpt-b12-r2": 64}  # tokens per sample of the rows the peers lack

@@ -1,10 +1,10 @@
 #!/usr/bin/env python3
 # Python modules: jax, optax (bench/peers/run's venv) and common (beside this script)
 """JAX (jax[cpu], optax) on bench_step_cpu's configurations: the whole step (forward +
-cross-entropy + grad + optax.adam update) in one jax.jit, compiled by XLA, parameters and
-optimizer state donated; float32, or with --precision mixed_bfloat16 float32 parameters cast to
-bfloat16 for the forward (inputs too; logits back to float32 for the loss). XLA's default CPU
-thread pool (all cores).
+cross-entropy + grad + optax.adam update; the GPTs: optax.adamw after clip_by_global_norm) in one
+jax.jit, compiled by XLA, parameters and optimizer state donated; float32, or with --precision
+mixed_bfloat16 float32 parameters cast to bfloat16 for the forward (inputs too; logits back to
+float32 for the loss). XLA's default CPU thread pool (all cores).
 
     build/bench-peers-venv/bin/python bench/peers/jax_step.py [--configs mlp-b64,...] [--csv]
 """
@@ -174,10 +174,104 @@ def time_resnet(name, args):
     return common.median_step_seconds(step, args.warmup, args.steps)
 
 
+def init_gpt(kind, key):
+    """nanoGPT's model (bias=False), as torch_step's build_gpt: normal(0.02) matrices, the
+    residual branches' last layers (attention projection, the MLP's second layer) normal(0.02 /
+    sqrt(2 layers)), layer-norm scales 1. Kernels are [in, out]; "qkv" is the query, key and
+    value kernels side by side (torch's one Linear), each one's columns head after head."""
+    layers, _, embed, block = common.GPT_SHAPES[kind]
+    keys = iter(jax.random.split(key, 2 + 4 * layers))
+    residual = 0.02 / np.sqrt(2 * layers)
+
+    def normal(shape, std=0.02):
+        return std * jax.random.normal(next(keys), shape, jnp.float32)
+
+    blocks = [{"ln_1": jnp.ones((embed,)), "qkv": normal((embed, 3 * embed)),
+               "proj": normal((embed, embed), residual), "ln_2": jnp.ones((embed,)),
+               "fc": normal((embed, 4 * embed)), "out": normal((4 * embed, embed), residual)}
+              for _ in range(layers)]
+    return {"tokens": normal((common.GPT_VOCABULARY, embed)), "positions": normal((block, embed)),
+            "blocks": blocks, "ln_f": jnp.ones((embed,))}
+
+
+def layer_norm(x, scale):
+    """No bias, epsilon 1e-5, in float32 (as Keras and torch.autocast under mixed precision);
+    the result in x's dtype."""
+    xf = x.astype(jnp.float32)
+    mean = xf.mean(axis=-1, keepdims=True)
+    variance = jnp.square(xf - mean).mean(axis=-1, keepdims=True)
+    return ((xf - mean) * jax.lax.rsqrt(variance + 1e-5) * scale).astype(x.dtype)
+
+
+def forward_gpt(params, ids, heads):
+    """Logits [batch, block, vocabulary] of token ids [batch, block]: pre-norm blocks with causal
+    attention (masked scores, softmax in float32, weighted sum), GELU (erf) MLPs, the output
+    through the token embedding."""
+    b, t = ids.shape
+    x = params["tokens"][ids] + params["positions"][:t]
+    c = x.shape[-1]
+    causal = jnp.tril(jnp.ones((t, t), bool))
+
+    def split_heads(z):  # [b, t, c] -> [b, heads, t, c / heads]
+        return z.reshape(b, t, heads, c // heads).transpose(0, 2, 1, 3)
+
+    for layer in params["blocks"]:
+        q, k, v = map(split_heads, jnp.split(layer_norm(x, layer["ln_1"]) @ layer["qkv"], 3, -1))
+        scores = (q @ k.transpose(0, 1, 3, 2)) * (1.0 / np.sqrt(c // heads))
+        scores = jnp.where(causal, scores.astype(jnp.float32), -jnp.inf)
+        y = jax.nn.softmax(scores, axis=-1).astype(x.dtype) @ v
+        x = x + y.transpose(0, 2, 1, 3).reshape(b, t, c) @ layer["proj"]
+        h = jax.nn.gelu(layer_norm(x, layer["ln_2"]) @ layer["fc"], approximate=False)
+        x = x + h @ layer["out"]
+    return layer_norm(x, params["ln_f"]) @ params["tokens"].T
+
+
+def time_gpt(name, args):
+    kind, _, batch = common.CONFIGS[name]
+    _, heads, _, block = common.GPT_SHAPES[kind]
+    params = init_gpt(kind, jax.random.PRNGKey(42))
+
+    def matrices(params):  # weight decay's mask: not the layer norms' scales
+        return jax.tree_util.tree_map(lambda p: p.ndim >= 2, params)
+
+    optimizer = optax.chain(
+        optax.clip_by_global_norm(common.GPT_CLIP),
+        optax.adamw(common.LEARNING_RATE, b1=common.BETA_1, b2=common.GPT_BETA_2,
+                    weight_decay=common.GPT_WEIGHT_DECAY, mask=matrices))
+    opt_state = optimizer.init(params)
+    tokens, targets = common.synthetic_tokens(batch, block)
+    x, y = jnp.asarray(tokens.astype(np.int32)), jnp.asarray(targets.astype(np.int32))
+    mixed = args.precision == "mixed_bfloat16"
+
+    def loss_fn(params, x, y):
+        if mixed:  # the matrices in bfloat16; layer norms and softmax compute in float32
+            params = jax.tree_util.tree_map(
+                lambda p: p.astype(jnp.bfloat16) if p.ndim >= 2 else p, params)
+        logits = forward_gpt(params, x, heads).astype(jnp.float32)
+        return optax.softmax_cross_entropy_with_integer_labels(logits, y).mean()
+
+    def train_step(params, opt_state, x, y):
+        loss, grads = jax.value_and_grad(loss_fn)(params, x, y)
+        updates, opt_state = optimizer.update(grads, opt_state, params)
+        return optax.apply_updates(params, updates), opt_state, loss
+
+    step_fn = jax.jit(train_step, donate_argnums=(0, 1))
+    state = [params, opt_state]
+
+    def step():
+        state[0], state[1], loss = step_fn(state[0], state[1], x, y)
+        jax.block_until_ready(state)  # the update too, not only the loss
+        return float(loss)
+
+    return common.median_step_seconds(step, args.warmup, args.steps)
+
+
 def time_config(name, args):
     kind, _, batch = common.CONFIGS[name]
     if kind == "resnet":
         return time_resnet(name, args)
+    if kind in common.GPT_SHAPES:
+        return time_gpt(name, args)
     params = init_params(kind, jax.random.PRNGKey(42))
     optimizer = optax.adam(common.LEARNING_RATE, b1=common.BETA_1, b2=common.BETA_2,
                            eps=common.EPSILON)
@@ -214,10 +308,10 @@ def time_config(name, args):
 
 
 def main():
-    args = common.parse_args(__doc__.splitlines()[0])
+    args = common.parse_args(__doc__.splitlines()[0], gpt=True)
     report = common.Report(
-        f"JAX {jax.__version__} (optax {optax.__version__}) on the CPU, {args.precision}, Adam; "
-        "the whole step in one jax.jit", args)
+        f"JAX {jax.__version__} (optax {optax.__version__}) on the CPU, {args.precision}, Adam "
+        "(GPT: AdamW with clipping); the whole step in one jax.jit", args)
     for name in args.configs:
         report.row(name, time_config(name, args), f"devices={jax.device_count()}")
     if not args.csv:

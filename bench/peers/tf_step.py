@@ -2,9 +2,10 @@
 # Python modules: tensorflow, keras (bench/peers/run's venv) and common (beside this script)
 """TensorFlow (tensorflow-cpu, Keras 3) on bench_step_cpu's configurations: a custom training
 loop, strategy.run(step) inside one tf.function under OneDeviceStrategy("/cpu:0"), Keras
-layers, SparseCategoricalCrossentropy, tf.nn.compute_average_loss, keras Adam; float32, or
-with --precision mixed_bfloat16 Keras's mixed_bfloat16 policy. Each configuration is timed with
-tf.function as it is and with jit_compile=True (XLA), and the faster is reported.
+layers, SparseCategoricalCrossentropy, tf.nn.compute_average_loss, keras Adam (the GPTs: keras
+AdamW with global-norm clipping, keras.layers.MultiHeadAttention with its causal mask); float32,
+or with --precision mixed_bfloat16 Keras's mixed_bfloat16 policy. Each configuration is timed
+with tf.function as it is and with jit_compile=True (XLA), and the faster is reported.
 TensorFlow's default thread pools (all cores).
 
     build/bench-peers-venv/bin/python bench/peers/tf_step.py [--configs mlp-b64,...] [--csv]
@@ -58,28 +59,118 @@ def build_model(kind):
     return keras.Sequential(layers)
 
 
+class TiedLogits(keras.layers.Layer):
+    """The output layer tied to the token embedding: logits = x @ embeddings^T (in x's dtype, so
+    bfloat16 under the mixed policy)."""
+
+    def __init__(self, embedding, **kwargs):
+        super().__init__(**kwargs)
+        self.embedding = embedding
+
+    def call(self, x):
+        return tf.matmul(x, tf.cast(self.embedding.embeddings, x.dtype), transpose_b=True)
+
+
+class GptBlock(keras.layers.Layer):
+    """Pre-norm transformer block: x + attention(LN(x)), then x + MLP(LN(x)); no biases."""
+
+    def __init__(self, heads, embed, projection_std, **kwargs):
+        super().__init__(**kwargs)
+        normal = keras.initializers.RandomNormal
+        self.ln_1 = keras.layers.LayerNormalization(epsilon=1e-5, center=False)
+        self.attention = keras.layers.MultiHeadAttention(
+            heads, key_dim=embed // heads, use_bias=False, kernel_initializer=normal(stddev=0.02))
+        self.ln_2 = keras.layers.LayerNormalization(epsilon=1e-5, center=False)
+        self.fc = keras.layers.Dense(4 * embed, use_bias=False,
+                                     kernel_initializer=normal(stddev=0.02))
+        self.out = keras.layers.Dense(embed, use_bias=False,
+                                      kernel_initializer=normal(stddev=projection_std))
+
+    def call(self, x):
+        h = self.ln_1(x)
+        x = x + self.attention(h, h, use_causal_mask=True)
+        return x + self.out(keras.activations.gelu(self.fc(self.ln_2(x)), approximate=False))
+
+
+class Gpt(keras.Model):
+    """nanoGPT's model (bias=False), as torch_step's build_gpt: token + learned position
+    embeddings, pre-norm blocks, a final layer norm, logits through the token embedding."""
+
+    def __init__(self, kind, **kwargs):
+        super().__init__(**kwargs)
+        layers, heads, embed, block = common.GPT_SHAPES[kind]
+        normal = keras.initializers.RandomNormal(stddev=0.02)
+        self.projection_std = 0.02 / (2 * layers) ** 0.5  # the residual branches' last layers
+        self.tokens = keras.layers.Embedding(common.GPT_VOCABULARY, embed,
+                                             embeddings_initializer=normal)
+        self.positions = keras.layers.Embedding(block, embed, embeddings_initializer=normal)
+        self.blocks = [GptBlock(heads, embed, self.projection_std) for _ in range(layers)]
+        self.ln_f = keras.layers.LayerNormalization(epsilon=1e-5, center=False)
+        self.head = TiedLogits(self.tokens)
+
+    def call(self, ids):
+        x = self.tokens(ids) + self.positions(tf.range(tf.shape(ids)[1]))
+        for block in self.blocks:
+            x = block(x)
+        return self.head(self.ln_f(x))
+
+
+def build_gpt(kind, ids):
+    """Gpt(kind), built on `ids`; MultiHeadAttention gives all four of its projections one
+    initializer, so its output projection is drawn again with the residual branches' std."""
+    model = Gpt(kind)
+    model(ids)
+    for block in model.blocks:
+        kernel = block.attention.output_dense.kernel
+        kernel.assign(keras.initializers.RandomNormal(stddev=model.projection_std)(kernel.shape))
+    return model
+
+
+def gpt_optimizer(model):
+    """AdamW, weight decay on the matrices only (not on the layer norms' scales), clipping at
+    global norm GPT_CLIP; Keras's default epsilon."""
+    optimizer = keras.optimizers.AdamW(
+        learning_rate=common.LEARNING_RATE, weight_decay=common.GPT_WEIGHT_DECAY,
+        beta_1=common.BETA_1, beta_2=common.GPT_BETA_2, global_clipnorm=common.GPT_CLIP)
+    optimizer.exclude_from_weight_decay(
+        var_list=[v for v in model.trainable_variables if len(v.shape) < 2])
+    return optimizer
+
+
 def time_config(name, args, jit):
     kind, _, batch = common.CONFIGS[name]
+    gpt = kind in common.GPT_SHAPES
     keras.utils.set_random_seed(42)
     keras.mixed_precision.set_global_policy(args.precision)
     strategy = tf.distribute.OneDeviceStrategy("/cpu:0")
-    images, labels = common.synthetic_batch(batch)
-    if kind in ("cnn", "resnet"):
-        images = images.reshape(batch, 28, 28, 1)  # NHWC, as the Tandem sample
+    if gpt:
+        inputs, labels = common.synthetic_tokens(batch, common.GPT_SHAPES[kind][3])
+    else:
+        inputs, labels = common.synthetic_batch(batch)
+        if kind in ("cnn", "resnet"):
+            inputs = inputs.reshape(batch, 28, 28, 1)  # NHWC, as the Tandem sample
+    x = tf.constant(inputs)
+    y = tf.constant(labels)
     with strategy.scope():
-        model = build_model(kind)
-        optimizer = keras.optimizers.Adam(learning_rate=common.LEARNING_RATE,
-                                          beta_1=common.BETA_1, beta_2=common.BETA_2,
-                                          epsilon=common.EPSILON)
+        if gpt:
+            model = build_gpt(kind, x)
+            optimizer = gpt_optimizer(model)
+        else:
+            model = build_model(kind)
+            optimizer = keras.optimizers.Adam(learning_rate=common.LEARNING_RATE,
+                                              beta_1=common.BETA_1, beta_2=common.BETA_2,
+                                              epsilon=common.EPSILON)
         optimizer.build(model.trainable_variables)
         loss_fn = keras.losses.SparseCategoricalCrossentropy(from_logits=True, reduction=None)
-    x = tf.constant(images)
-    y = tf.constant(labels)
 
     def replica_step(x, y):
         with tf.GradientTape() as tape:
             logits = model(x, training=True)
-            loss = tf.nn.compute_average_loss(loss_fn(y, logits), global_batch_size=batch)
+            if gpt:  # per token, [batch, block], in float32: a sequence's loss is their mean
+                per_sample = tf.reduce_mean(loss_fn(y, tf.cast(logits, tf.float32)), axis=1)
+            else:
+                per_sample = loss_fn(y, logits)
+            loss = tf.nn.compute_average_loss(per_sample, global_batch_size=batch)
         grads = tape.gradient(loss, model.trainable_variables)
         optimizer.apply_gradients(zip(grads, model.trainable_variables))
         return loss
@@ -93,11 +184,11 @@ def time_config(name, args, jit):
 
 
 def main():
-    args = common.parse_args(__doc__.splitlines()[0])
+    args = common.parse_args(__doc__.splitlines()[0], gpt=True)
     report = common.Report(
         f"TensorFlow {tf.__version__} (Keras {keras.__version__}) on the CPU, {args.precision}, "
-        "Adam; strategy.run in tf.function (the better of jit_compile off and on), "
-        "OneDeviceStrategy", args)
+        "Adam (GPT: AdamW with clipping); strategy.run in tf.function (the better of "
+        "jit_compile off and on), OneDeviceStrategy", args)
     threads = tf.config.threading.get_intra_op_parallelism_threads() or "auto"
     for name in args.configs:
         seconds, jit = min((time_config(name, args, jit), jit) for jit in (False, True))
