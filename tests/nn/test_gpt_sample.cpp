@@ -1,13 +1,13 @@
 // The GPT of samples/shakespeare_gpt (gpt.h), small: built under a two-replica scope every
 // weight's copies are identical (its nanoGPT initialisation reaches every copy), and three AdamW
 // updates with clipping on two replicas equal those on one replica with the global batch.
+#include <algorithm>
 #include <catch2/catch.hpp>
+#include <cmath>
 
 #include "shakespeare_gpt/gpt.h"
-#include "support/compare.h"
 
 namespace td = tandem;
-using td::testing::relative_difference;
 
 namespace {
 
@@ -63,8 +63,16 @@ TEST_CASE("the GPT sample's model: identical copies, and two replicas step as on
           "[cpu][nn][distribute]") {
   const auto one = train(1), two = train(2);
   REQUIRE(one.size() == two.size());
+  // Within 1e-4 of one update (learning rate 0.01): Adam divides each gradient by its own root
+  // mean square, so an element whose gradient nearly cancels over the batch turns the sum's
+  // rounding (one order on one replica, another on two) into a visible part of its update. A
+  // lost or doubled replica's share would move the weights by whole updates.
   for (size_t v = 0; v < one.size(); ++v) {
     INFO("variable " << v);
-    CHECK(relative_difference(one[v], two[v]) <= 1e-5);
+    REQUIRE(one[v].size() == two[v].size());
+    double largest = 0;
+    for (size_t i = 0; i < one[v].size(); ++i)
+      largest = std::max(largest, std::abs(static_cast<double>(one[v][i]) - two[v][i]));
+    CHECK(largest <= 1e-6);
   }
 }

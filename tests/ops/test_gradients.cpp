@@ -230,6 +230,52 @@ TEST_CASE("gradients of batch_norm (training mode) for x, gamma and beta", "[cpu
       {x, gamma, beta});
 }
 
+TEST_CASE("gradients of layer_norm for x, gamma and beta", "[cpu][ops][grad]") {
+  // 70 rows: three blocks of the parameter gradients' partial sums, the last one short.
+  const Tensor x = input({70, 6}, 28, -2.0, 3.0);
+  const Tensor gamma = input({6}, 29, 0.5, 1.5), beta = input({6}, 30);
+  check_gradients([](const In& v) { return ops::layer_norm(v[0], v[1], v[2], 1e-5); },
+                  {x, gamma, beta});
+  check_gradients([](const In& v) { return ops::layer_norm(v[0], v[1], Tensor(), 1e-5); },
+                  {x, gamma});
+  check_gradients([](const In& v) { return ops::layer_norm(v[0], Tensor(), Tensor(), 1e-3); }, {x});
+}
+
+TEST_CASE("layer_norm's gradients have the same bits for any thread count", "[cpu][ops][grad]") {
+  // 700 x 384 float32: past the grain, so two threads split the rows.
+  const Tensor x = ops::cast(input({700, 384}, 31, -2.0, 3.0), DType::kFloat32);
+  const Tensor gamma = ops::cast(input({384}, 32, 0.5, 1.5), DType::kFloat32);
+  const Tensor beta = ops::cast(input({384}, 33), DType::kFloat32);
+  const Tensor upstream = ops::cast(input({700, 384}, 34), DType::kFloat32);
+  auto run = [&](int threads) {
+    const int saved = compute_threads();
+    set_compute_threads(threads);
+    GradientTape tape;
+    tape.watch(x);
+    tape.watch(gamma);
+    tape.watch(beta);
+    const Tensor y = ops::layer_norm(x, gamma, beta, 1e-5);
+    std::vector<Tensor> grads = tape.gradient(ops::sum(ops::mul(y, upstream)), {x, gamma, beta});
+    grads.insert(grads.begin(), y);
+    set_compute_threads(saved);
+    std::vector<std::vector<float>> out;
+    for (const Tensor& t : grads) out.push_back(t.to_vector<float>());
+    return out;
+  };
+  const auto one = run(1), two = run(2);
+  REQUIRE(one == two);
+  // And the values are the formula's: row 0 against float64.
+  const std::vector<double> xv = ops::cast(x, DType::kFloat64).to_vector<double>();
+  double mean = 0, var = 0;
+  for (int f = 0; f < 384; ++f) mean += xv[f] / 384.0;
+  for (int f = 0; f < 384; ++f) var += (xv[f] - mean) * (xv[f] - mean) / 384.0;
+  const std::vector<float> g = gamma.to_vector<float>(), b = beta.to_vector<float>();
+  for (int f = 0; f < 384; ++f) {
+    const double want = (xv[f] - mean) / std::sqrt(var + 1e-5) * g[f] + b[f];
+    REQUIRE(std::abs(one[0][f] - want) <= 1e-5 * (1.0 + std::abs(want)));
+  }
+}
+
 TEST_CASE("gradient of embedding, with repeated indices", "[cpu][ops][grad]") {
   const Tensor table = input({6, 4}, 24);
   const Tensor indices = Tensor::from_vector(std::vector<int64_t>{5, 1, 5, 0, 3, 5, 1}, Shape{7});

@@ -135,6 +135,12 @@ Tensor LayerNormalizationImpl::call(const Tensor& x, bool) {
   const int64_t features = input.dim(-1);
   const int64_t rows = features > 0 ? input.numel() / features : 0;
   const Tensor flat = ops::reshape(input, Shape{rows, features});
+  if (ops::layer_norm_supported(flat)) {  // one fused op on the CPU
+    const Tensor y = ops::layer_norm(flat, options_.scale ? gamma_.value() : Tensor(),
+                                     options_.center ? beta_.value() : Tensor(), options_.epsilon);
+    const Tensor shaped = ops::reshape(y, input.shape());
+    return shaped.dtype() == x.dtype() ? shaped : ops::cast(shaped, x.dtype());
+  }
   const Tensor mean = ops::mean(flat, 1, /*keepdims=*/true);
   const Tensor centered = ops::sub(flat, mean);
   const Tensor variance = ops::mean(ops::square(centered), 1, /*keepdims=*/true);

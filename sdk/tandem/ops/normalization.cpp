@@ -1,7 +1,9 @@
-// Batch normalization in training mode as one op: the statistics, the normalized output and,
-// in its backward, the gradients of x, gamma and beta, each a few passes over x (ops/cpu/
-// batch_norm.cpp) instead of a chain of elementwise ops and reductions.
+// Batch normalization in training mode and layer normalization as one op each: the
+// statistics, the normalized output and, in the backward, the gradients of x, gamma and beta,
+// each a few passes over x (ops/cpu/batch_norm.cpp, ops/cpu/layer_norm.cpp) instead of a chain
+// of elementwise ops and reductions.
 #include "tandem/ops/cpu/batch_norm.h"
+#include "tandem/ops/cpu/layer_norm.h"
 #include "tandem/ops/internal/op_helpers.h"
 #include "tandem/ops/ops.h"
 
@@ -64,6 +66,55 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
           if (has_beta) grads.push_back(dbeta);
           return grads;
         });
+  return y;
+}
+
+bool layer_norm_supported(const Tensor& x) { return batch_norm_supported(x); }
+
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon) {
+  constexpr std::string_view op = "layer_norm";
+  TANDEM_CHECK(layer_norm_supported(x), op,
+               ": needs x [rows, features] of float32 or float64 on the CPU, got ", x.dtype(), " ",
+               x.shape(), " on ", x.device());
+  const int64_t rows = x.dim(0), features = x.dim(1);
+  for (const Tensor* p : {&gamma, &beta})
+    TANDEM_CHECK(!p->defined() || (p->dtype() == x.dtype() && p->shape() == Shape{features} &&
+                                   p->device() == x.device()),
+                 op, ": gamma and beta must be ", x.dtype(), " [", features, "] on ", x.device(),
+                 ", got ", p->dtype(), " ", p->shape());
+  TANDEM_CHECK(epsilon > 0.0, op, ": epsilon must be > 0, got ", epsilon);
+  Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
+  Tensor mean = Tensor::empty(Shape{rows}, x.dtype(), x.device());
+  Tensor inverse = Tensor::empty(Shape{rows}, x.dtype(), x.device());
+  dispatch_floating(x.dtype(), op, [&]<typename T>() {
+    cpu::layer_norm_forward(x.data<T>(), rows, features,
+                            gamma.defined() ? gamma.data<T>() : nullptr,
+                            beta.defined() ? beta.data<T>() : nullptr, epsilon, y.data<T>(),
+                            mean.data<T>(), inverse.data<T>());
+  });
+  std::vector<Tensor> inputs{x};
+  if (gamma.defined()) inputs.push_back(gamma);
+  if (beta.defined()) inputs.push_back(beta);
+  if (tracked(y, {&x, &gamma, &beta}))
+    record_op(op, inputs, y, [x, gamma, has_beta = beta.defined(), mean, inverse](const Tensor& g) {
+      const int64_t rows = x.dim(0), features = x.dim(1);
+      Tensor dx = Tensor::empty(x.shape(), x.dtype(), x.device());
+      Tensor dgamma =
+          gamma.defined() ? Tensor::empty(Shape{features}, x.dtype(), x.device()) : Tensor();
+      Tensor dbeta = has_beta ? Tensor::empty(Shape{features}, x.dtype(), x.device()) : Tensor();
+      const Tensor g_in = g.dtype() == x.dtype() ? g : cast(g, x.dtype());
+      dispatch_floating(x.dtype(), "layer_norm", [&]<typename T>() {
+        cpu::layer_norm_backward(x.data<T>(), g_in.data<T>(), rows, features,
+                                 gamma.defined() ? gamma.data<T>() : nullptr, mean.data<T>(),
+                                 inverse.data<T>(), dx.data<T>(),
+                                 dgamma.defined() ? dgamma.data<T>() : nullptr,
+                                 dbeta.defined() ? dbeta.data<T>() : nullptr);
+      });
+      std::vector<Tensor> grads{dx};
+      if (gamma.defined()) grads.push_back(dgamma);
+      if (has_beta) grads.push_back(dbeta);
+      return grads;
+    });
   return y;
 }
 

@@ -249,6 +249,15 @@ Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, doub
 /// Whether batch_norm takes x.
 bool batch_norm_supported(const Tensor& x);
 
+/// Layer normalization over the last axis of x [rows, features]: per row
+/// y = (x - mean) / sqrt(variance + epsilon) * gamma + beta, the variance biased (gamma, beta
+/// [features], or undefined for 1 and 0), with one backward for x, gamma and beta. CPU, float32
+/// or float64 only (layer_norm_supported); sums in double. nn::LayerNormalization uses it when
+/// it can.
+Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon);
+/// Whether layer_norm takes x.
+bool layer_norm_supported(const Tensor& x);
+
 /// Embedding lookup: table [rows, width] gathered by `indices` (int32 or int64, any shape, each
 /// in [0, rows): raises naming the first that is not; on a GPU that check waits for the stream)
 /// -> [indices..., width]. The table's gradient is dense [rows, width], each index's gradient
