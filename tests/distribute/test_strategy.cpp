@@ -58,6 +58,22 @@ TEST_CASE("MirroredStrategy keeps one persistent thread per replica", "[cpu][dis
   REQUIRE(td::in_cross_replica_context());
 }
 
+TEST_CASE("a CPU replica keeps the compute-thread count its task sets", "[cpu][distribute]") {
+  auto strategy = td::MirroredStrategy::cpu(2);
+  // Replica 0 asks for one thread, replica 1 leaves its share.
+  strategy.run([](td::ReplicaContext& ctx) {
+    if (ctx.replica_id_in_sync_group() == 0) td::set_compute_threads(1);
+  });
+  for (int run = 0; run < 3; ++run) {
+    const td::PerReplica<int> threads =
+        strategy.run([](td::ReplicaContext&) { return td::compute_threads(); });
+    CHECK(threads.values()[0] == 1);
+    // At most its share: fewer while other processes keep cores busy (free_cores).
+    CHECK(threads.values()[1] >= 1);
+    CHECK(threads.values()[1] <= std::max(1, td::hardware_cores() / 2));
+  }
+}
+
 TEST_CASE("strategies from device lists, the environment and the defaults", "[cpu][distribute]") {
   td::MirroredStrategy listed({"cpu:0", "cpu:1"});
   REQUIRE(listed.num_replicas_in_sync() == 2);

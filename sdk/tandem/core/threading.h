@@ -28,7 +28,9 @@ std::string format_cores(const std::vector<int>& cores);
 /// id (the same for every process and container on one host, whose CPU numbers are then the
 /// same CPUs).
 std::string kernel_identity();
-/// Sets the compute-thread count for parallel loops started from the calling thread.
+/// Sets the compute-thread count for parallel loops started from the calling thread. Called
+/// in a task of a CPU replica (strategy.run), it sets that replica's count for the runs after
+/// too (by default each replica has cores / replicas).
 void set_compute_threads(int threads);
 /// The calling thread's compute-thread count (default: all cores).
 int compute_threads();

@@ -136,7 +136,8 @@ void ReplicaThreads::check_usable(const char* what) {
 
 void ReplicaThreads::thread_main(int id) {
   ReplicaContext& ctx = *options_.contexts[static_cast<size_t>(id)];
-  const int compute_budget = std::max(1, hardware_cores() / num_replicas_);
+  // Its compute threads: its share of the cores, or what a task of it set (below).
+  int compute_budget = std::max(1, hardware_cores() / num_replicas_);
   // It sleeps at each hand-off: once woken, it should get a core before other processes' slices
   // end (core/threading.h).
   request_short_time_slices();
@@ -173,7 +174,7 @@ void ReplicaThreads::thread_main(int id) {
         const ScopedFloatMode float_mode;
         // Fewer compute threads while other processes keep some of the cores busy: a team
         // wider than the cores it gets waits at every barrier for a descheduled member.
-        adapt_compute_threads(compute_budget, num_replicas_);
+        const int adapted = adapt_compute_threads(compute_budget, num_replicas_);
         run_start_[static_cast<size_t>(id)].wait();
         // Compute: the task less its time outside compute on this thread (collectives, waits
         // for buckets, the optimizer, host syncs; profile::outside_compute_ns), the figure the
@@ -182,6 +183,9 @@ void ReplicaThreads::thread_main(int id) {
         const int64_t start_ns = profile::now_ns();
         const int64_t outside_before = profile::outside_compute_ns();
         task.call(task.object, ctx);
+        // A task that set this thread's compute-thread count (tandem::set_compute_threads)
+        // keeps it: it becomes the replica's budget for the runs that follow.
+        if (compute_threads() != adapted) compute_budget = compute_threads();
         ctx.finish_task(/*succeeded=*/true);  // buckets of a step never applied
         const int64_t task_ns = profile::now_ns() - start_ns;
         const int64_t compute_ns =
