@@ -14,6 +14,7 @@
 #include "tandem/collectives/reduce_op.h"
 #include "tandem/core/build_info.h"
 #include "tandem/core/check_numerics.h"
+#include "tandem/core/cpu_isa.h"
 #include "tandem/core/device.h"
 #include "tandem/core/dtype.h"
 #include "tandem/core/error.h"

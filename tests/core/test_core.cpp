@@ -10,6 +10,9 @@
 #include <catch2/catch.hpp>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <optional>
+#include <string>
 #include <thread>
 
 #include "tandem/tandem.h"
@@ -158,6 +161,31 @@ TEST_CASE("the compute-thread budget is per thread", "[cpu][core]") {
   CHECK(compute_threads() == 1);
   CHECK(other == cores);
   set_compute_threads(cores);
+}
+
+TEST_CASE("cpu_isa is the CPU's class, capped by TANDEM_MAX_CPU_ISA", "[cpu][core]") {
+  const CpuIsa detected = cpu_isa_detected();
+  const char* cap = std::getenv("TANDEM_MAX_CPU_ISA");
+  INFO("detected " << cpu_isa_name(detected) << ", TANDEM_MAX_CPU_ISA " << (cap ? cap : "unset")
+                   << ", in use " << cpu_isa_name(cpu_isa()));
+  std::optional<CpuIsa> limit;
+  for (CpuIsa isa :
+       {CpuIsa::kAvx2, CpuIsa::kAvx512Core, CpuIsa::kAvx512CoreBf16, CpuIsa::kAvx512CoreAmx})
+    if (cap != nullptr && cpu_isa_name(isa) == cap) limit = isa;
+  const CpuIsa expected = limit ? std::min(detected, *limit) : detected;
+  CHECK(cpu_isa() == expected);
+  CHECK(cpu_isa_capped() == (expected != detected));
+  const std::string description = cpu_isa_description();
+  CHECK(description.rfind(std::string(cpu_isa_name(expected)), 0) == 0);
+  CHECK((description.find("TANDEM_MAX_CPU_ISA") != std::string::npos) == cpu_isa_capped());
+#if defined(__x86_64__)
+  // What the compiler's own test of the CPU says agrees.
+  CHECK((detected >= CpuIsa::kAvx2) ==
+        (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")));
+  CHECK((detected >= CpuIsa::kAvx512Core) ==
+        (__builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+         __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512dq")));
+#endif
 }
 
 TEST_CASE("free_cores takes off the cores another process keeps busy", "[cpu][core]") {

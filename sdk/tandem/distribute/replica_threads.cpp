@@ -9,6 +9,7 @@
 
 #include "tandem/autograd/tape.h"
 #include "tandem/collectives/internal/replica_list.h"
+#include "tandem/core/cpu_isa.h"
 #include "tandem/core/logging.h"
 #include "tandem/core/spans.h"
 #include "tandem/core/threading.h"
@@ -41,6 +42,9 @@ bool is_aborted(const std::exception_ptr& error) {
 void report_core_sharing(int num_replicas) {
   static std::once_flag once;
   std::call_once(once, [num_replicas] {
+    TANDEM_LOG_INFO("CPU kernels: ", cpu_isa_description(),
+                    " (oneDNN's and Tandem's own; TANDEM_MAX_CPU_ISA=avx2, avx512_core, "
+                    "avx512_core_bf16 or avx512_core_amx caps them)");
     const int cores = hardware_cores(), threads = std::max(1, cores / num_replicas);
     if (!core_sharing()) {
       TANDEM_LOG_INFO("CPU replicas: ", threads, " compute thread", threads == 1 ? "" : "s",

@@ -1,7 +1,7 @@
 // Activations with vectorised CPU loops of their own, where the generic elementwise loop would
 // call a scalar libm function per element: GELU (exact, erf form) forward and backward, and
 // softmax's exponentials (fused attention's score rows). Each
-// loop is built for x86-64-v4, x86-64-v3 and the baseline (TANDEM_CPU_CLONES); all three give
+// loop is built for x86-64-v4, x86-64-v3 and the baseline (TANDEM_CPU_DISPATCH); all three give
 // the same bits.
 #pragma once
 

@@ -16,7 +16,7 @@
 #include <utility>
 #include <vector>
 
-#include "tandem/ops/cpu/cpu_clones.h"
+#include "tandem/ops/cpu/cpu_dispatch.h"
 
 namespace tandem::ops::cpu {
 
@@ -36,9 +36,9 @@ inline T pass_if_positive(T out, T g) {
 }
 
 // ---- the passes over rows [begin, end), each vectorized across the channels ------------------
-// Built for AVX-512 and the baseline (TANDEM_CPU_CLONES): each lane is one channel, whose sum
-// runs over the rows in the same order at any width, and this file is compiled without
-// multiply-add contraction, so both give the same bits.
+// Built for AVX-512, AVX2 and the baseline (TANDEM_CPU_DISPATCH): each lane is one channel,
+// whose sum runs over the rows in the same order at any width, and this file is compiled
+// without multiply-add contraction, so all give the same bits.
 
 // ---- float32 column sums, the rows interleaved ----------------------------------------------
 // A sum over rows is a chain of dependent additions per channel; with 16 channels a row is one
@@ -132,8 +132,8 @@ template <typename Vector, typename Scalar>
 }
 
 /// acc[c] += x, acc[channels + c] += x^2 (in double), float32 x.
-TANDEM_CPU_CLONES void moments(const float* x, int64_t begin, int64_t end, int64_t channels,
-                               double* acc) {
+TANDEM_CPU_LOOP void moments_loop(const float* x, int64_t begin, int64_t end, int64_t channels,
+                                  double* acc) {
   interleaved_sums(
       begin, end, channels,
       [&](int64_t r, int64_t c) {
@@ -147,11 +147,15 @@ TANDEM_CPU_CLONES void moments(const float* x, int64_t begin, int64_t end, int64
       acc);
 }
 
+TANDEM_CPU_DISPATCH(moments, moments_loop,
+                    (const float* x, int64_t begin, int64_t end, int64_t channels, double* acc),
+                    (x, begin, end, channels, acc))
+
 /// acc[c] += d, acc[channels + c] += d (x - mean), d = dy through the ReLU when `relu_output`;
 /// float32 tensors.
-TANDEM_CPU_CLONES void gradient_sums(const float* x, const float* dy, const float* relu_output,
-                                     int64_t begin, int64_t end, int64_t channels,
-                                     const float* mean, double* acc) {
+TANDEM_CPU_LOOP void float_gradient_sums_loop(const float* x, const float* dy,
+                                              const float* relu_output, int64_t begin, int64_t end,
+                                              int64_t channels, const float* mean, double* acc) {
   const auto scalar = [&](int64_t r, int64_t c) {
     const int64_t i = r * channels + c;
     const auto d =
@@ -179,10 +183,15 @@ TANDEM_CPU_CLONES void gradient_sums(const float* x, const float* dy, const floa
   }
 }
 
+TANDEM_CPU_DISPATCH(gradient_sums, float_gradient_sums_loop,
+                    (const float* x, const float* dy, const float* relu_output, int64_t begin,
+                     int64_t end, int64_t channels, const float* mean, double* acc),
+                    (x, dy, relu_output, begin, end, channels, mean, acc))
+
 /// y = x * scale + shift, then max(y, 0) when `relu`.
 template <typename T>
-inline void scale_shift_loop(const T* x, int64_t begin, int64_t end, int64_t channels,
-                             const T* scale, const T* shift, bool relu, T* y) {
+TANDEM_CPU_LOOP void scale_shift_loop(const T* x, int64_t begin, int64_t end, int64_t channels,
+                                      const T* scale, const T* shift, bool relu, T* y) {
   for (int64_t r = begin; r < end; ++r) {
     const T* in = x + r * channels;
     T* out = y + r * channels;
@@ -198,19 +207,20 @@ inline void scale_shift_loop(const T* x, int64_t begin, int64_t end, int64_t cha
     }
   }
 }
-TANDEM_CPU_CLONES void scale_shift(const float* x, int64_t begin, int64_t end, int64_t channels,
-                                   const float* scale, const float* shift, bool relu, float* y) {
-  scale_shift_loop(x, begin, end, channels, scale, shift, relu, y);
-}
-TANDEM_CPU_CLONES void scale_shift(const double* x, int64_t begin, int64_t end, int64_t channels,
-                                   const double* scale, const double* shift, bool relu, double* y) {
-  scale_shift_loop(x, begin, end, channels, scale, shift, relu, y);
-}
+TANDEM_CPU_DISPATCH(scale_shift, scale_shift_loop,
+                    (const float* x, int64_t begin, int64_t end, int64_t channels,
+                     const float* scale, const float* shift, bool relu, float* y),
+                    (x, begin, end, channels, scale, shift, relu, y))
+TANDEM_CPU_DISPATCH(scale_shift, scale_shift_loop,
+                    (const double* x, int64_t begin, int64_t end, int64_t channels,
+                     const double* scale, const double* shift, bool relu, double* y),
+                    (x, begin, end, channels, scale, shift, relu, y))
 
 /// acc[c] += d, acc[channels + c] += d (x - mean), d = dy through the ReLU when `relu_output`.
 template <typename T>
-inline void gradient_sums_loop(const T* x, const T* dy, const T* relu_output, int64_t begin,
-                               int64_t end, int64_t channels, const T* mean, double* acc) {
+TANDEM_CPU_LOOP void gradient_sums_loop(const T* x, const T* dy, const T* relu_output,
+                                        int64_t begin, int64_t end, int64_t channels, const T* mean,
+                                        double* acc) {
   for (int64_t r = begin; r < end; ++r) {
     const T* in = x + r * channels;
     const T* g = dy + r * channels;
@@ -232,17 +242,16 @@ inline void gradient_sums_loop(const T* x, const T* dy, const T* relu_output, in
     }
   }
 }
-TANDEM_CPU_CLONES void gradient_sums(const double* x, const double* dy, const double* relu_output,
-                                     int64_t begin, int64_t end, int64_t channels,
-                                     const double* mean, double* acc) {
-  gradient_sums_loop(x, dy, relu_output, begin, end, channels, mean, acc);
-}
+TANDEM_CPU_DISPATCH(gradient_sums, gradient_sums_loop,
+                    (const double* x, const double* dy, const double* relu_output, int64_t begin,
+                     int64_t end, int64_t channels, const double* mean, double* acc),
+                    (x, dy, relu_output, begin, end, channels, mean, acc))
 
 /// dx = k d + x a + b per channel, d = dy through the ReLU when `relu_output`.
 template <typename T>
-inline void input_gradient_loop(const T* x, const T* dy, const T* relu_output, int64_t begin,
-                                int64_t end, int64_t channels, const T* k, const T* a, const T* b,
-                                T* dx) {
+TANDEM_CPU_LOOP void input_gradient_loop(const T* x, const T* dy, const T* relu_output,
+                                         int64_t begin, int64_t end, int64_t channels, const T* k,
+                                         const T* a, const T* b, T* dx) {
   for (int64_t r = begin; r < end; ++r) {
     const T* in = x + r * channels;
     const T* g = dy + r * channels;
@@ -258,16 +267,16 @@ inline void input_gradient_loop(const T* x, const T* dy, const T* relu_output, i
     }
   }
 }
-TANDEM_CPU_CLONES void input_gradient(const float* x, const float* dy, const float* relu_output,
-                                      int64_t begin, int64_t end, int64_t channels, const float* k,
-                                      const float* a, const float* b, float* dx) {
-  input_gradient_loop(x, dy, relu_output, begin, end, channels, k, a, b, dx);
-}
-TANDEM_CPU_CLONES void input_gradient(const double* x, const double* dy, const double* relu_output,
-                                      int64_t begin, int64_t end, int64_t channels, const double* k,
-                                      const double* a, const double* b, double* dx) {
-  input_gradient_loop(x, dy, relu_output, begin, end, channels, k, a, b, dx);
-}
+TANDEM_CPU_DISPATCH(input_gradient, input_gradient_loop,
+                    (const float* x, const float* dy, const float* relu_output, int64_t begin,
+                     int64_t end, int64_t channels, const float* k, const float* a, const float* b,
+                     float* dx),
+                    (x, dy, relu_output, begin, end, channels, k, a, b, dx))
+TANDEM_CPU_DISPATCH(input_gradient, input_gradient_loop,
+                    (const double* x, const double* dy, const double* relu_output, int64_t begin,
+                     int64_t end, int64_t channels, const double* k, const double* a,
+                     const double* b, double* dx),
+                    (x, dy, relu_output, begin, end, channels, k, a, b, dx))
 
 /// sums[c] (and, with `second`, sums2[c]) over every row: f(begin, end, acc) adds rows
 /// [begin, end) into acc (width channels, or 2 x channels with `second`), for blocks of

@@ -11,6 +11,8 @@
 #if TANDEM_WITH_ONEDNN
 #include <dnnl.h>
 #include <dnnl_debug.h>
+
+#include "tandem/ops/cpu/onednn.h"
 #endif
 
 namespace tandem::ops::cpu {
@@ -144,6 +146,7 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
 #if TANDEM_WITH_ONEDNN
   // oneDNN (OpenMP runtime) uses omp_get_max_threads() of the calling thread, which
   // tandem::set_compute_threads sets; so each replica's GEMM keeps to its share of the cores.
+  onednn::apply_cpu_isa_cap();
   const dnnl_status_t status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k,
                                           alpha, a, lda, b, ldb, beta, c, ldc);
   TANDEM_CHECK(status == dnnl_success, "gemm: dnnl_sgemm failed (", dnnl_status2str(status),

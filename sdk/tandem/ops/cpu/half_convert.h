@@ -1,6 +1,7 @@
-// Conversions between float32 arrays and the 16-bit floating types, each loop built twice: for
-// AVX-512 (x86-64-v4) and for the baseline, picked once per process by the CPU it runs on. Both
-// give the same bits (integer operations only: round to nearest, ties to even, NaN kept quiet).
+// Conversions between float32 arrays and the 16-bit floating types, each loop built for AVX-512
+// (x86-64-v4), AVX2 (x86-64-v3, with F16C) and the baseline, run as cpu_isa() says
+// (TANDEM_MAX_CPU_ISA caps it). All give the same bits (round to nearest, ties to even, NaN kept
+// quiet).
 // The baseline has no instruction that narrows 32-bit lanes to 16, so its narrowing loops run
 // an element at a time.
 #pragma once

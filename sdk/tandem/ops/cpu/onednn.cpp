@@ -2,7 +2,12 @@
 // oneDNN (CMakeLists.txt leaves onednn*.cpp out otherwise).
 #include "tandem/ops/cpu/onednn.h"
 
+#include <dnnl_debug.h>
+
 #include <vector>
+
+#include "tandem/core/cpu_isa.h"
+#include "tandem/core/logging.h"
 
 namespace tandem::ops::cpu::onednn {
 namespace {
@@ -29,8 +34,38 @@ void* weights_buffer(size_t bytes) {
   return aligned(buffer, bytes);
 }
 
+void apply_cpu_isa_cap() {
+  static const bool applied = [] {
+    if (!cpu_isa_capped()) return false;
+    dnnl_cpu_isa_t isa = dnnl_cpu_isa_avx2;
+    switch (cpu_isa()) {
+      case CpuIsa::kAvx512Core:
+        isa = dnnl_cpu_isa_avx512_core;
+        break;
+      case CpuIsa::kAvx512CoreBf16:
+        isa = dnnl_cpu_isa_avx512_core_bf16;
+        break;
+      case CpuIsa::kAvx512CoreAmx:
+        isa = dnnl_cpu_isa_avx512_core_amx;
+        break;
+      default:
+        break;  // a cap is at least avx2
+    }
+    const dnnl_status_t status = dnnl_set_max_cpu_isa(isa);
+    if (status != dnnl_success)
+      TANDEM_LOG_WARNING("TANDEM_MAX_CPU_ISA=", cpu_isa_name(cpu_isa()),
+                         ": oneDNN did not take the cap (", dnnl_status2str(status),
+                         "; ONEDNN_MAX_CPU_ISA set too?), so its kernels may use more");
+    return status == dnnl_success;
+  }();
+  (void)applied;
+}
+
 const dnnl::engine& engine() {
-  static const dnnl::engine cpu(dnnl::engine::kind::cpu, 0);
+  static const dnnl::engine cpu = [] {
+    apply_cpu_isa_cap();
+    return dnnl::engine(dnnl::engine::kind::cpu, 0);
+  }();
   return cpu;
 }
 

@@ -17,8 +17,14 @@
 
 namespace tandem::ops::cpu::onednn {
 
-/// The CPU engine every primitive and memory object of Tandem uses.
+/// The CPU engine every primitive and memory object of Tandem uses (applying the cap below
+/// first).
 const dnnl::engine& engine();
+
+/// Caps oneDNN's instruction set at cpu_isa() when TANDEM_MAX_CPU_ISA lowered it
+/// (dnnl_set_max_cpu_isa), once, before oneDNN generates its first kernel: engine() and the
+/// GEMMs call it.
+void apply_cpu_isa_cap();
 
 /// Attributes of a primitive whose caller passes the scratchpad (so concurrent executions on
 /// replica threads never share one, whatever the library's build options), with a ReLU applied

@@ -5,7 +5,7 @@
 
 #include <type_traits>
 
-#include "tandem/ops/cpu/cpu_clones.h"
+#include "tandem/ops/cpu/cpu_dispatch.h"
 #include "tandem/ops/cpu/parallel.h"
 
 namespace tandem::ops::cpu {
@@ -13,28 +13,26 @@ namespace tandem::ops::cpu {
 namespace {
 
 template <typename F, typename T, typename... Slots>
-inline void update_range(const F& f, int64_t begin, int64_t end, T* w, const T* g,
-                         Slots*... slots) {
+TANDEM_CPU_LOOP void update_range(const F& f, int64_t begin, int64_t end, T* w, const T* g,
+                                  Slots*... slots) {
   for (int64_t i = begin; i < end; ++i) f(w[i], g[i], slots[i]...);
 }
 
-// The float32 loops, cloned for x86-64-v4 (AVX-512) and the baseline, the dynamic loader
-// picking one per process: each lane rounds every product, quotient and square root as the
-// scalar code does (no contraction in this file), so both give the same bits.
-TANDEM_CPU_CLONES void sgd_range(const kernels::SgdUpdate<float>& f, int64_t begin, int64_t end,
-                                 float* w, const float* g) {
-  update_range(f, begin, end, w, g);
-}
-
-TANDEM_CPU_CLONES void sgd_momentum_range(const kernels::SgdMomentumUpdate<float>& f, int64_t begin,
-                                          int64_t end, float* w, const float* g, float* velocity) {
-  update_range(f, begin, end, w, g, velocity);
-}
-
-TANDEM_CPU_CLONES void adam_range(const kernels::AdamUpdate<float>& f, int64_t begin, int64_t end,
-                                  float* w, const float* g, float* m, float* v) {
-  update_range(f, begin, end, w, g, m, v);
-}
+// The float32 loops, built for x86-64-v4 (AVX-512), x86-64-v3 (AVX2) and the baseline, run as
+// cpu_isa() says: each lane rounds every product, quotient and square root as the scalar code
+// does (no contraction in this file), so all give the same bits.
+TANDEM_CPU_DISPATCH(sgd_range, update_range,
+                    (const kernels::SgdUpdate<float>& f, int64_t begin, int64_t end, float* w,
+                     const float* g),
+                    (f, begin, end, w, g))
+TANDEM_CPU_DISPATCH(sgd_momentum_range, update_range,
+                    (const kernels::SgdMomentumUpdate<float>& f, int64_t begin, int64_t end,
+                     float* w, const float* g, float* velocity),
+                    (f, begin, end, w, g, velocity))
+TANDEM_CPU_DISPATCH(adam_range, update_range,
+                    (const kernels::AdamUpdate<float>& f, int64_t begin, int64_t end, float* w,
+                     const float* g, float* m, float* v),
+                    (f, begin, end, w, g, m, v))
 
 }  // namespace
 

@@ -12,7 +12,7 @@ namespace tandem::ops::cpu::vmath {
 /// +inf above 88, NaN for NaN. Cody-Waite reduction x = n ln2 + r, |r| <= ln2 / 2, then e^r by
 /// its degree-7 Taylor polynomial (truncation below 1e-9 relative) scaled by 2^n through the
 /// exponent bits.
-inline float exp(float x) {
+[[gnu::always_inline]] inline float exp(float x) {
   const float clamped = x > -87.0f ? (x < 88.0f ? x : 88.0f) : -87.0f;  // NaN: -87
   // Round to nearest by the 1.5 * 2^23 shift: exact for |x log2 e| < 2^22.
   constexpr float kShift = 12582912.0f;
@@ -47,7 +47,7 @@ struct NormalCdfPdf {
 /// polynomial in t - 1/2, fitted for relative error 2e-8 over z in [0, 10] (erfc(z) e^(z^2) / t
 /// is smooth in t on (0, 1]). Phi(x) is 1 - erfc(z) / 2 for x >= 0, erfc(z) / 2 below: the
 /// small side never comes from a difference, so the lower tail keeps its relative accuracy.
-inline NormalCdfPdf normal_cdf_pdf(float x) {
+[[gnu::always_inline]] inline NormalCdfPdf normal_cdf_pdf(float x) {
   const float a = x < 0.0f ? -x : x;
   const float g = exp(-0.5f * (x * x));  // e^(-z^2)
   const float t = 1.0f / (1.0f + 0.353553391f * a);
