@@ -37,6 +37,53 @@ MODELS = {"mlp-b64-r2": "mlp 784-256-128-10", "mlp-b256-r2": "mlp 784-256-128-10
 TOKENS = {"gpt-b12-r2": 64}  # tokens per sample of the rows the peers lack
 
 
+# --isa: the /proc/cpuinfo flags each class needs (a class the CPU lacks is never run), and how
+# each contender is capped to it.
+ISA_FLAGS = {
+    "avx2": {"avx2", "fma", "f16c"},
+    "avx512_core": {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq"},
+    "avx512_core_bf16": {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+                         "avx512_bf16"},
+    "avx512_core_amx": {"avx2", "fma", "f16c", "avx512f", "avx512bw", "avx512vl", "avx512dq",
+                        "avx512_bf16", "amx_bf16", "amx_tile", "amx_int8"},
+}
+XLA_ISA = {"avx2": "AVX2", "avx512_core": "AVX512", "avx512_core_bf16": "AVX512_BF16",
+           "avx512_core_amx": "AMX"}
+# PyTorch 1.13's ATen kernels come in default, avx2 and avx512 builds; OpenBLAS's core types
+# within the cap (SkylakeX: AVX-512; Haswell: AVX2; 'default' may pick a bigger one).
+ATEN_ISA = {"avx2": "avx2"}
+OPENBLAS_CORETYPES = {"avx2": "Haswell", "avx512_core": "Haswell,SkylakeX"}
+
+
+def cpu_flags():
+    """The instruction-set flags of this machine's CPU (/proc/cpuinfo), an empty set elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+def capped_env(env, contender, isa):
+    """`env` with contender's instruction set capped at `isa` (None: as is)."""
+    if isa is None:
+        return env
+    env = dict(env)
+    xla = f"--xla_cpu_max_isa={XLA_ISA[isa]}"
+    if contender.startswith("tandem"):
+        env["TANDEM_MAX_CPU_ISA"] = isa
+    elif contender == "torch":
+        env["ATEN_CPU_CAPABILITY"] = ATEN_ISA.get(isa, "avx512")
+        env["ONEDNN_MAX_CPU_ISA"] = isa.upper()
+    else:  # TensorFlow (oneDNN, and XLA under jit_compile) and JAX (XLA)
+        env["ONEDNN_MAX_CPU_ISA"] = isa.upper()
+        env["XLA_FLAGS"] = (env.get("XLA_FLAGS", "") + " " + xla).strip()
+    return env
+
+
 def parse_csv(text):
     lines = [line for line in text.splitlines() if "," in line]
     header = lines[0].split(",")
@@ -62,7 +109,14 @@ def main():
     parser.add_argument("--tandem-args", default="", help="more arguments for bench_step_cpu")
     parser.add_argument("--precision", choices=common.PRECISIONS, default="float32",
                         help="every contender's: float32, or mixed_bfloat16 (bfloat16 compute)")
+    parser.add_argument("--isa", choices=list(ISA_FLAGS), default=None,
+                        help="cap every contender's instruction set (where it allows it)")
     args = parser.parse_args()
+    if args.isa:
+        missing = ISA_FLAGS[args.isa] - cpu_flags()
+        if missing:
+            parser.error(f"--isa {args.isa}: this CPU lacks {', '.join(sorted(missing))}; "
+                         f"a cap can only lower the instruction set")
     configs = [c for c in args.configs.split(",") if c]
     unknown = [c for c in configs if c not in TANDEM_CONFIGS + GPT_CONFIGS]
     if unknown:
@@ -85,6 +139,8 @@ def main():
         if mine:
             commands[peer] = [python, os.path.join(HERE, script), "--csv", "--configs",
                               ",".join(mine)] + steps
+            if peer == "torch" and args.isa in OPENBLAS_CORETYPES:
+                commands[peer] += ["--coretypes", OPENBLAS_CORETYPES[args.isa]]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="2")
 
     samples = defaultdict(list)   # (contender, config) -> samples/s per round
@@ -100,7 +156,7 @@ def main():
         for contender in order:
             print(f"[peers] round {round_index + 1}/{args.rounds}: {contender}", file=sys.stderr,
                   flush=True)
-            for row in run(commands[contender], env):
+            for row in run(commands[contender], capped_env(env, contender, args.isa)):
                 config = row["config"]
                 batches[config] = int(row["batch"])
                 if contender.startswith("tandem"):
@@ -120,6 +176,13 @@ def main():
             samples[("tandem-default", config)].append(float(default["samples_per_s"]))
 
     names = [PEERS[p][0] for p in peers]
+    if args.isa:
+        print(f"instruction set capped at {args.isa}: Tandem by TANDEM_MAX_CPU_ISA; PyTorch by "
+              f"ATEN_CPU_CAPABILITY={ATEN_ISA.get(args.isa, 'avx512')}, OPENBLAS_CORETYPE in "
+              f"{OPENBLAS_CORETYPES.get(args.isa, 'the default set')} and ONEDNN_MAX_CPU_ISA; "
+              f"TensorFlow by ONEDNN_MAX_CPU_ISA and XLA's --xla_cpu_max_isa={XLA_ISA[args.isa]} "
+              f"(its Eigen kernels run as the wheel was built: not capped); JAX by "
+              f"--xla_cpu_max_isa={XLA_ISA[args.isa]}\n")
     print(f"CPU training step, {args.precision}, Adam (GPT: AdamW with clipping), synthetic data: "
           f"samples/s (GPT: tokens/s), median over "
           f"{args.rounds} interleaved rounds (each: median of {args.steps} steps after "
