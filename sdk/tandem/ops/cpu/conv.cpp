@@ -249,9 +249,9 @@ void conv2d_16(const ConvGeometry& g, int64_t filters, const H* x, const H* w, c
   if constexpr (std::is_same_v<H, bfloat16>)
     if (native_bf16<H>(g, filters)) return onednn::conv2d(g, filters, x, w, bias, relu, y);
 #endif
-  std::vector<float> y32(static_cast<size_t>(output_size(g, filters)));
+  const FloatBuffer y32(output_size(g, filters));  // written whole by conv2d
   conv2d(g, filters, widen(x, input_size(g)).data(), widen(w, kernel_size(g, filters)).data(),
-         data_or_null(widen(bias, filters)), relu, y32.data());
+         widen(bias, filters).data(), relu, y32.data());
   narrow(y32, y);
 }
 
@@ -263,11 +263,11 @@ void conv2d_backward_weights_16(const ConvGeometry& g, int64_t filters, const H*
     if (native_bf16<H>(g, filters))
       return onednn::conv2d_backward_weights(g, filters, x, dy, dw, db);
 #endif
-  std::vector<float> dw32(static_cast<size_t>(kernel_size(g, filters)));
-  std::vector<float> db32(db != nullptr ? static_cast<size_t>(filters) : 0);
+  const FloatBuffer dw32(kernel_size(g, filters)), db32(db != nullptr ? filters : 0);
+  std::fill(dw32.data(), dw32.data() + dw32.size(), 0.0f);
+  std::fill(db32.data(), db32.data() + db32.size(), 0.0f);
   conv2d_backward_weights(g, filters, widen(x, input_size(g)).data(),
-                          widen(dy, output_size(g, filters)).data(), dw32.data(),
-                          db != nullptr ? db32.data() : nullptr);
+                          widen(dy, output_size(g, filters)).data(), dw32.data(), db32.data());
   narrow(dw32, dw);
   if (db != nullptr) narrow(db32, db);
 }
@@ -279,7 +279,8 @@ void conv2d_backward_data_16(const ConvGeometry& g, int64_t filters, const H* dy
   if constexpr (std::is_same_v<H, bfloat16>)
     if (native_bf16<H>(g, filters)) return onednn::conv2d_backward_data(g, filters, dy, w, dx);
 #endif
-  std::vector<float> dx32(static_cast<size_t>(input_size(g)));
+  const FloatBuffer dx32(input_size(g));
+  std::fill(dx32.data(), dx32.data() + dx32.size(), 0.0f);
   conv2d_backward_data(g, filters, widen(dy, output_size(g, filters)).data(),
                        widen(w, kernel_size(g, filters)).data(), dx32.data());
   narrow(dx32, dx);

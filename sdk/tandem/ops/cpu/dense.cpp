@@ -151,18 +151,17 @@ void onednn_dense(int64_t m, int64_t n, int64_t k, const float* x, const float* 
 template <typename H>
 void emulated_dense(int64_t m, int64_t n, int64_t k, const H* x, const H* w, const H* bias,
                     bool relu, H* y) {
-  const std::vector<float> x32 = widen(x, m * k), w32 = widen(w, k * n);
-  const std::vector<float> bias32 = widen(bias, n);
-  std::vector<float> y32(static_cast<size_t>(m * n));
-  dense(m, n, k, x32.data(), w32.data(), data_or_null(bias32), relu, y32.data());
+  const FloatBuffer x32 = widen(x, m * k), w32 = widen(w, k * n), bias32 = widen(bias, n);
+  const FloatBuffer y32(m * n);  // written whole by dense
+  dense(m, n, k, x32.data(), w32.data(), bias32.data(), relu, y32.data());
   narrow(y32, y);
 }
 
 template <typename H>
 void emulated_matmul(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                      const H* a, const H* b, H* c) {
-  const std::vector<float> a32 = widen(a, m * k), b32 = widen(b, k * n);
-  std::vector<float> c32(static_cast<size_t>(m * n));
+  const FloatBuffer a32 = widen(a, m * k), b32 = widen(b, k * n);
+  const FloatBuffer c32(m * n);  // written whole by the GEMM (beta 0)
   gemm(transpose_a, transpose_b, m, n, k, 1.0f, a32.data(), transpose_a ? m : k, b32.data(),
        transpose_b ? k : n, 0.0f, c32.data(), n);
   narrow(c32, c);

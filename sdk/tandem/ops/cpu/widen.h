@@ -3,7 +3,7 @@
 #pragma once
 
 #include <cstdint>
-#include <vector>
+#include <memory>
 
 #include "tandem/core/half.h"
 #include "tandem/ops/cpu/half_convert.h"
@@ -11,28 +11,44 @@
 
 namespace tandem::ops::cpu {
 
-/// x [0, n) as float32 (exact); empty for a null x.
+/// A float32 array from the calling thread's pool: returned to it when destroyed and reused by
+/// the next buffer that fits, so the widened copies of every step do not allocate, zero and
+/// fault in their pages again. Its elements start unset. Size 0: data() is null.
+class FloatBuffer {
+ public:
+  explicit FloatBuffer(int64_t n);
+  ~FloatBuffer();
+  FloatBuffer(FloatBuffer&& other) noexcept;
+  FloatBuffer(const FloatBuffer&) = delete;
+  FloatBuffer& operator=(const FloatBuffer&) = delete;
+  FloatBuffer& operator=(FloatBuffer&&) = delete;
+
+  float* data() const { return size_ > 0 ? storage_.get() : nullptr; }
+  int64_t size() const { return size_; }
+
+ private:
+  std::unique_ptr<float[]> storage_;
+  int64_t capacity_ = 0;
+  int64_t size_ = 0;
+};
+
+/// x [0, n) as float32 (exact); size 0 (data() null) for a null x.
 template <typename H>
-std::vector<float> widen(const H* x, int64_t n) {
-  if (x == nullptr) return {};
-  std::vector<float> out(static_cast<size_t>(n));
-  parallel_for(n, kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    convert(x + begin, out.data() + begin, end - begin);
-  });
+FloatBuffer widen(const H* x, int64_t n) {
+  FloatBuffer out(x == nullptr ? 0 : n);
+  if (x == nullptr) return out;
+  float* to = out.data();
+  parallel_for(n, kElementwiseGrain,
+               [&](int64_t begin, int64_t end) { convert(x + begin, to + begin, end - begin); });
   return out;
 }
 
-/// y = x rounded to H (nearest, ties to even).
+/// y [0, x.size()) = x rounded to H (nearest, ties to even).
 template <typename H>
-void narrow(const std::vector<float>& x, H* y) {
-  parallel_for(static_cast<int64_t>(x.size()), kElementwiseGrain, [&](int64_t begin, int64_t end) {
-    convert(x.data() + begin, y + begin, end - begin);
-  });
-}
-
-/// The data of a widened array, or null for an empty one that stands for a null pointer.
-inline const float* data_or_null(const std::vector<float>& v) {
-  return v.empty() ? nullptr : v.data();
+void narrow(const FloatBuffer& x, H* y) {
+  const float* from = x.data();
+  parallel_for(x.size(), kElementwiseGrain,
+               [&](int64_t begin, int64_t end) { convert(from + begin, y + begin, end - begin); });
 }
 
 }  // namespace tandem::ops::cpu
