@@ -1,12 +1,9 @@
 // Dtype policies and the global policy.
 #include "tandem/nn/policy.h"
 
-#if defined(__x86_64__) || defined(__i386__)
-#include <cpuid.h>
-#endif
-
 #include <mutex>
 
+#include "tandem/core/cpu_isa.h"
 #include "tandem/core/error.h"
 #include "tandem/core/logging.h"
 
@@ -24,14 +21,18 @@ Policy& global() {
   return policy;
 }
 
-/// Says once per process and dtype when the CPU computes it no faster than float32.
+/// Says once per process and dtype what the CPU does with it where it has no fast 16-bit
+/// instructions.
 void say_when_slow(DType compute) {
   static std::once_flag bf16_said, f16_said;
   if (compute == DType::kBFloat16 && !cpu_has_bfloat16_instructions()) {
     std::call_once(bf16_said, [] {
-      TANDEM_LOG_WARNING(
-          "dtype policy mixed_bfloat16: this CPU has no bfloat16 instructions (AVX512-BF16 or "
-          "AMX-BF16); oneDNN emulates them, and bfloat16 layers will run slower than float32");
+      TANDEM_LOG_INFO(
+          "dtype policy mixed_bfloat16 on a CPU without bfloat16 instructions (",
+          cpu_isa_name(cpu_isa()),
+          "; AVX512-BF16 or AMX make them): the GEMMs and convolutions widen their bfloat16 "
+          "operands to float32 and compute there, so the step runs about as fast as float32, "
+          "with bfloat16 activations (half the memory) and bfloat16 rounding between layers");
     });
   } else if (compute == DType::kFloat16) {
     std::call_once(f16_said, [] {
@@ -84,14 +85,6 @@ Policy global_policy() {
   return global();
 }
 
-bool cpu_has_bfloat16_instructions() {
-#if defined(__x86_64__) || defined(__i386__)
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  // Leaf 7, sub-leaf 1: EAX bit 5 is AVX512_BF16; sub-leaf 0: EDX bit 22 is AMX-BF16.
-  if (__get_cpuid_count(7, 1, &eax, &ebx, &ecx, &edx) && (eax & (1u << 5)) != 0) return true;
-  if (__get_cpuid_count(7, 0, &eax, &ebx, &ecx, &edx) && (edx & (1u << 22)) != 0) return true;
-#endif
-  return false;
-}
+bool cpu_has_bfloat16_instructions() { return cpu_isa() >= CpuIsa::kAvx512CoreBf16; }
 
 }  // namespace tandem::nn

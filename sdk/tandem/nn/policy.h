@@ -42,15 +42,17 @@ class Policy {
 /// The policy layers take when they are constructed (keras.mixed_precision.set_global_policy):
 /// set it before making the model. A layer keeps its own policy afterwards
 /// (Module::set_dtype_policy changes one layer's). The first 16-bit policy of a process says
-/// once, in the log, when this CPU computes that dtype no faster than float32 (no AVX512-BF16
-/// or AMX for bfloat16; float16 is always emulated on the CPU).
+/// once, in the log, what this CPU does with that dtype when it has no fast instructions for it
+/// (bfloat16 without AVX512-BF16 or AMX: the GEMMs and convolutions compute in float32 from
+/// widened operands; float16 is always emulated on the CPU).
 void set_global_policy(const Policy& policy);
 /// The same by name ("mixed_bfloat16"); raises for an unknown name.
 void set_global_policy(std::string_view name);
 /// The current global policy ("float32" unless set).
 Policy global_policy();
 
-/// Whether this CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX-BF16).
+/// Whether this CPU has bfloat16 dot-product instructions (AVX512-BF16 or AMX-BF16) and
+/// TANDEM_MAX_CPU_ISA lets the kernels use them (cpu_isa() >= kAvx512CoreBf16).
 bool cpu_has_bfloat16_instructions();
 
 }  // namespace tandem::nn

@@ -10,6 +10,7 @@
 #include <type_traits>
 #include <vector>
 
+#include "tandem/core/cpu_isa.h"
 #include "tandem/core/error.h"
 #include "tandem/ops/cpu/nn_kernels.h"
 #include "tandem/ops/cpu/parallel.h"
@@ -125,10 +126,13 @@ void onednn_matmul(dnnl::memory::data_type type, bool transpose_a, bool transpos
   }
 }
 
-/// Whether oneDNN makes bfloat16 matmuls on this CPU (natively with AVX512-BF16 or AMX,
-/// emulated on other AVX-512 CPUs; not at all below AVX-512): asked once, with a tiny primitive.
+/// Whether bfloat16 matmuls run on oneDNN's bfloat16 primitives: where the CPU (as cpu_isa()
+/// says) has the bfloat16 dot products (AVX512-BF16 or AMX) and oneDNN makes the primitive
+/// (asked once, with a tiny one). Without them oneDNN emulates the products (AVX-512) or has
+/// none (below), slower than widening the operands to float32, which the other path does.
 bool onednn_has_bf16_matmul() {
   static const bool available = [] {
+    if (cpu_isa() < CpuIsa::kAvx512CoreBf16) return false;
     try {
       (void)create_matmul(MatmulKey{2, 2, 2, false, false, 1, dnnl::memory::data_type::bf16});
       return true;

@@ -17,6 +17,7 @@
 #include <unordered_map>
 #include <utility>
 
+#include "tandem/core/cpu_isa.h"
 #include "tandem/core/error.h"
 #include "tandem/ops/cpu/conv.h"
 #include "tandem/ops/cpu/onednn.h"
@@ -499,8 +500,10 @@ void conv2d_backward_data(const ConvGeometry& g, int64_t filters, const float* d
 
 bool has_bf16_convolutions() {
   // Asked once, with a tiny forward primitive: oneDNN makes bfloat16 convolutions on AVX-512
-  // CPUs (natively with AVX512-BF16 or AMX), not below.
+  // CPUs (natively with AVX512-BF16 or AMX), not below. Without the bfloat16 dot products its
+  // emulation is slower than float32, so the operands are widened instead (conv.cpp).
   static const bool available = [] {
+    if (cpu_isa() < CpuIsa::kAvx512CoreBf16) return false;
     try {
       ConvGeometry g{};
       g.batch = g.in_h = g.in_w = g.channels = g.window_h = g.window_w = 1;
