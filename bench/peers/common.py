@@ -48,6 +48,18 @@ CSV_HEADER = "config,batch,samples_per_s,ms_per_step,setting"
 PRECISIONS = ["float32", "mixed_bfloat16"]
 
 
+def cpu_flags():
+    """The instruction-set flags of this machine's CPU (/proc/cpuinfo), an empty set elsewhere."""
+    try:
+        with open("/proc/cpuinfo") as cpuinfo:
+            for line in cpuinfo:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
 def synthetic_batch(batch):
     """Images [batch, 28, 28] in [0, 1) and labels [batch] in [0, 10), fixed seed."""
     rng = np.random.default_rng(1)

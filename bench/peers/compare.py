@@ -55,18 +55,6 @@ ATEN_ISA = {"avx2": "avx2"}
 OPENBLAS_CORETYPES = {"avx2": "Haswell", "avx512_core": "Haswell,SkylakeX"}
 
 
-def cpu_flags():
-    """The instruction-set flags of this machine's CPU (/proc/cpuinfo), an empty set elsewhere."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def capped_env(env, contender, isa):
     """`env` with contender's instruction set capped at `isa` (None: as is)."""
     if isa is None:
@@ -113,7 +101,7 @@ def main():
                         help="cap every contender's instruction set (where it allows it)")
     args = parser.parse_args()
     if args.isa:
-        missing = ISA_FLAGS[args.isa] - cpu_flags()
+        missing = ISA_FLAGS[args.isa] - common.cpu_flags()
         if missing:
             parser.error(f"--isa {args.isa}: this CPU lacks {', '.join(sorted(missing))}; "
                          f"a cap can only lower the instruction set")

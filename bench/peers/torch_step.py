@@ -24,21 +24,9 @@ CORETYPES = "default,Haswell,SkylakeX"
 CORETYPE_FLAGS = {"Haswell": {"avx2", "fma"}, "SkylakeX": {"avx512f", "avx512bw", "avx512vl"}}
 
 
-def cpu_flags():
-    """The instruction-set flags of this machine's CPU (/proc/cpuinfo), an empty set elsewhere."""
-    try:
-        with open("/proc/cpuinfo") as cpuinfo:
-            for line in cpuinfo:
-                if line.startswith("flags"):
-                    return set(line.split(":", 1)[1].split())
-    except OSError:
-        pass
-    return set()
-
-
 def runnable_coretypes(coretypes):
     """(the core types of `coretypes` this CPU can run, the ones it cannot with why)."""
-    flags = cpu_flags()
+    flags = common.cpu_flags()
     keep, dropped = [], []
     for coretype in coretypes:
         missing = CORETYPE_FLAGS.get(coretype, set()) - flags
