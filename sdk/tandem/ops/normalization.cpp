@@ -12,6 +12,26 @@ namespace tandem::ops {
 using internal::record_op;
 using internal::tracked;
 
+namespace {
+
+/// Both ops' arguments: x [rows, `axis`] of float32 or float64 on the CPU, gamma and beta
+/// undefined or [axis] of x's dtype and device, epsilon > 0.
+void check_arguments(std::string_view op, std::string_view axis, const Tensor& x,
+                     const Tensor& gamma, const Tensor& beta, double epsilon) {
+  TANDEM_CHECK(batch_norm_supported(x), op, ": needs x [rows, ", axis,
+               "] of float32 or float64 on the CPU, got ", x.dtype(), " ", x.shape(), " on ",
+               x.device());
+  const int64_t width = x.dim(1);
+  for (const Tensor* p : {&gamma, &beta})
+    TANDEM_CHECK(!p->defined() || (p->dtype() == x.dtype() && p->shape() == Shape{width} &&
+                                   p->device() == x.device()),
+                 op, ": gamma and beta must be ", x.dtype(), " [", width, "] on ", x.device(),
+                 ", got ", p->dtype(), " ", p->shape());
+  TANDEM_CHECK(epsilon > 0.0, op, ": epsilon must be > 0, got ", epsilon);
+}
+
+}  // namespace
+
 bool batch_norm_supported(const Tensor& x) {
   return x.defined() && x.device().is_cpu() && x.rank() == 2 &&
          (x.dtype() == DType::kFloat32 || x.dtype() == DType::kFloat64);
@@ -20,16 +40,8 @@ bool batch_norm_supported(const Tensor& x) {
 Tensor batch_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon,
                   Tensor& mean, Tensor& variance, bool relu) {
   constexpr std::string_view op = "batch_norm";
-  TANDEM_CHECK(batch_norm_supported(x), op,
-               ": needs x [rows, channels] of float32 or float64 on the CPU, got ", x.dtype(), " ",
-               x.shape(), " on ", x.device());
+  check_arguments(op, "channels", x, gamma, beta, epsilon);
   const int64_t rows = x.dim(0), channels = x.dim(1);
-  for (const Tensor* p : {&gamma, &beta})
-    TANDEM_CHECK(!p->defined() || (p->dtype() == x.dtype() && p->shape() == Shape{channels} &&
-                                   p->device() == x.device()),
-                 op, ": gamma and beta must be ", x.dtype(), " [", channels, "] on ", x.device(),
-                 ", got ", p->dtype(), " ", p->shape());
-  TANDEM_CHECK(epsilon > 0.0, op, ": epsilon must be > 0, got ", epsilon);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   mean = Tensor::empty(Shape{channels}, x.dtype(), x.device());
   variance = Tensor::empty(Shape{channels}, x.dtype(), x.device());
@@ -73,16 +85,8 @@ bool layer_norm_supported(const Tensor& x) { return batch_norm_supported(x); }
 
 Tensor layer_norm(const Tensor& x, const Tensor& gamma, const Tensor& beta, double epsilon) {
   constexpr std::string_view op = "layer_norm";
-  TANDEM_CHECK(layer_norm_supported(x), op,
-               ": needs x [rows, features] of float32 or float64 on the CPU, got ", x.dtype(), " ",
-               x.shape(), " on ", x.device());
+  check_arguments(op, "features", x, gamma, beta, epsilon);
   const int64_t rows = x.dim(0), features = x.dim(1);
-  for (const Tensor* p : {&gamma, &beta})
-    TANDEM_CHECK(!p->defined() || (p->dtype() == x.dtype() && p->shape() == Shape{features} &&
-                                   p->device() == x.device()),
-                 op, ": gamma and beta must be ", x.dtype(), " [", features, "] on ", x.device(),
-                 ", got ", p->dtype(), " ", p->shape());
-  TANDEM_CHECK(epsilon > 0.0, op, ": epsilon must be > 0, got ", epsilon);
   Tensor y = Tensor::empty(x.shape(), x.dtype(), x.device());
   Tensor mean = Tensor::empty(Shape{rows}, x.dtype(), x.device());
   Tensor inverse = Tensor::empty(Shape{rows}, x.dtype(), x.device());
