@@ -7,9 +7,11 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <cstdlib>
 #include <optional>
 
+#include "tandem/core/internal/cpu_loop_isa.h"
 #include "tandem/core/logging.h"
 
 namespace tandem {
@@ -87,9 +89,27 @@ const Resolved& resolved() {
   return isa;
 }
 
+/// LoopIsaOverride's class, or -1 for none.
+std::atomic<int> loop_override{-1};
+
 }  // namespace
 
 CpuIsa cpu_isa() { return resolved().used; }
+
+namespace detail {
+
+CpuIsa cpu_loop_isa() {
+  const int limit = loop_override.load(std::memory_order_relaxed);
+  const CpuIsa isa = cpu_isa();
+  return limit >= 0 ? std::min(isa, static_cast<CpuIsa>(limit)) : isa;
+}
+
+LoopIsaOverride::LoopIsaOverride(CpuIsa isa)
+    : saved_(loop_override.exchange(static_cast<int>(isa))) {}
+
+LoopIsaOverride::~LoopIsaOverride() { loop_override.store(saved_); }
+
+}  // namespace detail
 
 CpuIsa cpu_isa_detected() { return resolved().detected; }
 
