@@ -28,8 +28,8 @@ struct GemmShape {
   int64_t m, n, k;
 };
 
-/// 1024^3, then per batch size each Dense layer's forward Y = X W ([B, in] x [in, out]) and its
-/// backward dX = dY W^T and dW = X^T dY.
+/// 1024^3, then per batch size each Dense layer's (and the large MLP's at batch 256) forward Y = X
+/// W ([B, in] x [in, out]) and its backward dX = dY W^T and dW = X^T dY.
 std::vector<GemmShape> shapes() {
   std::vector<GemmShape> all = {{"square 1024^3", false, false, 1024, 1024, 1024}};
   const int64_t layers[][2] = {{784, 256}, {256, 128}, {128, 10}};
@@ -42,6 +42,15 @@ std::vector<GemmShape> shapes() {
       all.push_back({dense + "dX=dY W^T", false, true, batch, in, out});
       all.push_back({dense + "dW=X^T dY", true, false, in, out, batch});
     }
+  }
+  // The large MLP (784-1024x2-10) at batch 256, whose step is almost all GEMM.
+  const int64_t large[][2] = {{784, 1024}, {1024, 1024}, {1024, 10}};
+  for (const auto& layer : large) {
+    const int64_t in = layer[0], out = layer[1];
+    const std::string dense = "B=256 " + std::to_string(in) + "->" + std::to_string(out) + " ";
+    all.push_back({dense + "Y=XW", false, false, 256, out, in});
+    all.push_back({dense + "dX=dY W^T", false, true, 256, in, out});
+    all.push_back({dense + "dW=X^T dY", true, false, in, out, 256});
   }
   return all;
 }

@@ -23,10 +23,12 @@ struct DenseCase {
   int64_t m, k, n;
 };
 
-// Batch 1, odd sizes, an empty batch and an empty inner dimension, and the sample's layers.
-const std::vector<DenseCase> kCases = {{1, 1, 1},    {1, 7, 3},    {5, 13, 9},  {17, 31, 33},
-                                       {0, 4, 3},    {3, 0, 4},    {64, 784, 256}, {63, 256, 10},
-                                       {256, 784, 256}};
+// Batch 1, odd sizes, an empty batch and an empty inner dimension, the sample's layers, and
+// kernels whose rows lie a power of two of >= 2 KiB apart (on AVX2 copied to a padded stride
+// before oneDNN reads them).
+const std::vector<DenseCase> kCases = {
+    {1, 1, 1},      {1, 7, 3},     {5, 13, 9},      {17, 31, 33},  {0, 4, 3},    {3, 0, 4},
+    {64, 784, 256}, {63, 256, 10}, {256, 784, 256}, {16, 40, 512}, {9, 24, 1024}};
 
 Tensor unfused(const Tensor& x, const Tensor& kernel, const Tensor& bias, bool relu) {
   Tensor y = ops::matmul(x, kernel);
@@ -124,10 +126,10 @@ TEST_CASE("float32 dense stays within the summation-order bound of the compositi
       const Tensor bias = random_tensor({c.n}, /*seed=*/6, DType::kFloat32);
       const std::vector<double> got = values(fused(x, kernel, bias, relu));
       const std::vector<double> want = values(unfused(x, kernel, bias, relu));
-      const std::vector<double> magnitude = values(ops::add(
-          ops::matmul(ops::cast(ops::abs(x), DType::kFloat64),
-                      ops::cast(ops::abs(kernel), DType::kFloat64)),
-          ops::cast(ops::abs(bias), DType::kFloat64)));
+      const std::vector<double> magnitude =
+          values(ops::add(ops::matmul(ops::cast(ops::abs(x), DType::kFloat64),
+                                      ops::cast(ops::abs(kernel), DType::kFloat64)),
+                          ops::cast(ops::abs(bias), DType::kFloat64)));
       const double u = std::ldexp(1.0, -24), terms = static_cast<double>(c.k + 1);
       const double gamma = terms * u / (1.0 - terms * u);
       REQUIRE(got.size() == want.size());
@@ -146,12 +148,14 @@ TEST_CASE("gradients of dense", "[cpu][ops][grad][dense]") {
     const Tensor x = random_tensor({4, 5}, /*seed=*/11);
     const Tensor kernel = random_tensor({5, 3}, /*seed=*/12);
     const Tensor bias = random_tensor({3}, /*seed=*/13);
-    check_gradients([&](const std::vector<Tensor>& in) {
-      return ops::dense(in[0], in[1], in[2], activation);
-    }, {x, kernel, bias});
-    check_gradients([&](const std::vector<Tensor>& in) {
-      return ops::dense(in[0], in[1], Tensor(), activation);
-    }, {x, kernel});
+    check_gradients(
+        [&](const std::vector<Tensor>& in) { return ops::dense(in[0], in[1], in[2], activation); },
+        {x, kernel, bias});
+    check_gradients(
+        [&](const std::vector<Tensor>& in) {
+          return ops::dense(in[0], in[1], Tensor(), activation);
+        },
+        {x, kernel});
   }
 }
 
@@ -207,7 +211,7 @@ TEST_CASE("dense refuses mismatched shapes and dtypes, naming them", "[cpu][ops]
                       Catch::Contains("bias of shape [3]"));
   REQUIRE_THROWS_WITH(ops::dense(x, Tensor::ones({3, 4}, DType::kFloat64)),
                       Catch::Contains("float64"));
-  REQUIRE_THROWS_WITH(ops::dense(Tensor::ones({2, 3}, DType::kInt32),
-                                 Tensor::ones({3, 4}, DType::kInt32)),
-                      Catch::Contains("int32"));
+  REQUIRE_THROWS_WITH(
+      ops::dense(Tensor::ones({2, 3}, DType::kInt32), Tensor::ones({3, 4}, DType::kInt32)),
+      Catch::Contains("int32"));
 }

@@ -10,6 +10,8 @@
 #include <type_traits>
 #include <vector>
 
+#include "tandem/core/build_info.h"
+#include "tandem/core/cpu_isa.h"
 #include "tandem/core/error.h"
 #include "tandem/core/threading.h"
 #include "tandem/ops/cpu/nn_kernels.h"
@@ -127,6 +129,34 @@ TEST_CASE("gemm float32 matches a naive loop for every transpose, odd sizes and 
 TEST_CASE("gemm float64 matches a naive loop for every transpose, odd sizes and strides",
           "[cpu][ops]") {
   check_gemm_shapes<double>(/*tolerance=*/1e-12);
+}
+
+TEST_CASE("gemm float32 with B rows a power of two apart: copied to a padded stride on AVX2",
+          "[cpu][ops]") {
+  using tandem::CpuIsa;
+  using tandem::ops::cpu::gemm_b_copy_stride;
+  // The decision: only a B read as stored, rows 512 or more floats apart and a power of two, at
+  // least 8 rows of A, where oneDNN takes its AVX2 path.
+  const bool copies = tandem::build_info().onednn && tandem::cpu_isa() < CpuIsa::kAvx512Core;
+  CHECK(gemm_b_copy_stride(false, 16, 1024) == (copies ? 1040 : 0));
+  CHECK(gemm_b_copy_stride(false, 8, 512) == (copies ? 528 : 0));
+  CHECK(gemm_b_copy_stride(true, 16, 1024) == 0);
+  CHECK(gemm_b_copy_stride(false, 7, 1024) == 0);
+  CHECK(gemm_b_copy_stride(false, 16, 1000) == 0);
+  CHECK(gemm_b_copy_stride(false, 16, 256) == 0);
+  CHECK(gemm_b_copy_stride(false, 16, 1536) == 0);
+  // The results, whichever path runs: B as wide as its stride, and narrower (the copy takes
+  // only the stored columns), for every transpose of A; C's padding is never written.
+  uint32_t seed = 100;
+  for (const bool transpose_a : {false, true}) {
+    for (const int64_t n : {int64_t{1024}, int64_t{1000}, int64_t{512}}) {
+      const int64_t ldb = n == 512 ? 512 : 1024;
+      GemmCase g{transpose_a, false, 16, n, 45, (transpose_a ? 16 : 45) + 3, ldb, n + 7};
+      check_gemm<float>(g, 1.25f, 0.5f, /*tolerance=*/1e-4, seed++);
+      g.m = 8;
+      check_gemm<float>(g, 1.0f, 0.0f, /*tolerance=*/1e-4, seed++);
+    }
+  }
 }
 
 TEMPLATE_TEST_CASE("gemm keeps the BLAS conventions for empty sizes, beta 0 and alpha 0",

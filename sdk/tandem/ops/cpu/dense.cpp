@@ -66,9 +66,11 @@ struct MatmulKey {
   int threads;
   dnnl::memory::data_type type = dnnl::memory::data_type::f32;
   bool transpose_a = false, transpose_b = false;
+  int64_t ldb = 0;  ///< b's row stride when b is read as stored; 0: n (dense)
 
-  std::array<int64_t, 9> fields() const {
-    return {m, n, k, bias, relu, threads, static_cast<int64_t>(type), transpose_a, transpose_b};
+  std::array<int64_t, 10> fields() const {
+    return {m,           n,           k,  bias, relu, threads, static_cast<int64_t>(type),
+            transpose_a, transpose_b, ldb};
   }
   bool operator==(const MatmulKey& other) const { return fields() == other.fields(); }
 };
@@ -90,7 +92,9 @@ std::shared_ptr<const MatmulPrimitive> create_matmul(const MatmulKey& key) {
   const dt type = key.type;
   // A transposed operand is the same matrix stored column-major.
   entry->src = dnnl::memory::desc({key.m, key.k}, type, key.transpose_a ? tag::ba : tag::ab);
-  entry->weights = dnnl::memory::desc({key.k, key.n}, type, key.transpose_b ? tag::ba : tag::ab);
+  entry->weights =
+      key.ldb > 0 ? dnnl::memory::desc({key.k, key.n}, type, dnnl::memory::dims{key.ldb, 1})
+                  : dnnl::memory::desc({key.k, key.n}, type, key.transpose_b ? tag::ba : tag::ab);
   entry->dst = dnnl::memory::desc({key.m, key.n}, type, tag::ab);
   if (key.bias) entry->bias = dnnl::memory::desc({1, key.n}, type, tag::ab);
   const dnnl::matmul::desc desc =
@@ -103,13 +107,15 @@ std::shared_ptr<const MatmulPrimitive> create_matmul(const MatmulKey& key) {
 }
 
 /// y = act(op(x) op(w) + bias) through a cached oneDNN matmul primitive, for float32 or
-/// bfloat16 data (`type`); the products are summed, and the epilogue applied, in float32.
+/// bfloat16 data (`type`); the products are summed, and the epilogue applied, in float32. A w
+/// read as stored has rows `ldw` apart (0: n).
 void onednn_matmul(dnnl::memory::data_type type, bool transpose_a, bool transpose_b, int64_t m,
                    int64_t n, int64_t k, const void* x, const void* w, const void* bias, bool relu,
-                   void* y) {
+                   void* y, int64_t ldw = 0) {
   static onednn::PrimitiveCache<MatmulKey, MatmulPrimitive, MatmulKeyHash> cache;
-  const MatmulKey key{m,    n,           k,          bias != nullptr, relu, omp_get_max_threads(),
-                      type, transpose_a, transpose_b};
+  const MatmulKey key{
+      m,    n,           k,           bias != nullptr,      relu, omp_get_max_threads(),
+      type, transpose_a, transpose_b, transpose_b ? 0 : ldw};
   try {
     const std::shared_ptr<const MatmulPrimitive> mm = cache.get(key, create_matmul);
     std::unordered_map<int, dnnl::memory> args{{DNNL_ARG_SRC, onednn::wrap(mm->src, x)},
@@ -143,9 +149,17 @@ bool onednn_has_bf16_matmul() {
   return available;
 }
 
-void onednn_dense(int64_t m, int64_t n, int64_t k, const float* x, const float* w,
+/// float32 dense through oneDNN; w [k, n] has rows ldw apart. A kernel whose stride the AVX2
+/// sgemm reads slowly is copied to a padded one first (gemm_b_copy_stride).
+void onednn_dense(int64_t m, int64_t n, int64_t k, const float* x, const float* w, int64_t ldw,
                   const float* bias, bool relu, float* y) {
-  onednn_matmul(dnnl::memory::data_type::f32, false, false, m, n, k, x, w, bias, relu, y);
+  if (const int64_t stride = gemm_b_copy_stride(false, m, ldw); stride > 0) {
+    const FloatBuffer copy(k * stride);
+    copy_rows(k, n, w, ldw, copy.data(), stride);
+    return onednn_dense(m, n, k, x, copy.data(), stride, bias, relu, y);
+  }
+  onednn_matmul(dnnl::memory::data_type::f32, false, false, m, n, k, x, w, bias, relu, y,
+                ldw == n ? 0 : ldw);
 }
 
 #endif  // TANDEM_WITH_ONEDNN
@@ -155,8 +169,17 @@ void onednn_dense(int64_t m, int64_t n, int64_t k, const float* x, const float* 
 template <typename H>
 void emulated_dense(int64_t m, int64_t n, int64_t k, const H* x, const H* w, const H* bias,
                     bool relu, H* y) {
-  const FloatBuffer x32 = widen(x, m * k), w32 = widen(w, k * n), bias32 = widen(bias, n);
+  const FloatBuffer x32 = widen(x, m * k), bias32 = widen(bias, n);
   const FloatBuffer y32(m * n);  // written whole by dense
+#if TANDEM_WITH_ONEDNN
+  // Widened straight to the stride the float32 GEMM wants, if it wants another (one pass).
+  if (const int64_t stride = gemm_b_copy_stride(false, m, n); stride > 0 && k > 0) {
+    const FloatBuffer w32 = widen_rows(w, k, n, stride);
+    onednn_dense(m, n, k, x32.data(), w32.data(), stride, bias32.data(), relu, y32.data());
+    return narrow(y32, y);
+  }
+#endif
+  const FloatBuffer w32 = widen(w, k * n);
   dense(m, n, k, x32.data(), w32.data(), bias32.data(), relu, y32.data());
   narrow(y32, y);
 }
@@ -164,10 +187,13 @@ void emulated_dense(int64_t m, int64_t n, int64_t k, const H* x, const H* w, con
 template <typename H>
 void emulated_matmul(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k,
                      const H* a, const H* b, H* c) {
-  const FloatBuffer a32 = widen(a, m * k), b32 = widen(b, k * n);
+  // B widened straight to the stride the float32 GEMM wants, if it wants another (one pass).
+  const int64_t ldb = transpose_b ? k : n;
+  const int64_t stride = std::max(ldb, gemm_b_copy_stride(transpose_b, m, ldb));
+  const FloatBuffer a32 = widen(a, m * k), b32 = widen_rows(b, transpose_b ? n : k, ldb, stride);
   const FloatBuffer c32(m * n);  // written whole by the GEMM (beta 0)
-  gemm(transpose_a, transpose_b, m, n, k, 1.0f, a32.data(), transpose_a ? m : k, b32.data(),
-       transpose_b ? k : n, 0.0f, c32.data(), n);
+  gemm(transpose_a, transpose_b, m, n, k, 1.0f, a32.data(), transpose_a ? m : k, b32.data(), stride,
+       0.0f, c32.data(), n);
   narrow(c32, c);
 }
 
@@ -178,7 +204,7 @@ void dense(int64_t m, int64_t n, int64_t k, const float* x, const float* w, cons
   if (m == 0 || n == 0) return;
 #if TANDEM_WITH_ONEDNN
   // An empty sum (k == 0) is left to the portable path, which writes act(bias).
-  if (k > 0) return onednn_dense(m, n, k, x, w, bias, relu, y);
+  if (k > 0) return onednn_dense(m, n, k, x, w, n, bias, relu, y);
 #endif
   gemm_then_epilogue(m, n, k, x, w, bias, relu, y);
 }

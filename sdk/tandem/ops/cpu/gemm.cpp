@@ -1,12 +1,17 @@
-// CPU GEMM: float32 dispatches to oneDNN's dnnl_sgemm; float64 (and float32 when oneDNN was not
+// CPU GEMM: float32 dispatches to oneDNN's dnnl_sgemm (on AVX2, a B whose row stride is a large
+// power of two copied to a padded stride first); float64 (and float32 when oneDNN was not
 // built) runs a portable blocked, OpenMP-parallel loop.
 #include <algorithm>
+#include <cstring>
 #include <string>
 #include <vector>
 
+#include "tandem/core/cpu_isa.h"
 #include "tandem/core/error.h"
 #include "tandem/core/threading.h"
 #include "tandem/ops/cpu/nn_kernels.h"
+#include "tandem/ops/cpu/parallel.h"
+#include "tandem/ops/cpu/widen.h"
 
 #if TANDEM_WITH_ONEDNN
 #include <dnnl.h>
@@ -131,7 +136,32 @@ void blocked_gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int6
   }
 }
 
+// A B row stride this many floats longer than a power of two leaves the rows in different cache
+// sets (and keeps each row 64-byte aligned).
+constexpr int64_t kStridePad = 16;
+
 }  // namespace
+
+int64_t gemm_b_copy_stride(bool transpose_b, int64_t m, int64_t ldb) {
+#if TANDEM_WITH_ONEDNN
+  const bool power_of_two = ldb >= 512 && (ldb & (ldb - 1)) == 0;
+  if (!transpose_b && power_of_two && m >= 8 && cpu_isa() < CpuIsa::kAvx512Core)
+    return ldb + kStridePad;
+#else
+  (void)transpose_b, (void)m, (void)ldb;
+#endif
+  return 0;
+}
+
+void copy_rows(int64_t rows, int64_t columns, const float* from, int64_t from_stride, float* to,
+               int64_t to_stride) {
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(columns, 1));
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i)
+      std::memcpy(to + i * to_stride, from + i * from_stride,
+                  static_cast<size_t>(columns) * sizeof(float));
+  });
+}
 
 void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, float alpha,
           const float* a, int64_t lda, const float* b, int64_t ldb, float beta, float* c,
@@ -147,6 +177,13 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
   // oneDNN (OpenMP runtime) uses omp_get_max_threads() of the calling thread, which
   // tandem::set_compute_threads sets; so each replica's GEMM keeps to its share of the cores.
   onednn::apply_cpu_isa_cap();
+  if (const int64_t stride = gemm_b_copy_stride(transpose_b, m, ldb); stride > 0) {
+    const FloatBuffer copy(k * stride);
+    copy_rows(k, n, b, ldb, copy.data(), stride);
+    // The padded stride is no power of two: the call below reads the copy in place.
+    return gemm(transpose_a, transpose_b, m, n, k, alpha, a, lda, copy.data(), stride, beta, c,
+                ldc);
+  }
   const dnnl_status_t status = dnnl_sgemm(transpose_a ? 'T' : 'N', transpose_b ? 'T' : 'N', m, n, k,
                                           alpha, a, lda, b, ldb, beta, c, ldc);
   TANDEM_CHECK(status == dnnl_success, "gemm: dnnl_sgemm failed (", dnnl_status2str(status),

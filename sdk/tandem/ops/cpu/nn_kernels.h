@@ -16,6 +16,19 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, d
           const double* a, int64_t lda, const double* b, int64_t ldb, double beta, double* c,
           int64_t ldc);
 
+/// The row stride to which the float32 GEMMs (gemm, and dense's matmul) copy a B read as
+/// stored (not transposed) before oneDNN reads it, or 0 where oneDNN reads B in place. oneDNN
+/// 2.6's AVX2 sgemm runs at about half speed when B's rows lie a power of two of at least
+/// 2 KiB apart (a 1024-wide layer's kernel): every row of a k step then falls into the same
+/// cache sets, and its AVX-512 path copies such a B while the AVX2 path does not (measured by
+/// bench_gemm_cpu's large-MLP rows). The copy, 16 floats longer per row, costs one pass over B;
+/// below 8 rows of A it would cost about what it saves.
+int64_t gemm_b_copy_stride(bool transpose_b, int64_t m, int64_t ldb);
+/// to[i * to_stride + j] = from[i * from_stride + j] for i < rows, j < columns (the threads of
+/// the caller's budget).
+void copy_rows(int64_t rows, int64_t columns, const float* from, int64_t from_stride, float* to,
+               int64_t to_stride);
+
 /// Geometry of a 2-D convolution or pooling window over an NHWC input.
 struct ConvGeometry {
   int64_t batch, in_h, in_w, channels;  // input [N, H, W, C]

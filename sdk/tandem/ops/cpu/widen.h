@@ -2,6 +2,7 @@
 // 16-bit implementation (float16 everywhere; bfloat16 where oneDNN has none) compute in float32.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <memory>
 
@@ -40,6 +41,20 @@ FloatBuffer widen(const H* x, int64_t n) {
   float* to = out.data();
   parallel_for(n, kElementwiseGrain,
                [&](int64_t begin, int64_t end) { convert(x + begin, to + begin, end - begin); });
+  return out;
+}
+
+/// x [rows, columns] (row-major, dense) as float32 rows `stride` apart (stride >= columns; the
+/// floats between rows are left unset).
+template <typename H>
+FloatBuffer widen_rows(const H* x, int64_t rows, int64_t columns, int64_t stride) {
+  if (stride == columns) return widen(x, rows * columns);
+  FloatBuffer out(rows * stride);
+  float* to = out.data();
+  const int64_t grain = std::max<int64_t>(1, kElementwiseGrain / std::max<int64_t>(columns, 1));
+  parallel_for(rows, grain, [&](int64_t begin, int64_t end) {
+    for (int64_t i = begin; i < end; ++i) convert(x + i * columns, to + i * stride, columns);
+  });
   return out;
 }
 
