@@ -31,8 +31,9 @@ void say_when_slow(DType compute) {
           "dtype policy mixed_bfloat16 on a CPU without bfloat16 instructions (",
           cpu_isa_name(cpu_isa()),
           "; AVX512-BF16 or AMX make them): the GEMMs and convolutions widen their bfloat16 "
-          "operands to float32 and compute there, so the step runs about as fast as float32, "
-          "with bfloat16 activations (half the memory) and bfloat16 rounding between layers");
+          "operands to float32 and compute there, so the step runs somewhat slower than "
+          "float32 (the conversions), with bfloat16 activations (half the memory) and bfloat16 "
+          "rounding between layers; float32 is the faster policy on this CPU");
     });
   } else if (compute == DType::kFloat16) {
     std::call_once(f16_said, [] {
