@@ -8,6 +8,7 @@
 #include <atomic>
 #include <string>
 #include <string_view>
+#include <type_traits>
 #include <vector>
 
 #include "tandem/ops/cpu/optimizer_updates.h"
@@ -101,16 +102,11 @@ void update_all(std::string_view op, std::span<Tensor> variables, std::span<cons
           op, first.device(),
           [&] {
             for (size_t i : group) {
-              T* w = ptr<T>(variables[i]);
-              const T* g = ptr<T>(gradients[i]);
-              const int64_t n = variables[i].numel();
-              if constexpr (kSlots == 0) {
-                cpu::optimizer_update(f, n, w, g);
-              } else if constexpr (kSlots == 1) {
-                cpu::optimizer_update(f, n, w, g, ptr<T>(slots[0][i]));
-              } else {
-                cpu::optimizer_update(f, n, w, g, ptr<T>(slots[0][i]), ptr<T>(slots[1][i]));
-              }
+              std::array<T*, kSlots + 1> slot_data{};  // one more: never empty
+              for (size_t s = 0; const std::span<Tensor>& kind : slots)
+                slot_data[s++] = ptr<T>(kind[i]);
+              cpu::optimizer_update(f, variables[i].numel(), ptr<T>(variables[i]),
+                                    ptr<T>(gradients[i]), slot_data.data());
             }
           },
           TANDEM_ON_CUDA({
@@ -119,7 +115,7 @@ void update_all(std::string_view op, std::span<Tensor> variables, std::span<cons
             for (size_t i : group) {
               cuda::UpdateOperands<T> o{.variable = ptr<T>(variables[i]),
                                         .gradient = ptr<T>(gradients[i]),
-                                        .slots = {nullptr, nullptr},
+                                        .slots = {},
                                         .numel = variables[i].numel()};
               for (size_t s = 0; const std::span<Tensor>& kind : slots)
                 o.slots[s++] = ptr<T>(kind[i]);
@@ -132,6 +128,36 @@ void update_all(std::string_view op, std::span<Tensor> variables, std::span<cons
 }
 
 }  // namespace
+
+template <template <typename> class Rule>
+void fused_update_(std::string_view op, std::span<Tensor> variables,
+                   std::span<const Tensor> gradients, std::span<const std::span<Tensor>> slots,
+                   std::span<const char* const> slot_names, const Rule<float>& f32,
+                   const Rule<double>& f64) {
+  constexpr size_t kSlots = Rule<float>::kSlots;
+  TANDEM_CHECK(slots.size() == kSlots && slot_names.size() == kSlots, op, ": the update keeps ",
+               kSlots, " slots per variable, got ", slots.size(), " kinds and ", slot_names.size(),
+               " names");
+  std::array<std::span<Tensor>, kSlots> slot_kinds;
+  std::array<const char*, kSlots + 1> names{"gradient"};
+  std::copy(slots.begin(), slots.end(), slot_kinds.begin());
+  std::copy(slot_names.begin(), slot_names.end(), names.begin() + 1);
+  update_all<kSlots>(op, variables, gradients, slot_kinds, names, [&]<typename T>() {
+    if constexpr (std::is_same_v<T, float>) {
+      return f32;
+    } else {
+      return f64;
+    }
+  });
+}
+
+#define TANDEM_FUSED_UPDATE(Rule)                                                              \
+  template void fused_update_<k::Rule>(                                                        \
+      std::string_view, std::span<Tensor>, std::span<const Tensor>,                            \
+      std::span<const std::span<Tensor>>, std::span<const char* const>, const k::Rule<float>&, \
+      const k::Rule<double>&);
+TANDEM_FUSED_UPDATE_RULES(TANDEM_FUSED_UPDATE)
+#undef TANDEM_FUSED_UPDATE
 
 void sgd_update_(std::span<Tensor> variables, std::span<const Tensor> gradients,
                  double learning_rate) {

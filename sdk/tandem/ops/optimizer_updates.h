@@ -1,11 +1,13 @@
-// Fused optimizer updates: SGD (plain, momentum, Nesterov) and Adam/AdamW, each one pass over a
-// variable that reads and writes it and its slots once, in place, with no temporary tensor. The
+// Fused optimizer updates: SGD (plain, momentum, Nesterov), Adam/AdamW, and any rule of
+// TANDEM_FUSED_UPDATE_RULES through fused_update_, each one pass over a variable that
+// reads and writes it and its slots once, in place, with no temporary tensor. The
 // results are bit for bit those of the same update written with the separate ops of ops.h (the
 // Keras operation order the optimizers of optim/ follow). Not recorded on tapes. The batched
 // forms update all variables of an optimizer step at once: on CUDA in one multi-tensor launch.
 #pragma once
 
 #include <span>
+#include <string_view>
 
 #include "tandem/tensor/tensor.h"
 
@@ -63,5 +65,17 @@ void sgd_momentum_update_(std::span<Tensor> variables, std::span<const Tensor> g
 /// adam_update_ on every variable, m[i] and v[i] being variables[i]'s slots.
 void adam_update_(std::span<Tensor> variables, std::span<const Tensor> gradients,
                   std::span<Tensor> m, std::span<Tensor> v, const AdamStep& step);
+
+/// Any rule of TANDEM_FUSED_UPDATE_RULES (ops/kernels/optimizer_functors.h) on every variable,
+/// as the forms above run theirs: slots[s][i] is slot s of variables[i] (Rule<T>::kSlots kinds,
+/// named by slot_names in error messages, which start with `op`); the float32 variables update
+/// with f32, the float64 ones with f64. What an optimizer with its own rule calls from its
+/// update_step: fused_update_<kernels::MyUpdate>("my_rule", variables, gradients, slots,
+/// slot_names, MyUpdate<float>{...}, MyUpdate<double>{...}).
+template <template <typename> class Rule>
+void fused_update_(std::string_view op, std::span<Tensor> variables,
+                   std::span<const Tensor> gradients, std::span<const std::span<Tensor>> slots,
+                   std::span<const char* const> slot_names, const Rule<float>& f32,
+                   const Rule<double>& f64);
 
 }  // namespace tandem::ops

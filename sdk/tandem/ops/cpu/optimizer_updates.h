@@ -8,9 +8,9 @@
 
 namespace tandem::ops::cpu {
 
-/// f(w[i], g[i], slots[i]...) for i < n: w and the slots are updated in place. Instantiated for
-/// SgdUpdate (no slot), SgdMomentumUpdate (one) and AdamUpdate (two), float and double.
-template <typename F, typename T, typename... Slots>
-void optimizer_update(const F& f, int64_t n, T* w, const T* g, Slots*... slots);
+/// f(w[i], g[i], slots[0][i], ..., slots[F::kSlots - 1][i]) for i < n: w and the slots are
+/// updated in place. Instantiated for every rule of TANDEM_FUSED_UPDATE_RULES, float and double.
+template <typename F, typename T>
+void optimizer_update(const F& f, int64_t n, T* w, const T* g, T* const* slots);
 
 }  // namespace tandem::ops::cpu

@@ -50,13 +50,17 @@ void fill(DType dtype, int64_t n, double value, void* y, cudaStream_t stream);
 
 // ---- fused optimizer updates (ops/cuda/optimizer_updates.cu) ------------------------------
 
+/// Slots an update rule may keep per variable (kernels::*Update<T>::kSlots).
+inline constexpr int kMaxUpdateSlots = 2;
+
 /// The tensors of one variable in a multi-tensor optimizer update: the variable, its gradient
-/// and up to two slots (null past the update's slot count), each of `numel` elements.
+/// and up to kMaxUpdateSlots slots (null past the update's slot count), each of `numel`
+/// elements.
 template <typename T>
 struct UpdateOperands {
   T* variable;
   const T* gradient;
-  T* slots[2];
+  T* slots[kMaxUpdateSlots];
   int64_t numel;
 };
 
@@ -69,16 +73,11 @@ inline constexpr int kMaxUpdateTensors = 64;
 
 // f(w[i], g[i], slots[i]...) for every element of every variable of `operands`, in place on
 // the variables and their slots (as the CPU loop cpu::optimizer_update per variable): one
-// launch per kMaxUpdateTensors variables. T is float or double. Returns the launches issued.
-template <typename T>
-int optimizer_update(const kernels::SgdUpdate<T>& f, const std::vector<UpdateOperands<T>>& operands,
+// launch per kMaxUpdateTensors variables. F is a rule of TANDEM_FUSED_UPDATE_RULES for T, float
+// or double. Returns the launches issued.
+template <typename F, typename T>
+int optimizer_update(const F& f, const std::vector<UpdateOperands<T>>& operands,
                      cudaStream_t stream);
-template <typename T>
-int optimizer_update(const kernels::SgdMomentumUpdate<T>& f,
-                     const std::vector<UpdateOperands<T>>& operands, cudaStream_t stream);
-template <typename T>
-int optimizer_update(const kernels::AdamUpdate<T>& f,
-                     const std::vector<UpdateOperands<T>>& operands, cudaStream_t stream);
 
 // ---- reductions and softmax (ops/cuda/reduce.cu); x viewed as [outer, n, inner] -----------
 

@@ -5,6 +5,7 @@
 // nvcc would otherwise contract the functors' products and sums into multiply-adds, and the
 // updates would no longer round as the CPU loop and the separate ops do.
 #include <algorithm>
+#include <utility>
 
 #include "tandem/ops/cuda/cuda_kernels.h"
 #include "tandem/ops/cuda/device_utils.cuh"
@@ -24,8 +25,17 @@ struct TensorTable {
   int64_t first_chunk[kMaxUpdateTensors + 1];
   int count;
 };
-static_assert(sizeof(TensorTable<double, 2>) + 64 <= 4096,
+static_assert(sizeof(TensorTable<double, kMaxUpdateSlots>) + 64 <= 4096,
               "the table and a functor must fit the kernel argument space");
+
+/// f over elements [first, end) of variable `index` of `table`, blockDim.x apart.
+template <typename F, typename T, int kSlots, size_t... S>
+__device__ __forceinline__ void update_chunk(const F& f, T* w, const T* g,
+                                             const TensorTable<T, kSlots>& table, int index,
+                                             int64_t first, int64_t end,
+                                             std::index_sequence<S...>) {
+  for (int64_t i = first; i < end; i += blockDim.x) f(w[i], g[i], table.slots[S][index][i]...);
+}
 
 template <typename F, typename T, int kSlots>
 __global__ void multi_tensor_update_kernel(F f, TensorTable<T, kSlots> table) {
@@ -45,15 +55,7 @@ __global__ void multi_tensor_update_kernel(F f, TensorTable<T, kSlots> table) {
     const int64_t end = min(begin + kUpdateChunk, table.numel[lo]);
     T* w = table.variables[lo];
     const T* g = table.gradients[lo];
-    for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-      if constexpr (kSlots == 0) {
-        f(w[i], g[i]);
-      } else if constexpr (kSlots == 1) {
-        f(w[i], g[i], table.slots[0][lo][i]);
-      } else {
-        f(w[i], g[i], table.slots[0][lo][i], table.slots[1][lo][i]);
-      }
-    }
+    update_chunk(f, w, g, table, lo, begin + threadIdx.x, end, std::make_index_sequence<kSlots>{});
   }
 }
 
@@ -90,33 +92,19 @@ int launch(const F& f, const std::vector<UpdateOperands<T>>& operands, cudaStrea
 
 }  // namespace
 
-template <typename T>
-int optimizer_update(const kernels::SgdUpdate<T>& f, const std::vector<UpdateOperands<T>>& operands,
+template <typename F, typename T>
+int optimizer_update(const F& f, const std::vector<UpdateOperands<T>>& operands,
                      cudaStream_t stream) {
-  return launch<0>(f, operands, stream);
+  static_assert(F::kSlots <= kMaxUpdateSlots, "raise kMaxUpdateSlots (cuda_kernels.h)");
+  return launch<F::kSlots>(f, operands, stream);
 }
 
-template <typename T>
-int optimizer_update(const kernels::SgdMomentumUpdate<T>& f,
-                     const std::vector<UpdateOperands<T>>& operands, cudaStream_t stream) {
-  return launch<1>(f, operands, stream);
-}
-
-template <typename T>
-int optimizer_update(const kernels::AdamUpdate<T>& f,
-                     const std::vector<UpdateOperands<T>>& operands, cudaStream_t stream) {
-  return launch<2>(f, operands, stream);
-}
-
-#define TANDEM_CUDA_OPTIMIZER_UPDATES(T)                                                 \
-  template int optimizer_update<T>(const kernels::SgdUpdate<T>&,                         \
-                                   const std::vector<UpdateOperands<T>>&, cudaStream_t); \
-  template int optimizer_update<T>(const kernels::SgdMomentumUpdate<T>&,                 \
-                                   const std::vector<UpdateOperands<T>>&, cudaStream_t); \
-  template int optimizer_update<T>(const kernels::AdamUpdate<T>&,                        \
-                                   const std::vector<UpdateOperands<T>>&, cudaStream_t);
-
-TANDEM_CUDA_OPTIMIZER_UPDATES(float)
-TANDEM_CUDA_OPTIMIZER_UPDATES(double)
+#define TANDEM_CUDA_OPTIMIZER_UPDATE(Rule)                                                   \
+  template int optimizer_update<kernels::Rule<float>, float>(                                \
+      const kernels::Rule<float>&, const std::vector<UpdateOperands<float>>&, cudaStream_t); \
+  template int optimizer_update<kernels::Rule<double>, double>(                              \
+      const kernels::Rule<double>&, const std::vector<UpdateOperands<double>>&, cudaStream_t);
+TANDEM_FUSED_UPDATE_RULES(TANDEM_CUDA_OPTIMIZER_UPDATE)
+#undef TANDEM_CUDA_OPTIMIZER_UPDATE
 
 }  // namespace tandem::ops::cuda

@@ -1,8 +1,12 @@
 // The per-element math of the fused optimizer updates (ops/optimizer_updates.h), written once
 // for the CPU loop and the CUDA kernel. Each functor updates one element of a variable and its
-// slots in place, with the operations and roundings of the separate ops it replaces (Keras'
-// order). The files that run them are compiled without multiply-add contraction, so every
-// product and sum is rounded on its own as it was when each op wrote a tensor.
+// kSlots slots in place, with the operations and roundings of the separate ops it replaces
+// (Keras' order). The files that run them are compiled without multiply-add contraction, so
+// every product and sum is rounded on its own as it was when each op wrote a tensor.
+//
+// A new update rule is its functor here and one name in TANDEM_FUSED_UPDATE_RULES (the end of
+// this file): the CPU loop (built per instruction set), the CUDA multi-tensor kernel and
+// ops::fused_update_ are instantiated from that list.
 #pragma once
 
 #include "tandem/core/host_device.h"
@@ -13,6 +17,7 @@ namespace tandem::ops::kernels {
 /// Plain SGD: w -= g * lr.
 template <typename T>
 struct SgdUpdate {
+  static constexpr int kSlots = 0;
   T learning_rate;
   TANDEM_HD_INLINE void operator()(T& w, T g) const {
     const T scaled = g * learning_rate;
@@ -24,6 +29,7 @@ struct SgdUpdate {
 ///   m = m * momentum - g * lr;  w += m, or with nesterov w += m * momentum - g * lr.
 template <typename T>
 struct SgdMomentumUpdate {
+  static constexpr int kSlots = 1;
   T learning_rate;
   T momentum;
   bool nesterov;
@@ -45,6 +51,7 @@ struct SgdMomentumUpdate {
 ///   w -= (m * alpha) / (sqrt(v) + epsilon).
 template <typename T>
 struct AdamUpdate {
+  static constexpr int kSlots = 2;
   T alpha;
   T one_minus_beta_1;
   T one_minus_beta_2;
@@ -70,3 +77,7 @@ struct AdamUpdate {
 };
 
 }  // namespace tandem::ops::kernels
+
+/// Every fused update rule, as X(functor template of tandem::ops::kernels): what the CPU loop,
+/// the CUDA kernel and ops::fused_update_ are instantiated for.
+#define TANDEM_FUSED_UPDATE_RULES(X) X(SgdUpdate) X(SgdMomentumUpdate) X(AdamUpdate)
