@@ -47,6 +47,7 @@
 #include "tandem/ops/optimizer_updates.h"
 #include "tandem/optim/adam.h"
 #include "tandem/optim/clip.h"
+#include "tandem/optim/lion.h"
 #include "tandem/optim/loss_scale_optimizer.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/optim/schedules.h"

@@ -236,8 +236,11 @@ struct TrainingRun {
   static constexpr int64_t kExamples = 330;  // 11 steps per epoch, the last one of 10 examples
   static constexpr int64_t kGlobalBatch = 32;
 
+  /// The update rule of the run's optimizer.
+  enum class Rule { kAdam, kLion };
+
   /// `accumulation_steps` > 1: each train() step is a micro-step of an accumulating optimizer.
-  explicit TrainingRun(int replicas, int accumulation_steps = 1)
+  explicit TrainingRun(int replicas, int accumulation_steps = 1, Rule rule = Rule::kAdam)
       : strategy(MirroredStrategy::cpu(replicas)),
         data(strategy.distribute_dataset(make_dataset())),
         accuracy("train_accuracy") {
@@ -246,8 +249,15 @@ struct TrainingRun {
         nn::Dense(16, nn::Activation::kRelu), nn::Dropout(0.25), nn::Dense(kClasses)});
     model->set_seed(11);
     model->build({kFeatures});
-    optimizer = std::make_unique<optim::Adam>(optim::Adam::Options{
-        .learning_rate = 0.01, .gradient_accumulation_steps = accumulation_steps});
+    if (rule == Rule::kLion) {
+      optimizer = std::make_unique<optim::Lion>(
+          optim::Lion::Options{.learning_rate = 0.003,
+                               .weight_decay = 0.1,
+                               .gradient_accumulation_steps = accumulation_steps});
+    } else {
+      optimizer = std::make_unique<optim::Adam>(optim::Adam::Options{
+          .learning_rate = 0.01, .gradient_accumulation_steps = accumulation_steps});
+    }
   }
 
   static data::Dataset make_dataset() {
@@ -338,7 +348,7 @@ struct TrainingRun {
   MirroredStrategy strategy;
   data::DistributedDataset data;
   std::unique_ptr<nn::Sequential> model;
-  std::unique_ptr<optim::Adam> optimizer;
+  std::unique_ptr<optim::Optimizer> optimizer;
   metrics::SparseCategoricalAccuracy accuracy;
   int64_t step_in_epoch = 0;
   std::vector<uint64_t> batch_hashes;

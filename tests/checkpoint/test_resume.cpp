@@ -54,6 +54,34 @@ TEST_CASE(
   CHECK(expected.count("iteration@1") == 1);
 }
 
+TEST_CASE("checkpoint resume: Lion's slot and decay continue bitwise after a restore",
+          "[cpu][checkpoint]") {
+  TrainingRun straight(kReplicas, 1, TrainingRun::Rule::kLion);
+  straight.train(2 * kHalf);
+  const std::map<std::string, std::string> expected = straight.state();
+
+  TempDir dir;
+  {
+    TrainingRun first(kReplicas, 1, TrainingRun::Rule::kLion);
+    first.train(kHalf);
+    td::CheckpointManager manager(first.checkpoint(), dir.str(), {.max_to_keep = 2});
+    REQUIRE(manager.save() == dir.file("ckpt-8.h5"));
+  }
+  TrainingRun second(kReplicas, 1, TrainingRun::Rule::kLion);
+  second.checkpoint().restore(dir.file("ckpt-8.h5"));
+  CHECK(second.optimizer->iterations() == kHalf);
+  second.train(kHalf);
+  const std::map<std::string, std::string> resumed = second.state();
+  REQUIRE(resumed.size() == expected.size());
+  for (const auto& [name, bytes] : expected) {
+    INFO("state entry " << name);
+    REQUIRE(resumed.count(name) == 1);
+    CHECK(resumed.at(name) == bytes);  // bitwise
+  }
+  CHECK(expected.count("m/dense/kernel@1") == 1);  // Lion's one slot, on both replicas
+  CHECK(expected.count("v/dense/kernel@1") == 0);
+}
+
 TEST_CASE("checkpoint resume: the second half in a new process", "[.child]") {
   const std::string dir = env_or_empty("TANDEM_CKPT_TEST_DIR");
   if (dir.empty()) return;  // only meaningful as the child of the test above

@@ -1,5 +1,5 @@
 // [cuda] tests of the fused optimizer updates (ops/optimizer_updates.h): the CUDA kernel against
-// the CPU loop for SGD, momentum, Nesterov, Adam and AdamW over several steps, float32 and
+// the CPU loop for SGD, momentum, Nesterov, Adam, AdamW and Lion over several steps, float32 and
 // float64, directly and through the optimizers on GPU variables; the batched forms over
 // variables of many sizes, and one multi-tensor launch per optimizer step. Without a GPU each
 // test WARNs why it was skipped and passes.
@@ -106,6 +106,26 @@ TEST_CASE("Adam on GPU variables matches Adam on CPU variables", "[cuda][optim][
   CHECK(max_relative_difference(gpu_vars[0].value(), cpu_vars[0].value()) <= kTolerance);
   CHECK(max_relative_difference(gpu_opt.slot(gpu_vars[0], "v").value(),
                                 cpu_opt.slot(cpu_vars[0], "v").value()) <= kTolerance);
+  CHECK(max_relative_difference(cpu_vars[0].value(), w0) > 0.0);
+}
+
+TEST_CASE("Lion on GPU variables matches Lion on CPU variables", "[cuda][optim][fused]") {
+  TANDEM_REQUIRE_GPU();
+  Generator generator(/*seed=*/10);
+  const Tensor w0 = Tensor::uniform(Shape{300, 200}, generator, -1.0, 1.0);
+  std::vector<Variable> cpu_vars{Variable("w", w0.clone())};
+  std::vector<Variable> gpu_vars{Variable("w", w0.to(kGpu))};
+  const optim::Lion::Options options{.learning_rate = 0.003, .weight_decay = 0.1};
+  optim::Lion cpu_opt(options), gpu_opt(options);
+  for (int step = 0; step < 5; ++step) {
+    const Tensor g = Tensor::uniform(Shape{300, 200}, generator, -1.0, 1.0);
+    cpu_opt.apply_gradients({g}, cpu_vars);
+    gpu_opt.apply_gradients({g.to(kGpu)}, gpu_vars);
+  }
+  CHECK(gpu_vars[0].value().device() == kGpu);
+  CHECK(max_relative_difference(gpu_vars[0].value(), cpu_vars[0].value()) <= kTolerance);
+  CHECK(max_relative_difference(gpu_opt.slot(gpu_vars[0], "m").value(),
+                                cpu_opt.slot(cpu_vars[0], "m").value()) <= kTolerance);
   CHECK(max_relative_difference(cpu_vars[0].value(), w0) > 0.0);
 }
 

@@ -9,6 +9,7 @@
 
 #include "ops/ops_testing.h"
 #include "tandem/core/internal/cpu_loop_isa.h"
+#include "tandem/ops/kernels/optimizer_functors.h"
 #include "tandem/ops/optimizer_updates.h"
 
 using namespace tandem;
@@ -71,7 +72,22 @@ std::vector<std::vector<uint8_t>> outputs() {
   Tensor velocity = random_tensor({1001}, 32, DType::kFloat32, -0.1, 0.1);
   ops::sgd_momentum_update_(w, g, velocity, 0.01, 0.9, /*nesterov=*/true);
   ops::sgd_update_(w, g, 0.01);
-  for (const Tensor* t : {&w, &m, &s, &velocity}) out.push_back(bytes(*t));
+  // Lion (with its decay) through the generic entry point.
+  Tensor lion_m = random_tensor({1001}, 33, DType::kFloat32, -0.1, 0.1);
+  const ops::kernels::LionUpdate<float> lion{.learning_rate = 1e-3f,
+                                             .beta_1 = 0.9f,
+                                             .one_minus_beta_1 = 1.0f - 0.9f,
+                                             .beta_2 = 0.99f,
+                                             .one_minus_beta_2 = 1.0f - 0.99f,
+                                             .decay = true,
+                                             .weight_decay = 0.1f};
+  const ops::kernels::LionUpdate<double> unused{};
+  const std::span<Tensor> lion_slots[] = {std::span<Tensor>(&lion_m, 1)};
+  const char* const lion_names[] = {"slot m"};
+  ops::fused_update_<ops::kernels::LionUpdate>("lion", std::span<Tensor>(&w, 1),
+                                               std::span<const Tensor>(&g, 1), lion_slots,
+                                               lion_names, lion, unused);
+  for (const Tensor* t : {&w, &m, &s, &velocity, &lion_m}) out.push_back(bytes(*t));
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "tandem/autograd/variable.h"
 #include "tandem/optim/adam.h"
 #include "tandem/optim/clip.h"
+#include "tandem/optim/lion.h"
 #include "tandem/optim/sgd.h"
 
 namespace td = tandem;
@@ -98,6 +99,26 @@ TEST_CASE("Keras parity: Adam, and its m and v slots", "[cpu][optim][keras]") {
 TEST_CASE("Keras parity: AdamW", "[cpu][optim][keras]") {
   optim::AdamW adamw({.learning_rate = 0.01, .weight_decay = 0.004});
   run_fixture_steps(adamw, "adamw");
+}
+
+TEST_CASE("Keras parity: Lion, with and without weight decay, and its m slot",
+          "[cpu][optim][keras]") {
+  optim::Lion lion({.learning_rate = 0.01});
+  const auto vars = run_fixture_steps(lion, "lion");
+  CHECK(max_abs_error(lion.slot(vars[0], "m").value(), KerasFixtures::get().tensor("lion.m_w0")) <=
+        kParityTolerance);
+  optim::Lion decayed({.learning_rate = 0.01, .weight_decay = 0.05});
+  run_fixture_steps(decayed, "lion_wd");
+  CHECK(lion.name() == "lion");
+  CHECK_THAT(decayed.config_json(),
+             Catch::Contains("\"weight_decay\": 0.05") && Catch::Contains("\"beta_2\": 0.99"));
+}
+
+TEST_CASE("Lion refuses bad hyper-parameters, naming them", "[cpu][optim]") {
+  using Catch::Contains;
+  CHECK_THROWS_WITH(optim::Lion({.beta_1 = 0.0}), Contains("beta_1") && Contains("got 0"));
+  CHECK_THROWS_WITH(optim::Lion({.beta_2 = 1.5}), Contains("beta_2") && Contains("1.5"));
+  CHECK_THROWS_WITH(optim::Lion({.weight_decay = -1.0}), Contains("weight_decay"));
 }
 
 // ---- closed forms ------------------------------------------------------------------------------

@@ -76,8 +76,36 @@ struct AdamUpdate {
   }
 };
 
+/// Lion (keras/src/optimizers/lion.py; the decay of base_optimizer's _apply_weight_decay):
+/// first w -= (w * weight_decay) * lr when decay, then
+///   w -= lr * sign(m * beta_1 + g * (1 - beta_1));  m = m * beta_2 + g * (1 - beta_2),
+/// (1 - beta) computed in T, as Keras computes it on the cast beta. sign(NaN) is NaN.
+template <typename T>
+struct LionUpdate {
+  static constexpr int kSlots = 1;
+  T learning_rate;
+  T beta_1;
+  T one_minus_beta_1;
+  T beta_2;
+  T one_minus_beta_2;
+  bool decay;  // decoupled weight decay is on
+  T weight_decay;
+  TANDEM_HD_INLINE void operator()(T& w, T g, T& m) const {
+    T w_new = w;
+    if (decay) {
+      const T decayed = (w_new * weight_decay) * learning_rate;
+      w_new = w_new - decayed;
+    }
+    const T direction = m * beta_1 + g * one_minus_beta_1;
+    const T sign = direction > T(0) ? T(1) : (direction < T(0) ? T(-1) : direction);
+    const T step = learning_rate * sign;
+    w = w_new - step;
+    m = m * beta_2 + g * one_minus_beta_2;
+  }
+};
+
 }  // namespace tandem::ops::kernels
 
 /// Every fused update rule, as X(functor template of tandem::ops::kernels): what the CPU loop,
 /// the CUDA kernel and ops::fused_update_ are instantiated for.
-#define TANDEM_FUSED_UPDATE_RULES(X) X(SgdUpdate) X(SgdMomentumUpdate) X(AdamUpdate)
+#define TANDEM_FUSED_UPDATE_RULES(X) X(SgdUpdate) X(SgdMomentumUpdate) X(AdamUpdate) X(LionUpdate)
