@@ -183,58 +183,62 @@ void check_close(const td::Tensor& got, const td::Tensor& want, float relative) 
 TEST_CASE("bfloat16 and float16 matmul and dense sum in float32: within the dtype's rounding",
           "[cpu][tensor]") {
   td::Generator gen(7);
-  for (const DType half : {DType::kBFloat16, DType::kFloat16}) {
-    INFO(half);
-    // Inputs rounded to the 16-bit type first; the float32 reference multiplies those values, so
-    // the only differences left are the output's rounding (2^-8 relative for bfloat16, 2^-11
-    // for float16) and the order of the float32 sums.
-    const float ulp = half == DType::kBFloat16 ? 1.0f / 128 : 1.0f / 1024;
-    const td::Tensor x = td::ops::cast(td::Tensor::uniform({33, 70}, gen, -1, 1), half);
-    const td::Tensor w = td::ops::cast(td::Tensor::uniform({70, 45}, gen, -1, 1), half);
-    const td::Tensor b = td::ops::cast(td::Tensor::uniform({45}, gen, -1, 1), half);
-    const auto f32 = [](const td::Tensor& t) { return td::ops::cast(t, DType::kFloat32); };
+  // Odd sizes, and a kernel 512 wide (on AVX2 widened straight into a padded stride).
+  const int64_t sizes[][3] = {{33, 70, 45}, {16, 40, 512}};
+  for (const auto& [m, k, n] : sizes) {
+    for (const DType half : {DType::kBFloat16, DType::kFloat16}) {
+      INFO(half << ", [" << m << ", " << k << "] x [" << k << ", " << n << "]");
+      // Inputs rounded to the 16-bit type first; the float32 reference multiplies those values, so
+      // the only differences left are the output's rounding (2^-8 relative for bfloat16, 2^-11
+      // for float16) and the order of the float32 sums.
+      const float ulp = half == DType::kBFloat16 ? 1.0f / 128 : 1.0f / 1024;
+      const td::Tensor x = td::ops::cast(td::Tensor::uniform({m, k}, gen, -1, 1), half);
+      const td::Tensor w = td::ops::cast(td::Tensor::uniform({k, n}, gen, -1, 1), half);
+      const td::Tensor b = td::ops::cast(td::Tensor::uniform({n}, gen, -1, 1), half);
+      const auto f32 = [](const td::Tensor& t) { return td::ops::cast(t, DType::kFloat32); };
 
-    for (const bool ta : {false, true}) {
-      for (const bool tb : {false, true}) {
-        INFO("transpose_a " << ta << ", transpose_b " << tb);
-        const td::Tensor a = ta ? td::ops::transpose(x) : x;  // stored transposed
-        const td::Tensor bm = tb ? td::ops::transpose(w) : w;
-        const td::Tensor got = td::ops::matmul(a, bm, ta, tb);
-        CHECK(got.dtype() == half);
-        CHECK(got.shape() == td::Shape{33, 45});
-        check_close(got, td::ops::matmul(f32(a), f32(bm), ta, tb), ulp);
+      for (const bool ta : {false, true}) {
+        for (const bool tb : {false, true}) {
+          INFO("transpose_a " << ta << ", transpose_b " << tb);
+          const td::Tensor a = ta ? td::ops::transpose(x) : x;  // stored transposed
+          const td::Tensor bm = tb ? td::ops::transpose(w) : w;
+          const td::Tensor got = td::ops::matmul(a, bm, ta, tb);
+          CHECK(got.dtype() == half);
+          CHECK(got.shape() == td::Shape{m, n});
+          check_close(got, td::ops::matmul(f32(a), f32(bm), ta, tb), ulp);
+        }
       }
-    }
-    const td::Tensor y = td::ops::dense(x, w, b, td::ops::FusedActivation::kRelu);
-    CHECK(y.dtype() == half);
-    check_close(y, td::ops::dense(f32(x), f32(w), f32(b), td::ops::FusedActivation::kRelu), ulp);
+      const td::Tensor y = td::ops::dense(x, w, b, td::ops::FusedActivation::kRelu);
+      CHECK(y.dtype() == half);
+      check_close(y, td::ops::dense(f32(x), f32(w), f32(b), td::ops::FusedActivation::kRelu), ulp);
 
-    // Gradients: the dense's backward runs two 16-bit GEMMs and a float32-accumulated bias sum.
-    td::Variable wv("w", f32(w), true), bv("b", f32(b), true);
-    td::Tensor loss16, loss32;
-    std::vector<td::Tensor> g16, g32;
-    {
-      td::GradientTape tape;
-      const td::Tensor out =
-          td::ops::dense(x, td::ops::cast(wv.value(), half), td::ops::cast(bv.value(), half),
-                         td::ops::FusedActivation::kRelu);
-      loss16 = td::ops::sum(td::ops::cast(out, DType::kFloat32));
-      g16 = tape.gradient(loss16, std::vector<td::Variable>{wv, bv});
+      // Gradients: the dense's backward runs two 16-bit GEMMs and a float32-accumulated bias sum.
+      td::Variable wv("w", f32(w), true), bv("b", f32(b), true);
+      td::Tensor loss16, loss32;
+      std::vector<td::Tensor> g16, g32;
+      {
+        td::GradientTape tape;
+        const td::Tensor out =
+            td::ops::dense(x, td::ops::cast(wv.value(), half), td::ops::cast(bv.value(), half),
+                           td::ops::FusedActivation::kRelu);
+        loss16 = td::ops::sum(td::ops::cast(out, DType::kFloat32));
+        g16 = tape.gradient(loss16, std::vector<td::Variable>{wv, bv});
+      }
+      {
+        td::GradientTape tape;
+        const td::Tensor out =
+            td::ops::dense(f32(x), wv.value(), bv.value(), td::ops::FusedActivation::kRelu);
+        loss32 = td::ops::sum(out);
+        g32 = tape.gradient(loss32, std::vector<td::Variable>{wv, bv});
+      }
+      REQUIRE(g16[0].defined());
+      REQUIRE(g16[1].defined());
+      CHECK(g16[0].dtype() == DType::kFloat32);
+      // A unit the ReLU lets through in one precision and not the other changes its column by a
+      // whole row of x: rare with these inputs, so the gradients agree to a few ulps.
+      check_close(g16[0], g32[0], 4 * ulp);
+      check_close(g16[1], g32[1], 4 * ulp);
     }
-    {
-      td::GradientTape tape;
-      const td::Tensor out =
-          td::ops::dense(f32(x), wv.value(), bv.value(), td::ops::FusedActivation::kRelu);
-      loss32 = td::ops::sum(out);
-      g32 = tape.gradient(loss32, std::vector<td::Variable>{wv, bv});
-    }
-    REQUIRE(g16[0].defined());
-    REQUIRE(g16[1].defined());
-    CHECK(g16[0].dtype() == DType::kFloat32);
-    // A unit the ReLU lets through in one precision and not the other changes its column by a
-    // whole row of x: rare with these inputs, so the gradients agree to a few ulps.
-    check_close(g16[0], g32[0], 4 * ulp);
-    check_close(g16[1], g32[1], 4 * ulp);
   }
 }
 
