@@ -6,6 +6,7 @@
 #include <catch2/catch.hpp>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <span>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "tandem/autograd/variable.h"
+#include "tandem/ops/kernels/optimizer_functors.h"
 #include "tandem/ops/ops.h"
 #include "tandem/ops/optimizer_updates.h"
 #include "tandem/optim/adam.h"
@@ -320,6 +322,25 @@ TEST_CASE("Fused Adam and AdamW equal the separate ops bit for bit", "[cpu][opti
       }
     }
   }
+}
+
+TEMPLATE_TEST_CASE("Lion's sign: +-1, a zero or NaN itself, as tf.sign", "[cpu][optim][fused]",
+                   float, double) {
+  using T = TestType;
+  using ops::kernels::sign_of;
+  const T inf = std::numeric_limits<T>::infinity();
+  const T tiny = std::numeric_limits<T>::denorm_min();
+  CHECK(sign_of(T(2.5)) == T(1));
+  CHECK(sign_of(T(-1e-30)) == T(-1));
+  CHECK(sign_of(tiny) == T(1));
+  CHECK(sign_of(-tiny) == T(-1));
+  CHECK(sign_of(inf) == T(1));
+  CHECK(sign_of(-inf) == T(-1));
+  CHECK(sign_of(T(0)) == T(0));
+  CHECK_FALSE(std::signbit(sign_of(T(0))));
+  CHECK(std::signbit(sign_of(-T(0))));
+  CHECK(std::isnan(sign_of(std::numeric_limits<T>::quiet_NaN())));
+  CHECK(std::isnan(sign_of(-std::numeric_limits<T>::quiet_NaN())));
 }
 
 TEST_CASE("Fused Lion equals the separate ops bit for bit", "[cpu][optim][fused]") {

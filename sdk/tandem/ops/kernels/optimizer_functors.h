@@ -9,6 +9,13 @@
 // ops::fused_update_ are instantiated from that list.
 #pragma once
 
+#ifndef __CUDA_ARCH__
+#include <bit>
+#include <cstdint>
+#include <limits>
+#include <type_traits>
+#endif
+
 #include "tandem/core/host_device.h"
 #include "tandem/ops/kernels/functors.h"
 
@@ -76,6 +83,25 @@ struct AdamUpdate {
   }
 };
 
+/// sign(x): -1, +1, x itself for a zero (its sign kept) or a NaN (tf.sign). On the host in integer
+/// operations on the bits, which GCC vectorizes (a select of floats, or a float comparison turned
+/// into a number, keeps its AVX2 loop scalar).
+template <typename T>
+TANDEM_HD_INLINE T sign_of(T x) {
+#ifdef __CUDA_ARCH__
+  return x > T(0) ? T(1) : (x < T(0) ? T(-1) : x);
+#else
+  using Bits = std::conditional_t<sizeof(T) == 4, uint32_t, uint64_t>;
+  constexpr Bits kSign = Bits{1} << (sizeof(T) * 8 - 1);
+  const Bits bits = std::bit_cast<Bits>(x), magnitude = bits & ~kSign;
+  const Bits infinity = std::bit_cast<Bits>(std::numeric_limits<T>::infinity());
+  // x itself where it is a zero or NaN, else +-1 with its sign.
+  const Bits keep = Bits{0} - static_cast<Bits>((magnitude == 0) | (magnitude > infinity));
+  const Bits unit = (bits & kSign) | std::bit_cast<Bits>(T(1));
+  return std::bit_cast<T>((unit & ~keep) | (bits & keep));
+#endif
+}
+
 /// Lion (keras/src/optimizers/lion.py; the decay of base_optimizer's _apply_weight_decay):
 /// first w -= (w * weight_decay) * lr when decay, then
 ///   w -= lr * sign(m * beta_1 + g * (1 - beta_1));  m = m * beta_2 + g * (1 - beta_2),
@@ -97,7 +123,7 @@ struct LionUpdate {
       w_new = w_new - decayed;
     }
     const T direction = m * beta_1 + g * one_minus_beta_1;
-    const T sign = direction > T(0) ? T(1) : (direction < T(0) ? T(-1) : direction);
+    const T sign = sign_of(direction);
     const T step = learning_rate * sign;
     w = w_new - step;
     m = m * beta_2 + g * one_minus_beta_2;
