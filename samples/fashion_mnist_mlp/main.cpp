@@ -65,6 +65,9 @@ int train_and_evaluate(const samples::Flags& flags) {
   // LossScaleOptimizer). bfloat16 has float32's range and needs none.
   std::optional<td::optim::LossScaleOptimizer> loss_scale;
   if (td::nn::global_policy().compute_dtype() == td::DType::kFloat16) loss_scale.emplace(optimizer);
+  // What the step updates through: the loss scale when there is one, else Adam itself.
+  td::optim::Optimizer& update =
+      loss_scale ? static_cast<td::optim::Optimizer&>(*loss_scale) : optimizer;
   int64_t skipped_before = 0;  // updates the loss scale skipped before this epoch
   td::metrics::Mean train_loss("train_loss");
   td::metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy");
@@ -78,13 +81,9 @@ int train_and_evaluate(const samples::Flags& flags) {
     td::Tensor per_example_loss = loss_fn(batch.labels(), logits);
     // Divided by the global batch of this step; the optimizer averages accumulated steps.
     td::Tensor loss = td::compute_average_loss(per_example_loss, global_batch);
-    if (!loss_scale) {
-      auto grads = tape.gradient(loss, model.trainable_variables());
-      optimizer.apply_gradients(ctx, grads, model.trainable_variables());  // SUM across replicas
-    } else {
-      auto grads = tape.gradient(loss_scale->scale_loss(loss), model.trainable_variables());
-      loss_scale->apply_gradients(ctx, grads, model.trainable_variables());  // unscaled there
-    }
+    // The loss as scaled (under a loss scale), unscaled again before the update.
+    auto grads = tape.gradient(update.scale_loss(loss), model.trainable_variables());
+    update.apply_gradients(ctx, grads, model.trainable_variables());  // SUM across replicas
     train_loss.update_state(per_example_loss);
     train_accuracy.update_state(batch.labels(), logits);
     return loss;
@@ -93,13 +92,12 @@ int train_and_evaluate(const samples::Flags& flags) {
   // The metrics and the step counter are saved too, so that an epoch resumed after a stop
   // reports all its steps (and its examples: train_loss counts them).
   int64_t step_in_epoch = 0;
-  td::Checkpoint checkpoint(
-      {{"model", &model},
-       {"optimizer", loss_scale ? td::Trackable(&*loss_scale) : td::Trackable(&optimizer)},
-       {"train_data", &dist_train},
-       {"train_loss", &train_loss},
-       {"train_accuracy", &train_accuracy},
-       {"step_in_epoch", &step_in_epoch}});
+  td::Checkpoint checkpoint({{"model", &model},
+                             {"optimizer", &update},
+                             {"train_data", &dist_train},
+                             {"train_loss", &train_loss},
+                             {"train_accuracy", &train_accuracy},
+                             {"step_in_epoch", &step_in_epoch}});
   // Every worker calls save(); only the chief writes.
   td::CheckpointManager manager(checkpoint, flags.checkpoint_dir,
                                 {.max_to_keep = 3, .strategy = &strategy});

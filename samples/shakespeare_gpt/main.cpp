@@ -246,6 +246,9 @@ int main(int argc, char** argv) {
     std::optional<td::optim::LossScaleOptimizer> loss_scale;
     if (td::nn::global_policy().compute_dtype() == td::DType::kFloat16)
       loss_scale.emplace(optimizer);
+    // What the step updates through: the loss scale when there is one, else AdamW itself.
+    td::optim::Optimizer& update =
+        loss_scale ? static_cast<td::optim::Optimizer&>(*loss_scale) : optimizer;
     std::cout << "model: " << o.layers << " layers, " << o.heads << " heads, embedding " << o.embed
               << ", block " << o.block << ", " << model.count_params() << " parameters; "
               << replicas << " replica(s), global batch " << o.batch << " x " << o.block
@@ -258,12 +261,7 @@ int main(int argc, char** argv) {
       const td::Tensor losses =
           samples::gpt::sequence_losses(model(batch[0], /*training=*/true), batch[1]);
       const td::Tensor loss = td::compute_average_loss(losses, o.batch);
-      if (loss_scale) {
-        loss_scale->apply_gradients(ctx, tape.gradient(loss_scale->scale_loss(loss), variables),
-                                    variables);
-      } else {
-        optimizer.apply_gradients(ctx, tape.gradient(loss, variables), variables);
-      }
+      update.apply_gradients(ctx, tape.gradient(update.scale_loss(loss), variables), variables);
       return loss;
     };
     auto eval_step = [&](td::ReplicaContext&, const td::data::Batch& batch) {
@@ -279,11 +277,10 @@ int main(int argc, char** argv) {
       return total;
     };
 
-    td::Checkpoint checkpoint(
-        {{"model", &model},
-         {"optimizer", loss_scale ? td::Trackable(&*loss_scale) : td::Trackable(&optimizer)},
-         {"train_data", &train},
-         {"tokenizer", &tokenizer}});
+    td::Checkpoint checkpoint({{"model", &model},
+                               {"optimizer", &update},
+                               {"train_data", &train},
+                               {"tokenizer", &tokenizer}});
     td::CheckpointManager manager(checkpoint, o.checkpoint_dir,
                                   {.max_to_keep = 3, .strategy = &strategy});
     std::optional<std::string> restored;

@@ -86,9 +86,61 @@ TEST_CASE("LossScaleOptimizer refuses bad options and a second wrapper", "[cpu][
   CHECK_THROWS_WITH(optim::LossScaleOptimizer(sgd, {.dynamic_growth_steps = 0}),
                     Catch::Contains("dynamic_growth_steps"));
   optim::LossScaleOptimizer first(sgd);
-  CHECK_THROWS_WITH(optim::LossScaleOptimizer(sgd), Catch::Contains("another LossScaleOptimizer"));
+  CHECK_THROWS_WITH(optim::LossScaleOptimizer(sgd),
+                    Catch::Contains("\"sgd\" is already wrapped") &&
+                        Catch::Contains("(\"loss_scale_optimizer\")"));
   CHECK_THROWS_WITH(first.set_state(-1.0, 0), Catch::Contains("loss scale"));
   CHECK_THROWS_WITH(first.set_state(8.0, 2000), Catch::Contains("step_counter 2000"));
+}
+
+TEST_CASE("LossScaleOptimizer is an Optimizer: one step function for both, the state the inner's",
+          "[cpu][optim]") {
+  td::Variable w("w", td::Tensor::from_vector<float>({1.0f, -2.0f}), true);
+  optim::Adam adam({.learning_rate = 0.1});
+  const td::Tensor loss = td::Tensor::scalar(3.0, td::DType::kFloat32);
+  // A plain optimizer's scale_loss is the loss itself (Keras 3's base class).
+  CHECK(adam.scale_loss(loss).item<float>() == 3.0f);
+  CHECK(&adam.innermost() == &adam);
+  {
+    optim::LossScaleOptimizer lso(adam, {.initial_scale = 8.0});
+    optim::Optimizer& optimizer = lso;
+    CHECK(optimizer.name() == "loss_scale_optimizer");
+    CHECK(&optimizer.innermost() == &adam);
+    CHECK(optimizer.scale_loss(loss).item<float>() == 24.0f);
+    // Every call reaches the inner optimizer: the update, the counter, the slots, the rate.
+    optimizer.apply_gradients({td::Tensor::from_vector<float>({8.0f, -16.0f})}, {w});
+    CHECK(optimizer.iterations() == 1);
+    CHECK(adam.iterations() == 1);
+    CHECK(&optimizer.iterations_variable() == &adam.iterations_variable());
+    CHECK(optimizer.slot_names() == adam.slot_names());
+    REQUIRE(optimizer.slot_variables().size() == 2);
+    CHECK(optimizer.slot_variables()[0].second.id() == adam.slot(w, "m").id());
+    CHECK(optimizer.slot(w, "v").id() == adam.slot(w, "v").id());
+    CHECK(optimizer.current_learning_rate() == Approx(0.1));
+    optimizer.set_learning_rate(0.05);
+    CHECK(adam.current_learning_rate() == Approx(0.05));
+    optimizer.set_iterations(7);
+    CHECK(adam.iterations() == 7);
+    // The update went through Adam with the unscaled gradient (1, -2): Adam's first step moves
+    // each weight by the rate against the gradient's sign.
+    const std::vector<float> after = w.value().to_vector<float>();
+    CHECK(after[0] == Approx(1.0f - 0.1f).epsilon(1e-5));
+    CHECK(after[1] == Approx(-2.0f + 0.1f).epsilon(1e-5));
+    // A non-finite gradient: skipped (the counter stays), the scale halves.
+    optimizer.apply_gradients({td::Tensor::from_vector<float>({INFINITY, 0.0f})}, {w});
+    CHECK(adam.iterations() == 7);
+    CHECK(lso.loss_scale() == 4.0);
+  }
+  // Once the wrapper is gone, Adam updates unwrapped (nothing is skipped or unscaled) and may be
+  // wrapped again.
+  td::Variable u("u", td::Tensor::from_vector<float>({0.0f}), true);
+  optim::SGD sgd({.learning_rate = 1.0});
+  { optim::LossScaleOptimizer lso(sgd, {.initial_scale = 4.0}); }
+  sgd.apply_gradients({td::Tensor::from_vector<float>({2.0f})}, {u});
+  CHECK(u.value().to_vector<float>() == std::vector<float>{-2.0f});
+  optim::LossScaleOptimizer again(sgd, {.initial_scale = 4.0});
+  again.apply_gradients({td::Tensor::from_vector<float>({4.0f})}, {u});
+  CHECK(u.value().to_vector<float>() == std::vector<float>{-3.0f});
 }
 
 namespace {

@@ -18,12 +18,9 @@ using detail::layers_of;
 using detail::signature_of;
 using detail::tracked_counter;
 using detail::tracked_one;
+using detail::tracked_optimizer;
 
 // ---- Trackable and Checkpoint --------------------------------------------------------------
-
-Trackable::Trackable(optim::LossScaleOptimizer* optimizer)
-    : pointer_(optimizer != nullptr ? &optimizer->inner_optimizer() : nullptr),
-      loss_scale_(optimizer) {}
 
 std::string_view Trackable::kind() const {
   static constexpr std::array<std::string_view, 9> kNames = {
@@ -61,7 +58,7 @@ void Checkpoint::add(std::string name, Trackable object) {
 
 int64_t Checkpoint::global_step() const {
   if (const int64_t* counter = tracked_counter(entries_, "global_step")) return *counter;
-  if (const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_))
+  if (const optim::Optimizer* optimizer = tracked_optimizer(entries_))
     return optimizer->iterations();
   return 0;
 }
@@ -73,7 +70,7 @@ int Checkpoint::num_replicas() const {
       if (!weights.empty()) return weights.front().num_copies();
     }
   }
-  if (const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_))
+  if (const optim::Optimizer* optimizer = tracked_optimizer(entries_))
     return optimizer->iterations_variable().num_copies();
   if (const data::DistributedDataset* d = tracked_one<data::DistributedDataset>(entries_))
     return static_cast<int>(d->num_replicas());

@@ -21,7 +21,6 @@ class Module;
 }  // namespace nn
 namespace optim {
 class Optimizer;
-class LossScaleOptimizer;
 }  // namespace optim
 namespace data {
 class DistributedDataset;
@@ -48,9 +47,9 @@ class CheckpointMismatchError : public Error {
 /// \verbatim
 ///   nn::Module* (a Sequential or a single layer)   -> /model_weights, and the Sequential's
 ///                                                      dropout streams -> rng/replica_state
-///   optim::Optimizer*                              -> /optimizer_weights (slots, iterations)
-///   optim::LossScaleOptimizer*                     -> its inner optimizer as above, and its
-///       scale and counter -> /training_state/loss_scale/{scale, good_steps}
+///   optim::Optimizer*                              -> /optimizer_weights (slots, iterations;
+///       a wrapper's are the wrapped optimizer's); a LossScaleOptimizer's scale and counter
+///       -> /training_state/loss_scale/{scale, good_steps}
 ///   data::DistributedDataset*, data::Iterator*     -> /training_state/data/<name>
 ///   metrics::Metric* (a user subclass too)         -> /training_state/metrics/<name>/<variable>:
 ///       each state variable, summed over replicas and workers
@@ -79,10 +78,8 @@ class Trackable {
   // Implicit on purpose: Checkpoint({{"model", &model}, {"optimizer", &optimizer}}).
   /// Tracks a model: its weights and the Sequential's dropout streams.
   Trackable(nn::Module* model) : pointer_(model) {}  // NOLINT
-  /// Tracks an optimizer: its slots and update count.
+  /// Tracks an optimizer: its slots and update count (and a loss scale's state).
   Trackable(optim::Optimizer* optimizer) : pointer_(optimizer) {}  // NOLINT
-  /// Tracks a loss-scale optimizer: its inner optimizer, and the loss scale's state.
-  Trackable(optim::LossScaleOptimizer* optimizer);  // NOLINT
   /// Tracks a distributed dataset's position (epoch and place within it).
   Trackable(data::DistributedDataset* dataset) : pointer_(dataset) {}  // NOLINT
   /// Tracks a dataset iterator's position.
@@ -103,12 +100,9 @@ class Trackable {
   /// "model", "optimizer", "distributed dataset", "dataset iterator", "metric", "counter",
   /// "float64 counter", "float32 counter" or "user state".
   std::string_view kind() const;
-  /// The loss-scale optimizer tracked (its inner optimizer is pointer()), else nullptr.
-  optim::LossScaleOptimizer* loss_scale() const { return loss_scale_; }
 
  private:
   Pointer pointer_;
-  optim::LossScaleOptimizer* loss_scale_ = nullptr;
 };
 
 /// The state of a training run, tracked by name:

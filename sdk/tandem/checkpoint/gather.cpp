@@ -16,6 +16,7 @@ namespace tandem {
 using detail::generators_of;
 using detail::tracked;
 using detail::tracked_one;
+using detail::tracked_optimizer;
 
 namespace {
 
@@ -54,7 +55,7 @@ detail::GatheredState local_state(const std::vector<Checkpoint::Entry>& entries,
       out.on_read[v.name()] = sum;
     }
   }
-  const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
+  const optim::Optimizer* optimizer = tracked_optimizer(entries);
   if (optimizer && optimizer->micro_step() > 0) {
     for (const auto& [name, accumulator] : optimizer->accumulator_variables()) {
       Tensor sum = accumulator.copy(0).to(Device::cpu());

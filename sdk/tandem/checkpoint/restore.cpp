@@ -48,6 +48,7 @@ using detail::strip_keras_suffix;
 using detail::tracked;
 using detail::tracked_loss_scale;
 using detail::tracked_one;
+using detail::tracked_optimizer;
 
 namespace {
 
@@ -214,7 +215,7 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
                detail::str_cat("/training_state/grad_accum/micro_step is ", out.micro_step,
                                ", outside [0, gradient_accumulation_steps = ", saved_steps, ")"));
     if (out.micro_step > 0) {
-      const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
+      const optim::Optimizer* optimizer = tracked_optimizer(entries);
       const int steps = optimizer ? optimizer->gradient_accumulation_steps() : 1;
       if (steps != saved_steps)
         mismatch(path, detail::str_cat("saved in the middle of gradient accumulation (micro_step ",
@@ -417,7 +418,7 @@ void Checkpoint::restore(const std::string& path) const {
   TANDEM_CHECK(current_replica_binding().num_replicas <= 1, "Checkpoint::restore(", path,
                "): called inside strategy.run; restore from the main thread, outside run");
   const nn::Module* model = tracked_one<nn::Module>(entries_);
-  optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_);
+  optim::Optimizer* optimizer = tracked_optimizer(entries_);
   const int replicas = num_replicas();
 
   // 1. Read and check everything.

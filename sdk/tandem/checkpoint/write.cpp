@@ -47,6 +47,7 @@ using detail::LayerWeights;
 using detail::tracked;
 using detail::tracked_loss_scale;
 using detail::tracked_one;
+using detail::tracked_optimizer;
 
 namespace {
 
@@ -184,7 +185,7 @@ void write_training_state(const detail::ImageGroup& root,
   // accumulation, each variable's accumulator as the SUM over replicas of the replica-local
   // copies (only that sum is ever all-reduced, so a restore may put it on one replica).
   const detail::ImageGroup accumulation = group.require_group("grad_accum");
-  const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
+  const optim::Optimizer* optimizer = tracked_optimizer(entries);
   const int64_t micro_step = optimizer ? optimizer->micro_step() : 0;
   accumulation.write_tensor("micro_step", int64_scalar(micro_step));
   accumulation.write_attr(
@@ -263,7 +264,7 @@ FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& g
                             SnapshotCache* cache, std::vector<ImageOp> recycled) {
   const std::vector<Checkpoint::Entry>& entries_ = checkpoint.entries();
   const nn::Module* model = tracked_one<nn::Module>(entries_);
-  const optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries_);
+  const optim::Optimizer* optimizer = tracked_optimizer(entries_);
   const auto image = std::make_shared<FileImage>();
   // A new op list of this size is a large allocation, which can make the allocator sort its
   // free lists first on this thread: the previous image's list is reused instead.

@@ -13,36 +13,28 @@
 namespace tandem::optim {
 
 LossScaleOptimizer::LossScaleOptimizer(Optimizer& inner, LossScaleOptions options)
-    : inner_(inner), options_(options) {
+    : Optimizer("loss_scale_optimizer", inner), inner_(inner), options_(options) {
   TANDEM_CHECK(std::isfinite(options_.initial_scale) && options_.initial_scale > 0,
                "LossScaleOptimizer: initial_scale must be finite and positive, got ",
                options_.initial_scale);
   TANDEM_CHECK(options_.dynamic_growth_steps >= 1,
                "LossScaleOptimizer: dynamic_growth_steps must be >= 1, got ",
                options_.dynamic_growth_steps);
-  TANDEM_CHECK(!inner_.update_gate_, "LossScaleOptimizer: optimizer \"", inner_.name(),
-               "\" is wrapped by another LossScaleOptimizer already");
   dynamic_scale_ = make_variable("dynamic_scale",
                                  Tensor::scalar(options_.initial_scale, DType::kFloat32), false);
   step_counter_ = make_variable("step_counter", Tensor::scalar(0, DType::kInt64), false);
-  Optimizer::keep_on_host(dynamic_scale_);
-  Optimizer::keep_on_host(step_counter_);
-  inner_.update_gate_ = [this](std::vector<Tensor>& gradients) { return before_update(gradients); };
+  keep_on_host(dynamic_scale_);
+  keep_on_host(step_counter_);
 }
-
-LossScaleOptimizer::~LossScaleOptimizer() { inner_.update_gate_ = nullptr; }
 
 Tensor LossScaleOptimizer::scale_loss(const Tensor& loss) const { return loss * loss_scale(); }
 
-void LossScaleOptimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gradients,
-                                         const std::vector<Variable>& variables) {
-  inner_.apply_gradients(ctx, gradients, variables);
-}
-
-void LossScaleOptimizer::apply_gradients(const std::vector<Tensor>& gradients,
-                                         const std::vector<Variable>& variables,
-                                         ApplyGradientsOptions options) {
-  inner_.apply_gradients(gradients, variables, options);
+void LossScaleOptimizer::update_step(std::span<const Tensor> /*gradients*/,
+                                     std::span<Tensor> /*variables*/,
+                                     std::vector<std::vector<Tensor>>& /*slots*/,
+                                     double /*learning_rate*/, int64_t /*step*/) {
+  TANDEM_THROW("LossScaleOptimizer: update_step is the wrapped optimizer's (\"", inner_.name(),
+               "\")");
 }
 
 double LossScaleOptimizer::loss_scale() const {
@@ -77,7 +69,7 @@ std::string LossScaleOptimizer::config_json() const {
                                  ", \"dynamic\": ", options_.dynamic ? "true" : "false", "}");
 }
 
-bool LossScaleOptimizer::before_update(std::vector<Tensor>& gradients) {
+bool LossScaleOptimizer::transform_gradients(std::vector<Tensor>& gradients) {
   autograd::NoRecordGuard no_record;
   const double scale = loss_scale();
   if (options_.dynamic) {

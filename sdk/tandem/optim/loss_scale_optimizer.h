@@ -15,11 +15,11 @@
 
 #include <atomic>
 #include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "tandem/autograd/variable.h"
-#include "tandem/optim/gradient_sync.h"
 #include "tandem/optim/optimizer.h"
 #include "tandem/tensor/tensor.h"
 
@@ -36,18 +36,17 @@ struct LossScaleOptions {
   bool dynamic = true;
 };
 
-/// Loss scaling around an optimizer (Keras 3's LossScaleOptimizer), for float16 training: in
-/// the step, differentiate scale_loss(loss) and pass the gradients to apply_gradients(ctx, ...),
-/// which unscales them and updates, or skips the update when they are not finite.
-class LossScaleOptimizer {
+/// Loss scaling around an optimizer (Keras 3's LossScaleOptimizer), for float16 training. It is
+/// an Optimizer, so the step reads as with any other: differentiate optimizer.scale_loss(loss)
+/// and pass the gradients to optimizer.apply_gradients(ctx, ...), which unscales them and
+/// updates, or skips the update when they are not finite. Everything else (iterations, slots,
+/// learning rate, accumulation) is the wrapped optimizer's.
+class LossScaleOptimizer final : public Optimizer {
  public:
   /// Wraps `inner`, which must outlive this object and be wrapped by no other. Make it where
   /// the inner optimizer is made (inside strategy.scope()): its scale ("dynamic_scale",
   /// float32) and counter ("step_counter", int64) are variables, mirrored on every replica.
   explicit LossScaleOptimizer(Optimizer& inner, LossScaleOptions options = {});
-  ~LossScaleOptimizer();
-  LossScaleOptimizer(const LossScaleOptimizer&) = delete;
-  LossScaleOptimizer& operator=(const LossScaleOptimizer&) = delete;
 
   /// The wrapped optimizer.
   Optimizer& inner_optimizer() const { return inner_; }
@@ -55,15 +54,7 @@ class LossScaleOptimizer {
   const LossScaleOptions& options() const { return options_; }
 
   /// loss x the current scale (recorded: differentiate the scaled loss).
-  Tensor scale_loss(const Tensor& loss) const;
-
-  /// The inner optimizer's apply_gradients, with the gradients of the scaled loss: see above.
-  void apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gradients,
-                       const std::vector<Variable>& variables);
-  /// The plain form (see Optimizer::apply_gradients): for one replica, or gradients already
-  /// summed across replicas ({.skip_gradients_aggregation = true}).
-  void apply_gradients(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
-                       ApplyGradientsOptions options = {});
+  Tensor scale_loss(const Tensor& loss) const override;
 
   /// The current scale: inside strategy.run this replica's copy, outside replica 0's (all
   /// replicas hold the same).
@@ -81,14 +72,21 @@ class LossScaleOptimizer {
   /// The counter as the int64 variable "step_counter" (one copy per replica; checkpointed).
   const Variable& step_counter_variable() const { return step_counter_; }
 
-  /// Keras-style JSON of the options (stored in checkpoints).
-  std::string config_json() const;
+  /// Keras-style JSON of the options.
+  std::string config_json() const override;
+
+ protected:
+  /// Run by the inner optimizer before each update: unscales `gradients` in place and returns
+  /// true, or returns false (skip) for non-finite ones, moving the scale either way.
+  bool transform_gradients(std::vector<Tensor>& gradients) override;
+  /// A dynamic scale skips non-finite updates (a fixed one does not).
+  bool expects_non_finite_gradients() const override { return options_.dynamic; }
+  /// Never called: the inner optimizer updates.
+  void update_step(std::span<const Tensor> gradients, std::span<Tensor> variables,
+                   std::vector<std::vector<Tensor>>& slots, double learning_rate,
+                   int64_t step) override;
 
  private:
-  /// The gate the inner optimizer runs before each update: unscales `gradients` in place and
-  /// returns true, or returns false (skip) for non-finite ones, moving the scale either way.
-  bool before_update(std::vector<Tensor>& gradients);
-
   Optimizer& inner_;
   LossScaleOptions options_;
   Variable dynamic_scale_;

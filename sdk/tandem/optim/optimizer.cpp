@@ -40,6 +40,24 @@ Optimizer::Optimizer(std::string name, LearningRate learning_rate,
   if (micro_step_.defined()) keep_on_host(micro_step_);
 }
 
+Optimizer::Optimizer(std::string name, Optimizer& inner)
+    : name_(std::move(name)),
+      learning_rate_(inner.learning_rate()),  // unused: a wrapper reads the inner one's
+      accumulation_steps_(1),
+      inner_(&inner) {
+  TANDEM_CHECK(inner.wrapper_ == nullptr, name_, ": optimizer \"", inner.name(),
+               "\" is already wrapped by another optimizer (\"", inner.wrapper_->name(), "\")");
+  inner.wrapper_ = this;
+}
+
+Optimizer::~Optimizer() {
+  if (inner_ != nullptr) inner_->wrapper_ = nullptr;
+}
+
+Tensor Optimizer::scale_loss(const Tensor& loss) const { return loss; }
+
+bool Optimizer::transform_gradients(std::vector<Tensor>& /*gradients*/) { return true; }
+
 void Optimizer::keep_on_host(Variable& counter) {
   // The counters are read on the host at every update (learning rate, accumulation): copies on
   // a GPU would make every replica wait for its stream once per step. One CPU copy per replica.
@@ -49,9 +67,13 @@ void Optimizer::keep_on_host(Variable& counter) {
   counter.set_copies(std::move(copies));
 }
 
-int64_t Optimizer::iterations() const { return iterations_.value_untracked().item<int64_t>(); }
+int64_t Optimizer::iterations() const {
+  if (inner_ != nullptr) return inner_->iterations();
+  return iterations_.value_untracked().item<int64_t>();
+}
 
 void Optimizer::set_iterations(int64_t iterations) {
+  if (inner_ != nullptr) return inner_->set_iterations(iterations);
   TANDEM_CHECK(iterations >= 0, name_, ": iterations must be >= 0, got ", iterations);
   const Tensor value = Tensor::scalar(static_cast<double>(iterations), DType::kInt64);
   for (int r = 0; r < iterations_.num_copies(); ++r) {
@@ -61,11 +83,13 @@ void Optimizer::set_iterations(int64_t iterations) {
 }
 
 int64_t Optimizer::micro_step() const {
+  if (inner_ != nullptr) return inner_->micro_step();
   if (accumulation_steps_ == 1) return 0;
   return micro_step_.value_untracked().item<int64_t>();
 }
 
 void Optimizer::set_micro_step(int64_t micro_step) {
+  if (inner_ != nullptr) return inner_->set_micro_step(micro_step);
   TANDEM_CHECK(micro_step >= 0 && micro_step < accumulation_steps_, name_,
                ": micro_step must be in [0, gradient_accumulation_steps = ", accumulation_steps_,
                "), got ", micro_step);
@@ -77,7 +101,7 @@ void Optimizer::set_micro_step(int64_t micro_step) {
   }
 }
 
-double Optimizer::current_learning_rate() const { return learning_rate_(iterations()); }
+double Optimizer::current_learning_rate() const { return learning_rate()(iterations()); }
 
 namespace {
 /// Whether the update_step call this thread is in gets weight decay (apply_update sets it per
@@ -89,6 +113,7 @@ bool Optimizer::weight_decay_applies() { return decay_group; }
 
 void Optimizer::exclude_from_weight_decay(const std::vector<Variable>& variables,
                                           const std::vector<std::string>& name_parts) {
+  if (inner_ != nullptr) return inner_->exclude_from_weight_decay(variables, name_parts);
   std::lock_guard<std::mutex> lock(mutex_);
   for (const Variable& v : variables) {
     TANDEM_CHECK(v.defined(), name_, ": exclude_from_weight_decay got an undefined variable");
@@ -101,6 +126,7 @@ void Optimizer::exclude_from_weight_decay(const std::vector<Variable>& variables
 }
 
 bool Optimizer::use_weight_decay(const Variable& variable) const {
+  if (inner_ != nullptr) return inner_->use_weight_decay(variable);
   std::lock_guard<std::mutex> lock(mutex_);
   if (no_decay_.count(variable.id()) != 0) return false;
   for (const std::string& part : no_decay_names_)
@@ -129,6 +155,7 @@ Optimizer::Entry& Optimizer::entry_for(const Variable& variable) {
 }
 
 void Optimizer::build(const std::vector<Variable>& variables) {
+  if (inner_ != nullptr) return inner_->build(variables);
   for (const Variable& v : variables) {
     TANDEM_CHECK(v.defined(), name_, ".build: an undefined variable");
     entry_for(v);
@@ -173,7 +200,9 @@ void Optimizer::check_numerics(const std::vector<Tensor>& gradients,
                                const std::vector<Variable>& variables,
                                const std::string& replica) const {
   // Under a loss scale a non-finite gradient is expected now and then: that update is skipped.
-  if (!check_numerics_enabled() || update_gate_) return;
+  if (!check_numerics_enabled()) return;
+  for (const Optimizer* w = wrapper_; w != nullptr; w = w->wrapper_)
+    if (w->expects_non_finite_gradients()) return;
   for (size_t i = 0; i < gradients.size(); ++i) {
     const ops::NonFinite found = ops::count_non_finite(gradients[i]);
     if (found.total() == 0) continue;
@@ -191,6 +220,7 @@ void Optimizer::check_numerics(const std::vector<Tensor>& gradients,
 void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
                                 const std::vector<Variable>& variables,
                                 ApplyGradientsOptions options) {
+  if (inner_ != nullptr) return inner_->apply_gradients(gradients, variables, options);
   // Inside a replica function of several replicas this would update each replica's copies with
   // its own gradients alone (tf.distribute would sum them): the replicas would drift apart.
   const ReplicaBinding binding = current_replica_binding();
@@ -266,6 +296,7 @@ std::vector<std::pair<std::string, std::string>> Optimizer::describe_update(
 
 void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gradients,
                                 const std::vector<Variable>& variables) {
+  if (inner_ != nullptr) return inner_->apply_gradients(ctx, gradients, variables);
   check_pairs(gradients, variables);
   // Before this optimizer's first update on each replica: workers that build another model or
   // optimizer (another job's worker, another version of the program) raise here, by name.
@@ -333,9 +364,13 @@ void Optimizer::apply_update(const std::vector<Tensor>& gradients,
   autograd::NoRecordGuard no_record;  // updates are never differentiated
   const profile::Span span(profile::Phase::kOptimizer);
   std::vector<Tensor> grads = gradients;
-  // A loss scale unscales the gradients first (so clipping sees the true ones), or skips the
-  // update when they are not finite: iterations() does not count it (Keras 3).
-  if (update_gate_ && !update_gate_(grads)) return;
+  // The wrappers' transforms first, outermost first: a loss scale unscales the gradients (so
+  // clipping sees the true ones), or skips the update when they are not finite: iterations()
+  // does not count it (Keras 3).
+  std::vector<Optimizer*> wrappers;
+  for (Optimizer* w = wrapper_; w != nullptr; w = w->wrapper_) wrappers.push_back(w);
+  for (auto w = wrappers.rbegin(); w != wrappers.rend(); ++w)
+    if (!(*w)->transform_gradients(grads)) return;
   if (global_clipnorm_) grads = clip_by_global_norm(grads, *global_clipnorm_).gradients;
 
   const int64_t done = iterations();
@@ -419,6 +454,7 @@ void Optimizer::finish_accumulation(std::vector<Tensor> combined,
 }
 
 std::vector<std::pair<std::string, Variable>> Optimizer::accumulator_variables() const {
+  if (inner_ != nullptr) return inner_->accumulator_variables();
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::pair<std::string, Variable>> out;
   if (accumulation_steps_ == 1) return out;
@@ -427,6 +463,7 @@ std::vector<std::pair<std::string, Variable>> Optimizer::accumulator_variables()
 }
 
 std::vector<std::pair<std::string, Variable>> Optimizer::slot_variables() const {
+  if (inner_ != nullptr) return inner_->slot_variables();
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::pair<std::string, Variable>> out;
   for (const auto& entry : entries_) {
@@ -436,6 +473,7 @@ std::vector<std::pair<std::string, Variable>> Optimizer::slot_variables() const 
 }
 
 Variable Optimizer::slot(const Variable& variable, const std::string& slot_name) const {
+  if (inner_ != nullptr) return inner_->slot(variable, slot_name);
   std::lock_guard<std::mutex> lock(mutex_);
   const auto it = index_.find(variable.id());
   TANDEM_CHECK(it != index_.end(), name_, ": variable \"", variable.name(),

@@ -4,7 +4,6 @@
 #pragma once
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -48,14 +47,29 @@ struct ApplyGradientsOptions {
 /// micro-step's loss is divided by the micro-step's global batch (per-replica batch x replicas;
 /// compute_average_loss's default): N micro-batches of B equal one batch of N x B. A variable is
 /// updated at the boundary when its gradient is defined on micro-step N (as in Keras).
+///
+/// Wrappers (LossScaleOptimizer) are optimizers too, as in Keras 3: made around another one,
+/// every call goes to the optimizer they wrap, which holds the slots and the counter
+/// (innermost()), and that optimizer's updates run the wrapper's transform_gradients first, on
+/// the combined gradients. A training loop therefore holds one Optimizer& whatever wraps it.
 class Optimizer {
  public:
-  virtual ~Optimizer() = default;
+  virtual ~Optimizer();
   Optimizer(const Optimizer&) = delete;
   Optimizer& operator=(const Optimizer&) = delete;
 
-  /// Keras identifier: "sgd", "adam", "adamw".
+  /// Keras identifier: "sgd", "adam", "adamw", "lion", "loss_scale_optimizer".
   const std::string& name() const { return name_; }
+
+  /// The optimizer that holds the slots and the update counter: this one, or for a wrapper
+  /// the one it wraps (followed to the end).
+  const Optimizer& innermost() const { return inner_ != nullptr ? inner_->innermost() : *this; }
+  /// \copydoc innermost() const
+  Optimizer& innermost() { return inner_ != nullptr ? inner_->innermost() : *this; }
+
+  /// The loss to differentiate: `loss` itself, or for a loss scale loss x the scale (Keras 3's
+  /// optimizer.scale_loss). The gradients of the returned loss go to apply_gradients as they are.
+  virtual Tensor scale_loss(const Tensor& loss) const;
 
   /// Creates the slot variables of `variables` (zeros of each variable's shape and dtype,
   /// through tandem::make_variable) unless they exist. apply_gradients does this lazily; call
@@ -86,19 +100,21 @@ class Optimizer {
   /// Sets the counter on every replica copy (checkpoint restore).
   void set_iterations(int64_t iterations);
   /// The counter as an int64 scalar variable named "iteration".
-  const Variable& iterations_variable() const { return iterations_; }
+  const Variable& iterations_variable() const { return innermost().iterations_; }
 
   /// The learning rate the next update uses: learning_rate()(iterations()).
   double current_learning_rate() const;
   /// The learning rate: a constant or a schedule of iterations().
-  const LearningRate& learning_rate() const { return learning_rate_; }
+  const LearningRate& learning_rate() const { return innermost().learning_rate_; }
   /// Replaces the learning rate (a constant or a schedule); the next update uses it.
-  void set_learning_rate(LearningRate learning_rate) { learning_rate_ = std::move(learning_rate); }
+  void set_learning_rate(LearningRate learning_rate) {
+    innermost().learning_rate_ = std::move(learning_rate);
+  }
   /// The global norm gradients are clipped to before each update (unset: no clipping).
-  const std::optional<double>& global_clipnorm() const { return global_clipnorm_; }
+  const std::optional<double>& global_clipnorm() const { return innermost().global_clipnorm_; }
 
   /// N: one update every N calls of apply_gradients (1: every call, no accumulators).
-  int gradient_accumulation_steps() const { return accumulation_steps_; }
+  int gradient_accumulation_steps() const { return innermost().accumulation_steps_; }
   /// Micro-steps accumulated since the last update, in [0, N): 0 at an update boundary. Inside
   /// strategy.run, this replica's count; outside, replica 0's (all replicas count alike).
   int64_t micro_step() const;
@@ -110,7 +126,7 @@ class Optimizer {
 
   /// Slot kinds per variable, in order: {"momentum"} for SGD with momentum, {"m", "v"} for
   /// Adam/AdamW, {} for plain SGD.
-  const std::vector<std::string>& slot_names() const { return slot_names_; }
+  const std::vector<std::string>& slot_names() const { return innermost().slot_names_; }
   /// Every slot variable with its name, in canonical order: variables in the order they were
   /// first built, and for each its slots in slot_names() order (m/dense/kernel,
   /// v/dense/kernel, m/dense/bias, ...), as Keras interleaves them.
@@ -137,30 +153,43 @@ class Optimizer {
   /// variable gets at build; the rest are the options every optimizer has.
   Optimizer(std::string name, LearningRate learning_rate, std::optional<double> global_clipnorm,
             int gradient_accumulation_steps, std::vector<std::string> slot_names);
+  /// For wrappers: `name` is the Keras name ("loss_scale_optimizer"); every call goes to
+  /// `inner`, which must outlive this object and be wrapped by no other, and whose updates run
+  /// this object's transform_gradients first.
+  Optimizer(std::string name, Optimizer& inner);
+
+  /// A wrapper's step between the combined gradients and the update it wraps, run on every
+  /// replica with the same gradients (summed across the replicas, and with accumulation
+  /// divided by N): may replace them (a loss scale unscales them) or return false to skip the
+  /// update (iterations() does not count it). Clipping comes after. Plain optimizers keep them.
+  virtual bool transform_gradients(std::vector<Tensor>& gradients);
+  /// Whether non-finite gradients are expected now and then (a dynamic loss scale skips those
+  /// updates), so that TANDEM_CHECK_NUMERICS lets them through to transform_gradients.
+  virtual bool expects_non_finite_gradients() const { return false; }
 
   /// The whole math of one update of the variables of one dtype, in Keras' float32 operation
   /// order, in place on this replica's tensors: each of `variables` and its slots are updated
   /// from its gradient (gradients[i] belongs to variables[i]; slots[k][i] is its slot
   /// slot_names()[k]). `learning_rate` is already rounded to the variables' float precision
   /// (Keras casts it); `step` is the 1-based update number (iterations() + 1). One call takes
-  /// all variables of a dtype, so that a GPU updates them in one kernel launch.
+  /// all variables of a dtype, so that a GPU updates them in one kernel launch. A wrapper's is
+  /// never called: the optimizer it wraps updates.
   virtual void update_step(std::span<const Tensor> gradients, std::span<Tensor> variables,
                            std::vector<std::vector<Tensor>>& slots, double learning_rate,
                            int64_t step) = 0;
+
+  /// Moves every replica copy of a counter variable to the host.
+  static void keep_on_host(Variable& counter);
 
   /// "learning_rate": ..., "global_clipnorm": ... entries for config_json.
   std::string base_config_json() const;
 
  private:
-  friend class LossScaleOptimizer;
-
   struct Entry {
     Variable variable;
     std::vector<Variable> slots;
     Variable accumulator;  // defined when accumulation_steps_ > 1
   };
-  /// Moves every replica copy of a counter variable to the host.
-  static void keep_on_host(Variable& counter);
   /// The entry of `variable`, created (with its slots) when missing.
   Entry& entry_for(const Variable& variable);
   /// Raises unless gradients and variables pair up (count, shape, dtype) and at least one
@@ -204,9 +233,8 @@ class Optimizer {
   std::unordered_set<int> agreed_;  // replicas (in sync) that described this optimizer's updates
   std::unordered_set<const void*> no_decay_;  // exclude_from_weight_decay's variables
   std::vector<std::string> no_decay_names_;   // and name parts
-  /// Set by a LossScaleOptimizer wrapping this one: runs first in every update, on the combined
-  /// gradients; may replace them (unscaled) or return false to skip the update.
-  std::function<bool(std::vector<Tensor>&)> update_gate_;
+  Optimizer* inner_ = nullptr;                // a wrapper's: the optimizer every call goes to
+  Optimizer* wrapper_ = nullptr;  // the wrapper around this one, whose transform runs first
 };
 
 }  // namespace tandem::optim

@@ -15,6 +15,7 @@
 #include "tandem/checkpoint/checkpoint.h"
 #include "tandem/data/iterator_state.h"
 #include "tandem/io/internal/hdf5_file.h"
+#include "tandem/optim/loss_scale_optimizer.h"
 #include "tandem/tensor/tensor.h"
 
 namespace tandem::nn {
@@ -64,12 +65,17 @@ T* tracked_one(const std::vector<Checkpoint::Entry>& entries) {
   return all.empty() ? nullptr : all.front().second;
 }
 
-/// The tracked loss-scale optimizer, or nullptr.
+/// The tracked optimizer's innermost() (a wrapper's slots and counter are the wrapped
+/// optimizer's, stored as that one's), or nullptr.
+inline optim::Optimizer* tracked_optimizer(const std::vector<Checkpoint::Entry>& entries) {
+  optim::Optimizer* optimizer = tracked_one<optim::Optimizer>(entries);
+  return optimizer != nullptr ? &optimizer->innermost() : nullptr;
+}
+
+/// The tracked optimizer when it is a loss-scale optimizer, or nullptr.
 inline optim::LossScaleOptimizer* tracked_loss_scale(
     const std::vector<Checkpoint::Entry>& entries) {
-  for (const Checkpoint::Entry& e : entries)
-    if (e.object.loss_scale() != nullptr) return e.object.loss_scale();
-  return nullptr;
+  return dynamic_cast<optim::LossScaleOptimizer*>(tracked_one<optim::Optimizer>(entries));
 }
 
 /// The tracked counter called `name`, or nullptr.
