@@ -8,6 +8,7 @@
 #include <thread>
 #include <vector>
 
+#include "support/rank_threads.h"
 #include "support/scoped_timeout.h"
 #include "tandem/collectives/communicator.h"
 #include "tandem/collectives/in_process.h"
@@ -18,41 +19,12 @@
 namespace td = tandem;
 using td::collectives::InProcessCommunicator;
 using td::collectives::InProcessRendezvous;
+using td::testing::message_of;
+using td::testing::require_no_errors;
+using td::testing::run_ranks;
 using td::testing::ScopedTimeout;
 
 namespace {
-
-/// Runs fn(rank, communicator) on one thread per rank; returns each rank's exception (or null).
-/// Catch2 v2 assertions are not thread safe: rank functions record, the test thread checks.
-template <typename Fn>
-std::vector<std::exception_ptr> run_ranks(InProcessRendezvous& group, Fn fn) {
-  std::vector<std::exception_ptr> errors(static_cast<size_t>(group.size()));
-  std::vector<std::thread> threads;
-  for (int r = 0; r < group.size(); ++r) {
-    threads.emplace_back([&, r] {
-      try {
-        fn(r, group.communicator(r));
-      } catch (...) {
-        errors[static_cast<size_t>(r)] = std::current_exception();
-      }
-    });
-  }
-  for (std::thread& t : threads) t.join();
-  return errors;
-}
-
-void require_no_errors(const std::vector<std::exception_ptr>& errors) {
-  for (const std::exception_ptr& e : errors)
-    if (e) std::rethrow_exception(e);
-}
-
-std::string message_of(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& x) {
-    return x.what();
-  }
-}
 
 /// Rank r's element i: r + 1 + (i % 7) / 2, so sums, means and maxima are exact in float.
 float closed_form(int rank, int64_t i) {

@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -93,6 +94,59 @@ TEST_CASE("logical GPU replicas: all_reduce, all_gather and broadcast have close
           for (int64_t i = 0; i < std::min<int64_t>(n, k + 1); ++i)
             expected_gather.push_back(static_cast<float>(k + 1) + static_cast<float>(i) / n);
         CHECK(gathered[id] == expected_gather);
+      }
+    }
+  }
+}
+
+TEST_CASE("logical GPU replicas: flat reduce_scatter gives all_reduce's bits on each range",
+          "[cuda][distribute]") {
+  TANDEM_REQUIRE_GPU();
+  for (int replicas : {2, 3}) {
+    auto strategy = logical_replicas(replicas);
+    for (int64_t n : {int64_t{37}, int64_t{100'003}}) {
+      // Replica 0 owns nothing; the others split the buffer unevenly.
+      std::vector<int64_t> offsets(static_cast<size_t>(replicas) + 1, n);
+      offsets[0] = 0;
+      for (int k = 1; k < replicas; ++k)
+        offsets[static_cast<size_t>(k)] = k == 1 ? 0 : n * k / (replicas + 2);
+      for (DType dtype : {DType::kFloat32, DType::kBFloat16}) {
+        INFO(replicas << " replicas, " << n << " elements, " << dtype);
+        std::vector<std::string> failures(static_cast<size_t>(replicas));
+        strategy.run([&](ReplicaContext& ctx) {
+          const int r = ctx.replica_id_in_sync_group();
+          const auto me = static_cast<size_t>(r);
+          // Values of mixed magnitudes: their sums depend on the order of the additions.
+          std::vector<float> values(static_cast<size_t>(n));
+          for (int64_t i = 0; i < n; ++i)
+            values[static_cast<size_t>(i)] =
+                std::ldexp(1.0f + 0.37f * static_cast<float>((i * 7 + r * 13) % 11),
+                           static_cast<int>((i * 5 + r * 3) % 17) - 8);
+          const Tensor input = ops::cast(Tensor::from_vector(values), dtype).to(ctx.device());
+          collectives::Communicator& comm = ctx.communicator();
+          std::vector<Tensor> in = {input};
+          std::vector<Tensor> out = {Tensor::empty_like(input)};
+          comm.all_reduce(in, out, ReduceOp::kSum)->wait();
+          Tensor range;
+          comm.reduce_scatter(input, range, offsets)->wait();
+          const size_t element = dtype_size(dtype);
+          const Tensor whole = out[0].to(Device::cpu());
+          const Tensor mine = range.to(Device::cpu());
+          if (mine.numel() != offsets[me + 1] - offsets[me] ||
+              std::memcmp(mine.raw_data(),
+                          static_cast<const char*>(whole.raw_data()) +
+                              static_cast<size_t>(offsets[me]) * element,
+                          mine.nbytes()) != 0)
+            failures[me] += "reduce_scatter ";
+          Tensor buffer = Tensor::zeros({n}, dtype, ctx.device());
+          buffer.view_as({range.numel()}, static_cast<size_t>(offsets[me]) * element)
+              .copy_from(range);
+          comm.all_gather(buffer, offsets)->wait();
+          const Tensor gathered = buffer.to(Device::cpu());
+          if (std::memcmp(gathered.raw_data(), whole.raw_data(), whole.nbytes()) != 0)
+            failures[me] += "all_gather ";
+        });
+        for (const std::string& f : failures) CHECK(f.empty());
       }
     }
   }
@@ -429,6 +483,23 @@ TEST_CASE("nccl: a group over the local GPUs gives closed forms", "[cuda][nccl]"
             failures[r] += "all_gather ";
         if (scattered.to_vector<float>() != std::vector<float>(2, static_cast<float>(gpus)))
           failures[r] += "reduce_scatter ";
+        // Flat ranges (rank 0's empty, the others uneven): each rank's range of the sum is
+        // the all-reduce's, and the all-gather of the ranges rebuilds the whole sum.
+        std::vector<int64_t> offsets(static_cast<size_t>(gpus) + 1, n);
+        offsets[0] = 0;
+        for (int k = 1; k < gpus; ++k)
+          offsets[static_cast<size_t>(k)] = k == 1 ? 0 : n * k / (gpus + 1);
+        const auto me = static_cast<size_t>(r);
+        Tensor range;
+        comm.reduce_scatter(Tensor::from_vector(values).to(d), range, offsets)->wait();
+        if (range.to_vector<float>() !=
+            std::vector<float>(s.begin() + offsets[me], s.begin() + offsets[me + 1]))
+          failures[r] += "flat reduce_scatter ";
+        Tensor buffer = Tensor::zeros({n}, DType::kFloat32, d);
+        buffer.view_as({range.numel()}, static_cast<size_t>(offsets[me]) * sizeof(float))
+            .copy_from(range);
+        comm.all_gather(buffer, offsets)->wait();
+        if (buffer.to_vector<float>() != s) failures[r] += "flat all_gather ";
       } catch (const std::exception& e) {
         failures[r] += e.what();
       }
@@ -440,6 +511,8 @@ TEST_CASE("nccl: a group over the local GPUs gives closed forms", "[cuda][nccl]"
     CHECK(failures[static_cast<size_t>(r)].empty());
   }
   CHECK(group->communicator(0).stats().all_reduce == 2);
+  CHECK(group->communicator(0).stats().reduce_scatter == 2);
+  CHECK(group->communicator(0).stats().all_gather == 2);
 }
 
 TEST_CASE("nccl: two ranks on one GPU are refused by name", "[cuda][nccl]") {

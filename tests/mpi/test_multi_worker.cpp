@@ -15,6 +15,7 @@
 #include <limits>
 #include <memory>
 #include <optional>
+#include <random>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -218,6 +219,90 @@ TEST_CASE("multi-worker: bfloat16 and float16 all-reduces add in float32, the sa
       for (const std::vector<char>& other : all) {
         REQUIRE(other.size() == got.size() * sizeof(float));
         CHECK(std::memcmp(other.data(), got.data(), other.size()) == 0);
+      }
+    }
+  }
+}
+
+namespace {
+
+/// `n` values of `dtype` from `seed`, normal values scaled by powers of ten (1e-8 to 1e8; 1e-3
+/// to 1e3 for the 16-bit types): the rounding of their sums depends on the order of the terms.
+td::Tensor mixed_magnitudes(int64_t n, td::DType dtype, uint64_t seed) {
+  std::mt19937_64 rng(seed);
+  std::normal_distribution<double> normal;
+  const int widest = td::dtype_size(dtype) == 2 ? 3 : 8;
+  std::uniform_int_distribution<int> exponent(-widest, widest);
+  std::vector<double> values(static_cast<size_t>(n));
+  for (double& v : values) v = normal(rng) * std::pow(10.0, exponent(rng));
+  return td::ops::cast(td::Tensor::from_vector(values), dtype);
+}
+
+/// Ranges of `n` elements over `ranks` replicas: "even" shares; "uneven" (replica 0 and, from
+/// 3 replicas, replica 2 own nothing; the rest split at uneven points); "last" (everything on
+/// the last replica: every other worker's ranges are empty).
+std::vector<int64_t> flat_ranges(const std::string& kind, int64_t n, int ranks) {
+  std::vector<int64_t> offsets(static_cast<size_t>(ranks) + 1, n);
+  offsets[0] = 0;
+  for (int r = 1; r < ranks; ++r) {
+    int64_t& at = offsets[static_cast<size_t>(r)];
+    if (kind == "even") at = n * r / ranks;
+    if (kind == "uneven") at = r == 1 ? 0 : r == 2 ? n / 7 : n * (r * r) / (ranks * ranks);
+    if (kind == "last") at = 0;
+  }
+  if (kind == "uneven" && ranks >= 3) offsets[3] = offsets[2];
+  return offsets;
+}
+
+}  // namespace
+
+TEST_CASE("multi-worker: flat reduce_scatter gives all_reduce's bits, all_gather the whole buffer",
+          "[mpi]") {
+  // Through every transport's paths: small buffers that ride on the arrival messages (MPI,
+  // Gloo), larger ones that take MPI_Allreduce or Gloo's ring, and ones of several
+  // shared-memory slots (1 MiB each).
+  td::Strategy& s = strategy();
+  const int total = s.num_replicas_in_sync();
+  const int locals = s.num_local_replicas();
+  for (td::DType dtype : {td::DType::kFloat32, td::DType::kBFloat16, td::DType::kFloat64}) {
+    for (td::ReduceOp op : {td::ReduceOp::kSum, td::ReduceOp::kMean, td::ReduceOp::kMax}) {
+      if (dtype == td::DType::kFloat64 && op != td::ReduceOp::kSum) continue;
+      for (int64_t n : {int64_t{5}, int64_t{3001}, int64_t{300'001}}) {
+        for (const char* kind : {"even", "uneven", "last"}) {
+          const std::vector<int64_t> offsets = flat_ranges(kind, n, total);
+          INFO(dtype << ", " << op << ", " << n << " elements, " << kind << " ranges over " << total
+                     << " replicas");
+          std::vector<std::string> failures(static_cast<size_t>(locals));
+          s.run([&](td::ReplicaContext& ctx) {
+            const int g = ctx.replica_id_in_sync_group();
+            const auto r = static_cast<size_t>(g);
+            std::string& fail = failures[static_cast<size_t>(g % locals)];
+            td::collectives::Communicator& comm = ctx.communicator();
+            const td::Tensor input = mixed_magnitudes(n, dtype, 77 + static_cast<uint64_t>(g));
+            std::vector<td::Tensor> in = {input};
+            std::vector<td::Tensor> out = {td::Tensor::empty_like(input)};
+            comm.all_reduce(in, out, op)->wait();
+            td::Tensor mine;
+            comm.reduce_scatter(input, mine, offsets, op)->wait();
+            const size_t element = td::dtype_size(dtype);
+            const char* all = static_cast<const char*>(out[0].raw_data());
+            if (mine.numel() != offsets[r + 1] - offsets[r]) {
+              fail += "reduce_scatter's output has " + std::to_string(mine.numel()) + " elements; ";
+            } else if (std::memcmp(mine.raw_data(), all + static_cast<size_t>(offsets[r]) * element,
+                                   mine.nbytes()) != 0) {
+              fail += "reduce_scatter differs from all_reduce's range; ";
+            }
+            td::Tensor buffer = td::Tensor::full({n}, -3.0 - g, dtype);
+            if (mine.nbytes() > 0 && mine.numel() == offsets[r + 1] - offsets[r])
+              std::memcpy(
+                  static_cast<char*>(buffer.raw_data()) + static_cast<size_t>(offsets[r]) * element,
+                  mine.raw_data(), mine.nbytes());
+            comm.all_gather(buffer, offsets)->wait();
+            if (std::memcmp(buffer.raw_data(), all, buffer.nbytes()) != 0)
+              fail += "reduce_scatter + all_gather differs from all_reduce; ";
+          });
+          for (const std::string& f : failures) CHECK(f.empty());
+        }
       }
     }
   }

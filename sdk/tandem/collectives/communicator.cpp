@@ -123,6 +123,17 @@ std::shared_ptr<Work> Communicator::reduce_scatter(Tensor& output, const Tensor&
   return reduce_scatter_impl(output, input, op);
 }
 
+std::shared_ptr<Work> Communicator::reduce_scatter(const Tensor& input, Tensor& output,
+                                                   std::span<const int64_t> offsets, ReduceOp op) {
+  reduce_scatter_calls_.fetch_add(1, std::memory_order_relaxed);
+  return reduce_scatter_ranges_impl(input, output, offsets, op);
+}
+
+std::shared_ptr<Work> Communicator::all_gather(Tensor& buffer, std::span<const int64_t> offsets) {
+  all_gather_calls_.fetch_add(1, std::memory_order_relaxed);
+  return all_gather_ranges_impl(buffer, offsets);
+}
+
 std::shared_ptr<Work> Communicator::barrier() {
   barrier_calls_.fetch_add(1, std::memory_order_relaxed);
   return barrier_impl();
@@ -157,6 +168,13 @@ std::shared_ptr<Work> Communicator::broadcast_impl(std::vector<Tensor>&, int) {
 }
 std::shared_ptr<Work> Communicator::reduce_scatter_impl(Tensor&, const Tensor&, ReduceOp) {
   throw_unsupported("reduce_scatter");
+}
+std::shared_ptr<Work> Communicator::reduce_scatter_ranges_impl(const Tensor&, Tensor&,
+                                                               std::span<const int64_t>, ReduceOp) {
+  throw_unsupported("reduce_scatter over flat ranges");
+}
+std::shared_ptr<Work> Communicator::all_gather_ranges_impl(Tensor&, std::span<const int64_t>) {
+  throw_unsupported("all_gather over flat ranges");
 }
 std::shared_ptr<Work> Communicator::barrier_impl() { throw_unsupported("barrier"); }
 

@@ -7,6 +7,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -37,11 +38,11 @@ std::shared_ptr<Work> completed_work();
 struct CollectiveStats {
   /// all_reduce calls (a batched call counts once).
   uint64_t all_reduce = 0;
-  /// all_gather calls.
+  /// all_gather calls (per-rank outputs and flat ranges alike).
   uint64_t all_gather = 0;
   /// broadcast calls.
   uint64_t broadcast = 0;
-  /// reduce_scatter calls.
+  /// reduce_scatter calls (even rows and flat ranges alike).
   uint64_t reduce_scatter = 0;
   /// barrier calls.
   uint64_t barrier = 0;
@@ -113,6 +114,31 @@ class Communicator {
   /// the reduction of the inputs. An undefined `output` is allocated.
   std::shared_ptr<Work> reduce_scatter(Tensor& output, const Tensor& input,
                                        ReduceOp op = ReduceOp::kSum);
+
+  // Note [flat ranges]: a gradient bucket or a packed group of parameters is one flat buffer
+  // of N elements, and rank r owns the contiguous range [offsets[r], offsets[r + 1]) of it.
+  // `offsets` has size() + 1 entries, offsets[0] = 0, offsets[size()] = N, nondecreasing (a
+  // range may be empty), and every rank passes the same offsets. reduce_scatter gives each
+  // rank its range of the reduction with the same operations, in the same order, per element
+  // as all_reduce on that communicator, so a reduce_scatter followed by an all_gather of the
+  // ranges equals one all_reduce bit for bit. In-process replicas and workers that share
+  // memory reduce-scatter for real (each element combined once, written only to its owner);
+  // where a transport's all-reduce order cannot be reproduced range by range (Open MPI's and
+  // Gloo's algorithms, NCCL), reduce_scatter runs that all-reduce on the whole buffer and
+  // keeps the range: bitwise, without the bandwidth saving.
+
+  /// Flat reduce-scatter (Note [flat ranges]): `input` is the whole 1-D buffer of N elements
+  /// on every rank; `output` receives this rank's range [offsets[rank()], offsets[rank() + 1])
+  /// of the reduction, bitwise what all_reduce of the same inputs gives there. An undefined
+  /// `output` is allocated (1-D, on the input's device).
+  std::shared_ptr<Work> reduce_scatter(const Tensor& input, Tensor& output,
+                                       std::span<const int64_t> offsets,
+                                       ReduceOp op = ReduceOp::kSum);
+  /// Flat all-gather, in place (Note [flat ranges]): `buffer` is a 1-D buffer of N elements on
+  /// every rank (any dtype); range [offsets[r], offsets[r + 1]) of rank r's buffer is copied
+  /// into the same range of every rank's buffer, so that every rank ends with the whole buffer.
+  std::shared_ptr<Work> all_gather(Tensor& buffer, std::span<const int64_t> offsets);
+
   /// Returns once every rank has called barrier().
   std::shared_ptr<Work> barrier();
 
@@ -132,6 +158,11 @@ class Communicator {
   virtual std::shared_ptr<Work> broadcast_impl(std::vector<Tensor>& tensors, int root);
   virtual std::shared_ptr<Work> reduce_scatter_impl(Tensor& output, const Tensor& input,
                                                     ReduceOp op);
+  virtual std::shared_ptr<Work> reduce_scatter_ranges_impl(const Tensor& input, Tensor& output,
+                                                           std::span<const int64_t> offsets,
+                                                           ReduceOp op);
+  virtual std::shared_ptr<Work> all_gather_ranges_impl(Tensor& buffer,
+                                                       std::span<const int64_t> offsets);
   virtual std::shared_ptr<Work> barrier_impl();
   ///@}
 

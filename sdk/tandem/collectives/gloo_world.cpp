@@ -20,6 +20,7 @@
 #include <thread>
 
 #include "tandem/collectives/communicator.h"
+#include "tandem/collectives/internal/flat_ranges.h"
 #include "tandem/collectives/internal/reduce_max.h"
 #include "tandem/collectives/internal/tensor_bytes.h"
 #include "tandem/core/dtype.h"
@@ -189,7 +190,40 @@ std::vector<char> GlooWorld::agree(const char* label, const std::vector<int64_t>
 
 void GlooWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) {
   if (size() == 1) return;
-  const std::vector<int64_t> signature = all_reduce_parameters(tensors, op, "gloo", label);
+  all_reduce(tensors, op, label, all_reduce_parameters(tensors, op, "gloo", label));
+}
+
+void GlooWorld::reduce_scatter(Tensor& buffer, std::span<const int64_t> offsets, ReduceOp op,
+                               const char* label) {
+  check_worker_ranges(buffer, offsets, size(), "gloo", label, /*reduce=*/true);
+  if (size() == 1) return;
+  std::vector<Tensor> whole = {buffer};
+  std::vector<int64_t> signature = all_reduce_parameters(whole, op, "gloo", label);
+  signature.push_back(offsets_digest(offsets));
+  all_reduce(whole, op, label, signature);
+}
+
+void GlooWorld::all_gather(Tensor& buffer, std::span<const int64_t> offsets, const char* label) {
+  check_worker_ranges(buffer, offsets, size(), "gloo", label, /*reduce=*/false);
+  if (size() == 1) return;
+  agree(label, {static_cast<int64_t>(buffer.dtype()), buffer.numel(), offsets_digest(offsets)});
+  if (buffer.nbytes() == 0) return;
+  std::vector<size_t> bytes(static_cast<size_t>(size()));
+  for (size_t w = 0; w < bytes.size(); ++w)
+    bytes[w] = static_cast<size_t>(offsets[w + 1] - offsets[w]) * dtype_size(buffer.dtype());
+  profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
+  moving.set_bytes(static_cast<int64_t>(buffer.nbytes()));
+  run("allgatherv", label, [&](uint32_t tag) {
+    // No input: the output already holds this worker's range (Gloo's in-place form).
+    gloo::AllgathervOptions options(context_);
+    options.setOutput(static_cast<char*>(buffer.raw_data()), bytes);
+    options.setTag(tag);
+    gloo::allgatherv(options);
+  });
+}
+
+void GlooWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label,
+                           const std::vector<int64_t>& signature) {
   // Small, of one dtype (a loss, a metric, the end-of-data flag): the data rides on the
   // signature's all-gather, and every worker combines the pieces in worker order (the same
   // bits everywhere): one round trip instead of two.

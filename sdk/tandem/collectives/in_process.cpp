@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <optional>
 
+#include "tandem/collectives/internal/flat_ranges.h"
 #include "tandem/collectives/internal/in_process_state.h"
 
 namespace tandem::collectives {
@@ -14,10 +15,12 @@ namespace {
 
 using in_process::abort_locked;
 using in_process::AbortCause;
+using in_process::all_gather_ranges_phase;
 using in_process::Call;
 using in_process::copy_on;
 using in_process::describe_tensor;
 using in_process::Kind;
+using in_process::reduce_scatter_ranges_phase;
 using in_process::reduce_slice_on;
 using in_process::run_call;
 using in_process::State;
@@ -248,6 +251,53 @@ std::shared_ptr<Work> InProcessCommunicator::reduce_scatter_impl(Tensor& output,
     reduce_slice_on(call.device, input.dtype(), src, s.size, dst, /*num_dst=*/1, count, op,
                     /*stream=*/false);
   });
+  return completed_work();
+}
+
+std::shared_ptr<Work> InProcessCommunicator::reduce_scatter_ranges_impl(
+    const Tensor& input, Tensor& output, std::span<const int64_t> offsets, ReduceOp op) {
+  local_error_ = flat_ranges_problem(input, offsets, size(), "the input", /*reduce=*/true);
+  if (local_error_.empty()) {
+    const auto r = static_cast<size_t>(rank_);
+    if (!output.defined())
+      output = Tensor::empty({offsets[r + 1] - offsets[r]}, input.dtype(), input.device());
+    local_error_ = flat_output_problem(input, output, offsets, rank_);
+  }
+  if (size() == 1) {
+    TANDEM_CHECK(local_error_.empty(), "reduce_scatter: ", local_error_);
+    output.copy_from(input);
+    return completed_work();
+  }
+  Call call;
+  call.kind = Kind::kReduceScatterRanges;
+  call.label = "reduce_scatter";
+  call.op = op;
+  call.input = &input;
+  call.output = &output;
+  call.offsets = offsets;
+  call.local_error = &local_error_;
+  call.device = input.defined() ? input.device() : Device::cpu();
+  State& s = *group_->state_;
+  run_call(s, rank_, call, [&] { reduce_scatter_ranges_phase(s, rank_, op); });
+  return completed_work();
+}
+
+std::shared_ptr<Work> InProcessCommunicator::all_gather_ranges_impl(
+    Tensor& buffer, std::span<const int64_t> offsets) {
+  local_error_ = flat_ranges_problem(buffer, offsets, size(), "the buffer", /*reduce=*/false);
+  if (size() == 1) {
+    TANDEM_CHECK(local_error_.empty(), "all_gather: ", local_error_);
+    return completed_work();
+  }
+  Call call;
+  call.kind = Kind::kAllGatherRanges;
+  call.label = "all_gather";
+  call.input = &buffer;
+  call.offsets = offsets;
+  call.local_error = &local_error_;
+  call.device = buffer.defined() ? buffer.device() : Device::cpu();
+  State& s = *group_->state_;
+  run_call(s, rank_, call, [&] { all_gather_ranges_phase(s, rank_); });
   return completed_work();
 }
 

@@ -24,7 +24,9 @@ struct State;  // what the ranks share (internal/in_process_state.h)
 /// rank r sums slice r over every rank's buffer in rank order 0, 1, ..., N-1 and writes the result
 /// into every rank's output. The order is fixed, so results are bitwise reproducible and equal on
 /// every rank, and large buffers are reduced by all ranks in parallel. Steady-state calls
-/// allocate nothing (all_gather allocates its outputs).
+/// allocate nothing (all_gather allocates its outputs). The flat reduce_scatter is the same
+/// pass writing each element only into its owner's output (a true reduce-scatter, bitwise
+/// equal to all_reduce); the flat all_gather has each rank copy its peers' ranges.
 ///
 /// GPU tensors work when every rank's tensors are on the same GPU (logical replicas sharing
 /// it): the data phase is a kernel (or device copies) on each rank's own stream, ordered with
@@ -50,6 +52,11 @@ class InProcessCommunicator final : public Communicator {
   std::shared_ptr<Work> broadcast_impl(std::vector<Tensor>& tensors, int root) override;
   std::shared_ptr<Work> reduce_scatter_impl(Tensor& output, const Tensor& input,
                                             ReduceOp op) override;
+  std::shared_ptr<Work> reduce_scatter_ranges_impl(const Tensor& input, Tensor& output,
+                                                   std::span<const int64_t> offsets,
+                                                   ReduceOp op) override;
+  std::shared_ptr<Work> all_gather_ranges_impl(Tensor& buffer,
+                                               std::span<const int64_t> offsets) override;
   std::shared_ptr<Work> barrier_impl() override;
 
  private:

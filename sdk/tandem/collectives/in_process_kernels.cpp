@@ -158,4 +158,49 @@ void all_reduce_phase(State& s, int rank, ReduceOp op) {
   if (s.calls[rank].device.is_cpu()) store_fence(stream);
 }
 
+void reduce_scatter_ranges_phase(State& s, int rank, ReduceOp op) {
+  const Call& mine = s.calls[rank];
+  const std::span<const int64_t> offsets = mine.offsets;  // every rank's (checked equal)
+  const DType dtype = mine.input->dtype();
+  const int64_t total = mine.input->numel();
+  const size_t element = dtype_size(dtype);
+  // The work is split as all_reduce splits it, whatever the ranges: uneven or empty ranges
+  // still keep every rank busy, and the result does not depend on who reduces an element.
+  const bool stream = mine.input->nbytes() >= kStreamingBytes;
+  const int64_t part = slice_elements(total, s.size);
+  const int64_t begin = std::min(total, rank * part);
+  const int64_t end = std::min(total, begin + part);
+  const void** src = s.src[rank].data();
+  void** dst = s.dst[rank].data();
+  for (int owner = 0; owner < s.size && begin < end; ++owner) {
+    const int64_t lo = std::max(begin, offsets[static_cast<size_t>(owner)]);
+    const int64_t hi = std::min(end, offsets[static_cast<size_t>(owner) + 1]);
+    if (lo >= hi) continue;
+    for (int k = 0; k < s.size; ++k)
+      src[k] = static_cast<const char*>(s.calls[k].input->raw_data()) +
+               static_cast<size_t>(lo) * element;
+    dst[0] = static_cast<char*>(s.calls[owner].output->raw_data()) +
+             static_cast<size_t>(lo - offsets[static_cast<size_t>(owner)]) * element;
+    reduce_slice_on(mine.device, dtype, src, s.size, dst, /*num_dst=*/1, hi - lo, op, stream);
+  }
+  if (mine.device.is_cpu()) store_fence(stream);
+}
+
+void all_gather_ranges_phase(State& s, int rank) {
+  const Call& mine = s.calls[rank];
+  const size_t element = dtype_size(mine.input->dtype());
+  char* into = static_cast<char*>(mine.input->raw_data());
+  // Each rank pulls the peers' ranges into its own buffer: the ranks copy in parallel, and no
+  // rank writes the range its peers read (rank k's own range of rank k's buffer).
+  for (int k = 0; k < s.size; ++k) {
+    if (k == rank) continue;
+    const auto at = static_cast<size_t>(mine.offsets[static_cast<size_t>(k)]) * element;
+    const auto bytes = static_cast<size_t>(mine.offsets[static_cast<size_t>(k) + 1] -
+                                           mine.offsets[static_cast<size_t>(k)]) *
+                       element;
+    copy_on(mine.device, into + at, static_cast<const char*>(s.calls[k].input->raw_data()) + at,
+            bytes);
+  }
+}
+
 }  // namespace tandem::collectives::in_process

@@ -5,6 +5,7 @@
 #include <sstream>
 
 #include "tandem/collectives/communicator.h"
+#include "tandem/collectives/internal/flat_ranges.h"
 #include "tandem/collectives/internal/in_process_state.h"
 #include "tandem/collectives/internal/replica_list.h"
 #include "tandem/core/spans.h"
@@ -41,6 +42,13 @@ std::string describe(const Call& c) {
       break;
     case Kind::kReduceScatter:
       out << "(" << c.op << ") of " << describe_tensor(*c.input);
+      break;
+    case Kind::kReduceScatterRanges:
+      out << "(" << c.op << ") of " << describe_tensor(*c.input) << " at offsets "
+          << describe_offsets(c.offsets);
+      break;
+    case Kind::kAllGatherRanges:
+      out << " of " << describe_tensor(*c.input) << " at offsets " << describe_offsets(c.offsets);
       break;
     case Kind::kBarrier:
     case Kind::kRendezvous:
@@ -83,6 +91,11 @@ bool same_call(const Call& a, const Call& b) {
       return a.op == b.op && a.input->defined() == b.input->defined() &&
              (!a.input->defined() ||
               (a.input->dtype() == b.input->dtype() && a.input->shape() == b.input->shape()));
+    case Kind::kReduceScatterRanges:
+    case Kind::kAllGatherRanges:
+      // Local checks passed on both: defined 1-D buffers and valid offsets.
+      return a.op == b.op && a.input->dtype() == b.input->dtype() &&
+             a.input->numel() == b.input->numel() && std::ranges::equal(a.offsets, b.offsets);
     case Kind::kBarrier:
     case Kind::kRendezvous:
       return true;

@@ -23,6 +23,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tandem/collectives/internal/flat_ranges.h"
 #include "tandem/collectives/internal/process_watch.h"
 #include "tandem/collectives/internal/tensor_bytes.h"
 #include "tandem/core/logging.h"
@@ -425,6 +426,44 @@ void MpiWorld::combine_in_worker_order(void* buffer, size_t bytes, DType dtype, 
 }
 
 void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) {
+  all_reduce(tensors, op, label, /*layout=*/0);
+}
+
+void MpiWorld::reduce_scatter(Tensor& buffer, std::span<const int64_t> offsets, ReduceOp op,
+                              const char* label) {
+  check_worker_ranges(buffer, offsets, size_, "mpi", label, /*reduce=*/true);
+  std::vector<Tensor> whole = {buffer};
+  all_reduce(whole, op, label, offsets_digest(offsets));
+}
+
+void MpiWorld::all_gather(Tensor& buffer, std::span<const int64_t> offsets, const char* label) {
+  check_worker_ranges(buffer, offsets, size_, "mpi", label, /*reduce=*/false);
+  if (size_ == 1) return;
+  const uint64_t call = arrive(
+      label, {static_cast<int64_t>(buffer.dtype()), buffer.numel(), offsets_digest(offsets)});
+  wait(nullptr, call, label);
+  // MPI counts are ints; every worker has the same buffer now, so all refuse together.
+  if (buffer.nbytes() > static_cast<size_t>(std::numeric_limits<int>::max()))
+    TANDEM_THROW(label, " #", call, ": ", buffer.nbytes(), " bytes exceed MPI's limit of ",
+                 std::numeric_limits<int>::max(), " bytes for one all-gather");
+  const auto element = static_cast<int64_t>(dtype_size(buffer.dtype()));
+  std::vector<int> counts(static_cast<size_t>(size_)), displacements(static_cast<size_t>(size_));
+  for (size_t w = 0; w < counts.size(); ++w) {
+    counts[w] = static_cast<int>((offsets[w + 1] - offsets[w]) * element);
+    displacements[w] = static_cast<int>(offsets[w] * element);
+  }
+  profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
+  moving.set_bytes(static_cast<int64_t>(buffer.nbytes()));
+  run_blocking(
+      [&] {
+        return MPI_Allgatherv(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buffer.raw_data(), counts.data(),
+                              displacements.data(), MPI_BYTE, impl_->data);
+      },
+      call, label);
+}
+
+void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label,
+                          int64_t layout) {
   if (size_ == 1) return;
   for (const Tensor& t : tensors)
     TANDEM_CHECK(t.defined() && t.device().is_cpu(), "mpi ", label,
@@ -442,8 +481,9 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
     if (bytes <= kEagerBytes) {
       // Small: the data rides on the arrival messages (one round instead of two), and every
       // worker combines the W pieces in worker order, so all get the same bits.
-      const uint64_t call = arrive(
-          label, {static_cast<int64_t>(dtype), count, static_cast<int64_t>(op)}, buffer, bytes);
+      const uint64_t call =
+          arrive(label, {static_cast<int64_t>(dtype), count, static_cast<int64_t>(op), layout},
+                 buffer, bytes);
       wait(nullptr, call, label);
       waiting.end();
       profile::Span moving(profile::Phase::kCommData, track);
@@ -451,7 +491,7 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
       combine_in_worker_order(buffer, bytes, dtype, op);
     } else {
       const uint64_t call =
-          arrive(label, {static_cast<int64_t>(dtype), count, static_cast<int64_t>(op)});
+          arrive(label, {static_cast<int64_t>(dtype), count, static_cast<int64_t>(op), layout});
       wait(nullptr, call, label);
       waiting.end();
       profile::Span moving(profile::Phase::kCommData, track);

@@ -16,6 +16,7 @@
 #include <sstream>
 #include <thread>
 
+#include "tandem/collectives/internal/flat_ranges.h"
 #include "tandem/core/internal/cuda_check.h"
 #include "tandem/core/logging.h"
 #include "tandem/tensor/internal/cuda_context.h"
@@ -556,6 +557,76 @@ std::shared_ptr<Work> NcclCommunicator::reduce_scatter_impl(Tensor& output, cons
                           nccl_type(input.dtype()), nccl_op(op), comm, stream),
         comm, "reduce_scatter", rank_);
   queued("reduce_scatter");
+  end_on_comm_stream(*group_->state_, rank_);
+  return completed_work();
+}
+
+std::shared_ptr<Work> NcclCommunicator::reduce_scatter_ranges_impl(const Tensor& input,
+                                                                   Tensor& output,
+                                                                   std::span<const int64_t> offsets,
+                                                                   ReduceOp op) {
+  const std::string problem = flat_ranges_problem(input, offsets, size(), "the input", true);
+  TANDEM_CHECK(problem.empty(), "nccl reduce_scatter on rank ", rank(), ": ", problem);
+  TANDEM_CHECK(input.device() == device(), "nccl reduce_scatter on rank ", rank(),
+               ": the input lives on ", input.device(), " but this rank's GPU is ", device());
+  const auto me = static_cast<size_t>(rank());  // global: the offsets cover every process
+  if (!output.defined())
+    output = Tensor::empty({offsets[me + 1] - offsets[me]}, input.dtype(), device());
+  const std::string output_problem = flat_output_problem(input, output, offsets, rank());
+  TANDEM_CHECK(output_problem.empty(), "nccl reduce_scatter on rank ", rank(), ": ",
+               output_problem);
+  enter("reduce_scatter", {input}, offsets_digest(offsets) ^ static_cast<int64_t>(op));
+  cuda::DeviceGuard guard(device());
+  // Allocated on this thread's stream, which waits for the communication stream below
+  // (end_on_comm_stream): the block is reused on that stream only after the copy read it.
+  const Tensor reduced = Tensor::empty({input.numel()}, input.dtype(), device());
+  std::lock_guard<std::mutex> use(*group_->state_->comm_mutexes[static_cast<size_t>(rank_)]);
+  ncclComm_t comm = live_comm("reduce_scatter");
+  const cudaStream_t stream = begin_on_comm_stream(*group_->state_, rank_);
+  if (input.numel() > 0) {
+    // Grouped like all_reduce_impl's call, so that NCCL plans the same all-reduce.
+    check_nccl(ncclGroupStart(), comm, "reduce_scatter", rank_);
+    check_nccl(
+        ncclAllReduce(input.raw_data(), reduced.raw_data(), static_cast<size_t>(input.numel()),
+                      nccl_type(input.dtype()), nccl_op(op), comm, stream),
+        comm, "reduce_scatter", rank_);
+    check_nccl(ncclGroupEnd(), comm, "reduce_scatter", rank_);
+    if (output.numel() > 0)
+      TANDEM_CUDA_CHECK(
+          cudaMemcpyAsync(output.raw_data(),
+                          static_cast<const char*>(reduced.raw_data()) +
+                              static_cast<size_t>(offsets[me]) * dtype_size(input.dtype()),
+                          output.nbytes(), cudaMemcpyDeviceToDevice, stream));
+  }
+  queued("reduce_scatter");
+  end_on_comm_stream(*group_->state_, rank_);
+  return completed_work();
+}
+
+std::shared_ptr<Work> NcclCommunicator::all_gather_ranges_impl(Tensor& buffer,
+                                                               std::span<const int64_t> offsets) {
+  const std::string problem = flat_ranges_problem(buffer, offsets, size(), "the buffer", false);
+  TANDEM_CHECK(problem.empty(), "nccl all_gather on rank ", rank(), ": ", problem);
+  TANDEM_CHECK(buffer.device() == device(), "nccl all_gather on rank ", rank(),
+               ": the buffer lives on ", buffer.device(), " but this rank's GPU is ", device());
+  enter("all_gather", {buffer}, offsets_digest(offsets));
+  cuda::DeviceGuard guard(device());
+  std::lock_guard<std::mutex> use(*group_->state_->comm_mutexes[static_cast<size_t>(rank_)]);
+  ncclComm_t comm = live_comm("all_gather");
+  const cudaStream_t stream = begin_on_comm_stream(*group_->state_, rank_);
+  const size_t element = dtype_size(buffer.dtype());
+  char* data = static_cast<char*>(buffer.raw_data());
+  // As bytes: any dtype gathers (roots are global ranks, as the offsets are).
+  check_nccl(ncclGroupStart(), comm, "all_gather", rank_);
+  for (int k = 0; k < size(); ++k) {
+    const auto begin = static_cast<size_t>(offsets[static_cast<size_t>(k)]) * element;
+    const auto end = static_cast<size_t>(offsets[static_cast<size_t>(k) + 1]) * element;
+    if (end == begin) continue;
+    check_nccl(ncclBroadcast(data + begin, data + begin, end - begin, ncclUint8, k, comm, stream),
+               comm, "all_gather", rank_);
+  }
+  check_nccl(ncclGroupEnd(), comm, "all_gather", rank_);
+  queued("all_gather");
   end_on_comm_stream(*group_->state_, rank_);
   return completed_work();
 }

@@ -29,6 +29,7 @@
 #include <thread>
 
 #include "tandem/collectives/communicator.h"
+#include "tandem/collectives/internal/flat_ranges.h"
 #include "tandem/collectives/internal/process_watch.h"
 #include "tandem/collectives/internal/reduce_in_order.h"
 #include "tandem/collectives/internal/tensor_bytes.h"
@@ -439,6 +440,74 @@ void SharedMemoryWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, co
   });
   if (op == ReduceOp::kMean)
     for (Tensor& t : tensors) divide_elements(t, size());
+}
+
+void SharedMemoryWorld::reduce_scatter(Tensor& buffer, std::span<const int64_t> offsets,
+                                       ReduceOp op, const char* label) {
+  check_worker_ranges(buffer, offsets, size(), "shm", label, /*reduce=*/true);
+  if (size() == 1) return;
+  std::vector<Tensor> whole = {buffer};
+  std::vector<int64_t> signature = all_reduce_parameters(whole, op, "shm", label);
+  signature.push_back(offsets_digest(offsets));
+  begin(label, signature, 0);
+  const auto first = static_cast<size_t>(offsets[static_cast<size_t>(rank_)]);
+  const auto last = static_cast<size_t>(offsets[static_cast<size_t>(rank_) + 1]);
+  profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
+  moving.set_bytes(static_cast<int64_t>(buffer.nbytes()));
+  dispatch_any_numeric(buffer.dtype(), "reduce_scatter", [&]<typename T>() {
+    // all_reduce's steps for this worker's elements: in worker order, kMean summing here and
+    // dividing once at the end.
+    const ReduceOp combine_op = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
+    T* data = buffer.data<T>();
+    const size_t per_chunk = chunk_bytes_ / sizeof(T);
+    const auto n = static_cast<size_t>(buffer.numel());
+    for (size_t at = 0; at < n; at += per_chunk) {
+      const size_t length = std::min(per_chunk, n - at);
+      const int set = static_cast<int>(barriers_ % 2);
+      std::memcpy(slot(rank_, set), data + at, length * sizeof(T));
+      arrive(label);
+      // The slots stay unwritten until one barrier after every worker read them (see the top).
+      const size_t from = std::max(at, first);
+      const size_t to = std::min(at + length, last);
+      if (from >= to) continue;
+      const auto in = [&](int64_t w) {
+        return reinterpret_cast<const T*>(slot(static_cast<int>(w), set)) + (from - at);
+      };
+      std::copy(in(0), in(0) + (to - from), data + from);
+      detail::reduce_in_order(data + from, static_cast<int64_t>(to - from), size(), combine_op, in);
+    }
+  });
+  if (op == ReduceOp::kMean) {
+    Tensor mine =
+        buffer.view_as({static_cast<int64_t>(last - first)}, first * dtype_size(buffer.dtype()));
+    divide_elements(mine, size());
+  }
+}
+
+void SharedMemoryWorld::all_gather(Tensor& buffer, std::span<const int64_t> offsets,
+                                   const char* label) {
+  check_worker_ranges(buffer, offsets, size(), "shm", label, /*reduce=*/false);
+  if (size() == 1) return;
+  begin(label, {static_cast<int64_t>(buffer.dtype()), buffer.numel(), offsets_digest(offsets)}, 0);
+  const size_t element = dtype_size(buffer.dtype());
+  char* data = static_cast<char*>(buffer.raw_data());
+  const auto start = [&](int w) { return static_cast<size_t>(offsets[static_cast<size_t>(w)]); };
+  const auto bytes = [&](int w) { return (start(w + 1) - start(w)) * element; };
+  size_t longest = 0;
+  for (int w = 0; w < size(); ++w) longest = std::max(longest, bytes(w));
+  profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
+  moving.set_bytes(static_cast<int64_t>(bytes(rank_)));
+  for (size_t at = 0; at < longest; at += chunk_bytes_) {
+    const int set = static_cast<int>(barriers_ % 2);
+    if (at < bytes(rank_))
+      std::memcpy(slot(rank_, set), data + start(rank_) * element + at,
+                  std::min(chunk_bytes_, bytes(rank_) - at));
+    arrive(label);
+    for (int w = 0; w < size(); ++w)
+      if (w != rank_ && at < bytes(w))
+        std::memcpy(data + start(w) * element + at, slot(w, set),
+                    std::min(chunk_bytes_, bytes(w) - at));
+  }
 }
 
 void SharedMemoryWorld::broadcast(std::vector<Tensor>& tensors, int root, const char* label) {

@@ -6,6 +6,7 @@
 
 #include <chrono>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -34,6 +35,14 @@ class GlooWorld final : public WorkerCollectives {
   /// Gloo's ring all-reduce, one call per dtype (tensors of a dtype packed into one buffer):
   /// every worker gets the same bits.
   void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) override;
+  /// Gloo's ring all-reduce splits the buffer into pieces by its length and the worker count,
+  /// and adds each piece's contributions starting from a different worker: a reduce-scatter
+  /// cannot promise that order. This is therefore all_reduce of the whole buffer (the same
+  /// call, the same bits), of which this worker keeps its range.
+  void reduce_scatter(Tensor& buffer, std::span<const int64_t> offsets, ReduceOp op,
+                      const char* label) override;
+  /// Gloo's ring all-gather, in place, of the workers' ranges.
+  void all_gather(Tensor& buffer, std::span<const int64_t> offsets, const char* label) override;
   void broadcast(std::vector<Tensor>& tensors, int root, const char* label) override;
   std::vector<std::vector<char>> all_gather(const std::vector<char>& mine,
                                             const char* label) override;
@@ -61,6 +70,11 @@ class GlooWorld final : public WorkerCollectives {
   /// of `payload` ride along; returns every worker's record (signature, then payload).
   std::vector<char> agree(const char* label, const std::vector<int64_t>& parameters,
                           const void* payload = nullptr, size_t bytes = 0);
+
+  /// all_reduce after agreeing on `signature` (all_reduce_parameters, and a flat
+  /// reduce_scatter's offsets).
+  void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label,
+                  const std::vector<int64_t>& signature);
 
   int rank_;
   std::vector<std::string> addresses_;

@@ -8,6 +8,7 @@
 #include <condition_variable>
 #include <cstdint>
 #include <mutex>
+#include <span>
 #include <string>
 #include <type_traits>
 #include <utility>
@@ -28,6 +29,8 @@ enum class Kind : uint8_t {
   kAllGather,
   kBroadcast,
   kReduceScatter,
+  kReduceScatterRanges,  // flat ranges (Note [flat ranges] in communicator.h)
+  kAllGatherRanges,
   kBarrier,
   kRendezvous
 };
@@ -44,9 +47,10 @@ struct Call {
   int root = 0;
   const std::vector<Tensor>* inputs = nullptr;   // all_reduce, broadcast
   const std::vector<Tensor>* outputs = nullptr;  // all_reduce (== inputs when in place)
-  const Tensor* input = nullptr;                 // all_gather, reduce_scatter
+  const Tensor* input = nullptr;                 // all_gather, reduce_scatter (the buffer)
   const Tensor* output = nullptr;                // reduce_scatter
   std::vector<Tensor>* gathered = nullptr;       // all_gather
+  std::span<const int64_t> offsets;              // the flat ranges' kinds
   const std::string* local_error = nullptr;      // non-empty: this rank's arguments are invalid
   Device device = Device::cpu();                 // where this rank's tensors live
 };
@@ -142,6 +146,15 @@ std::string describe_tensor(const Tensor& t);
 /// Rank `rank`'s share of the committed all_reduce: its slice of the flattened tensors, reduced
 /// over every rank's inputs in rank order and written into every rank's outputs.
 void all_reduce_phase(State& s, int rank, ReduceOp op);
+
+/// Rank `rank`'s share of the committed flat reduce_scatter: an equal slice of the flat buffer
+/// (whoever owns it), reduced over every rank's input in rank order as all_reduce_phase does,
+/// and written into the output of the rank that owns each element.
+void reduce_scatter_ranges_phase(State& s, int rank, ReduceOp op);
+
+/// Rank `rank`'s share of the committed flat all_gather: every peer's range of its buffer
+/// copied into this rank's buffer.
+void all_gather_ranges_phase(State& s, int rank);
 
 /// dst[j][i] = src[0][i] op src[1][i] op ... for i < count, on the device the buffers live on (a
 /// GPU: a kernel on this rank's stream). `stream`: write large CPU outputs with non-temporal

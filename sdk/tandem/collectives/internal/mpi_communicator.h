@@ -6,6 +6,7 @@
 #include <functional>
 #include <initializer_list>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,14 @@ class MpiWorld final : public WorkerCollectives {
   /// are packed into one buffer unless there is only one), waited for with a timeout. kMean
   /// divides the sum by size().
   void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) override;
+  /// Open MPI chooses its all-reduce algorithm, and so the order in which each element's
+  /// pieces are added, from the message size and the process count: no reduce-scatter can
+  /// promise the same order. This is therefore all_reduce of the whole buffer (the same call,
+  /// the same bits), of which this worker keeps its range (the whole buffer holds the result).
+  void reduce_scatter(Tensor& buffer, std::span<const int64_t> offsets, ReduceOp op,
+                      const char* label) override;
+  /// One MPI_Allgatherv in place, the ranges as byte counts and displacements.
+  void all_gather(Tensor& buffer, std::span<const int64_t> offsets, const char* label) override;
   /// Process `root`'s tensors into every process's tensors (same shapes everywhere).
   void broadcast(std::vector<Tensor>& tensors, int root, const char* label) override;
   /// Every process's bytes, in rank order (pieces may differ in length).
@@ -62,6 +71,9 @@ class MpiWorld final : public WorkerCollectives {
   /// `payload`, up to 4080 bytes of data (a small all-reduce's).
   uint64_t arrive(const char* label, std::initializer_list<int64_t> parameters,
                   const void* payload = nullptr, size_t bytes = 0);
+  /// all_reduce, whose call signature also holds `layout` (0, or the digest of a flat
+  /// reduce_scatter's offsets).
+  void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label, int64_t layout);
   /// After the arrivals of a small all-reduce whose data they carried: `buffer` becomes every
   /// worker's piece combined (kSum or kMax) in worker order.
   void combine_in_worker_order(void* buffer, size_t bytes, DType dtype, ReduceOp op);

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -42,6 +43,16 @@ class NcclCommunicator final : public Communicator {
   std::shared_ptr<Work> broadcast_impl(std::vector<Tensor>& tensors, int root) override;
   std::shared_ptr<Work> reduce_scatter_impl(Tensor& output, const Tensor& input,
                                             ReduceOp op) override;
+  /// NCCL chooses the algorithm and chunking of a collective (and so the order in which each
+  /// element's pieces are added) per collective and size: its reduce-scatter and reduce do not
+  /// promise its all-reduce's bits. So this is the all-reduce of the whole buffer into a
+  /// scratch buffer, as all_reduce queues it, and a copy of this rank's range out of it.
+  std::shared_ptr<Work> reduce_scatter_ranges_impl(const Tensor& input, Tensor& output,
+                                                   std::span<const int64_t> offsets,
+                                                   ReduceOp op) override;
+  /// One grouped ncclBroadcast per non-empty range, in place, from the range's owner.
+  std::shared_ptr<Work> all_gather_ranges_impl(Tensor& buffer,
+                                               std::span<const int64_t> offsets) override;
   std::shared_ptr<Work> barrier_impl() override;
 
  private:

@@ -3,6 +3,8 @@
 // from TF_CONFIG).
 #pragma once
 
+#include <cstdint>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -37,6 +39,16 @@ class WorkerCollectives {
   /// Every worker's tensors, in worker order (shapes may differ between workers).
   virtual std::vector<std::vector<Tensor>> all_gather_tensors(const std::vector<Tensor>& mine,
                                                               const char* label) = 0;
+  /// Flat reduce-scatter in place (Note [flat ranges] in communicator.h): `buffer` is a 1-D
+  /// CPU tensor of N elements, and `offsets` (size() + 1 entries from 0 to N, the same on every
+  /// worker) gives worker w the range [offsets[w], offsets[w + 1]). On return this worker's
+  /// range holds the reduction over the workers, bitwise what all_reduce({buffer}) gives there;
+  /// the rest of `buffer` is unspecified.
+  virtual void reduce_scatter(Tensor& buffer, std::span<const int64_t> offsets, ReduceOp op,
+                              const char* label) = 0;
+  /// Flat all-gather in place: worker w's range [offsets[w], offsets[w + 1]) of its 1-D CPU
+  /// `buffer` is copied into the same range of every worker's buffer.
+  virtual void all_gather(Tensor& buffer, std::span<const int64_t> offsets, const char* label) = 0;
   /// Returns once every worker has called it.
   virtual void barrier(const char* label) = 0;
 };
