@@ -50,6 +50,7 @@
 #include "tandem/optim/lion.h"
 #include "tandem/optim/loss_scale_optimizer.h"
 #include "tandem/optim/optimizer.h"
+#include "tandem/optim/parameter_layout.h"
 #include "tandem/optim/schedules.h"
 #include "tandem/optim/sgd.h"
 #include "tandem/profile/profiler.h"

@@ -359,7 +359,8 @@ void ensure_slots(optim::Optimizer& optimizer, const nn::Module* model,
   for (const Variable& v : variables) {
     for (const std::string& kind : optimizer.slot_names()) {
       const Variable slot = optimizer.slot(v, kind);
-      if (slot.num_copies() == v.num_copies()) continue;
+      // A sharded slot has one copy, on its owner's device.
+      if (slot.num_copies() == v.num_copies() || optimizer.owner_of(v) >= 0) continue;
       std::vector<Tensor> copies;
       for (int r = 0; r < v.num_copies(); ++r) copies.push_back(Tensor::zeros_like(v.copy(r)));
       slot.set_copies(std::move(copies));

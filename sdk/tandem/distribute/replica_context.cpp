@@ -173,6 +173,24 @@ void ReplicaContext::expect_micro_step(bool last, const std::vector<Tensor>& acc
   if (num_replicas_ > 1) reducer_->expect_micro_step(last, accumulators);
 }
 
+void ReplicaContext::broadcast_from_owners(const std::vector<Tensor>& values,
+                                           const std::vector<int>& owners) {
+  TANDEM_CHECK(values.size() == owners.size(), "broadcast_from_owners: ", values.size(),
+               " values but ", owners.size(), " owners");
+  if (num_replicas_ == 1) return;
+  reducer_->wait_in_flight();
+  // One batched broadcast per owner, in replica order: exact copies of the owners' values.
+  for (int root = 0; root < num_replicas_; ++root) {
+    std::vector<Tensor> mine;
+    for (size_t i = 0; i < values.size(); ++i) {
+      TANDEM_CHECK(owners[i] >= 0 && owners[i] < num_replicas_, "broadcast_from_owners: owner ",
+                   owners[i], " is outside [0, ", num_replicas_, ")");
+      if (owners[i] == root) mine.push_back(values[i]);
+    }
+    if (!mine.empty()) communicator_->broadcast(mine, root)->wait();
+  }
+}
+
 void ReplicaContext::agree_before_first_update(
     const std::vector<std::pair<std::string, std::string>>& description) {
   // One process: its replicas share the model and the optimizer. A worker of another job or

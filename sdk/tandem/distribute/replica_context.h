@@ -132,6 +132,9 @@ class ReplicaContext final : public optim::GradientSync, private autograd::Gradi
   std::vector<Tensor> sum_with_row_sparse(const std::vector<Tensor>& gradients,
                                           const std::vector<bool>& gather_candidate);
   void expect_micro_step(bool last, const std::vector<Tensor>& accumulators) override;
+  /// GradientSync: one broadcast per owner of its tensors (optimizer-state sharding).
+  void broadcast_from_owners(const std::vector<Tensor>& values,
+                             const std::vector<int>& owners) override;
   /// Across workers: every replica's description (and the global batch it passed to
   /// compute_average_loss) against the chief's; raises on every replica at the first
   /// difference.

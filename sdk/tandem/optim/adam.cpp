@@ -27,7 +27,8 @@ Adam::Options adam_options(const AdamW::Options& o) {
           .beta_2 = o.beta_2,
           .epsilon = o.epsilon,
           .global_clipnorm = o.global_clipnorm,
-          .gradient_accumulation_steps = o.gradient_accumulation_steps};
+          .gradient_accumulation_steps = o.gradient_accumulation_steps,
+          .shard_optimizer_state = o.shard_optimizer_state};
 }
 
 }  // namespace
@@ -37,7 +38,7 @@ Adam::Adam(Options options) : Adam("adam", std::move(options), 0.0) {}
 
 Adam::Adam(std::string name, Options options, double weight_decay)
     : Optimizer(std::move(name), options.learning_rate, options.global_clipnorm,
-                options.gradient_accumulation_steps, {"m", "v"}),
+                options.gradient_accumulation_steps, options.shard_optimizer_state, {"m", "v"}),
       options_(std::move(options)),
       weight_decay_(weight_decay) {
   check_options(this->name().c_str(), options_);

@@ -38,6 +38,16 @@ class GradientSync {
   virtual void agree_before_first_update(
       const std::vector<std::pair<std::string, std::string>>& /*description*/) {}
 
+  /// Optimizer-state sharding: copies each of `values` (this replica's tensors, updated by
+  /// their owner) from replica owners[i] into every other replica's tensor, in place. Every
+  /// replica calls it with the same shapes, dtypes and owners. The default (one replica) has
+  /// no one to send to.
+  virtual void broadcast_from_owners(const std::vector<Tensor>& values,
+                                     const std::vector<int>& owners) {
+    (void)values;
+    (void)owners;
+  }
+
   // Gradient accumulation (gradient_accumulation_steps = N > 1).
   /// Told after each micro-step that does not update: whether the next backward pass is the
   /// last micro-step before an update and, when it is, this replica's accumulators (one per

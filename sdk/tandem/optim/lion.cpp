@@ -15,7 +15,7 @@ Lion::Lion() : Lion(Options{}) {}
 
 Lion::Lion(Options options)
     : Optimizer("lion", options.learning_rate, options.global_clipnorm,
-                options.gradient_accumulation_steps, {"m"}),
+                options.gradient_accumulation_steps, options.shard_optimizer_state, {"m"}),
       options_(std::move(options)) {
   // Keras refuses beta_1 <= 0: the update would ignore the gradient (sign of the momentum).
   TANDEM_CHECK(options_.beta_1 > 0.0 && options_.beta_1 <= 1.0,

@@ -20,18 +20,23 @@ namespace tandem::optim {
 
 Optimizer::Optimizer(std::string name, LearningRate learning_rate,
                      std::optional<double> global_clipnorm, int gradient_accumulation_steps,
-                     std::vector<std::string> slot_names)
+                     int shard_optimizer_state, std::vector<std::string> slot_names)
     : name_(std::move(name)),
       learning_rate_(std::move(learning_rate)),
       global_clipnorm_(global_clipnorm),
       slot_names_(std::move(slot_names)),
       accumulation_steps_(gradient_accumulation_steps),
+      shard_stage_(shard_optimizer_state),
       iterations_(make_variable("iteration", Tensor::scalar(0, DType::kInt64),
                                 /*trainable=*/false)) {
   TANDEM_CHECK(!global_clipnorm_ || *global_clipnorm_ > 0.0, name_,
                ": global_clipnorm must be positive, got ", global_clipnorm_.value_or(0.0));
   TANDEM_CHECK(accumulation_steps_ >= 1, name_, ": gradient_accumulation_steps must be >= 1, got ",
                accumulation_steps_);
+  TANDEM_CHECK(shard_stage_ == 0 || shard_stage_ == 1, name_,
+               ": shard_optimizer_state must be 0 (every replica holds every slot) or 1 (each "
+               "holds its own variables' slots), got ",
+               shard_stage_);
   if (accumulation_steps_ > 1) {
     micro_step_ = make_variable("grad_accum/micro_step", Tensor::scalar(0, DType::kInt64),
                                 /*trainable=*/false);
@@ -140,11 +145,22 @@ Optimizer::Entry& Optimizer::entry_for(const Variable& variable) {
   if (it != index_.end()) return *entries_[it->second];
   auto entry = std::make_unique<Entry>();
   entry->variable = variable;
-  const Tensor& value = variable.value_untracked();
-  for (const std::string& slot : slot_names_) {
-    entry->slots.push_back(make_variable(slot + "/" + variable.name(), Tensor::zeros_like(value),
-                                         /*trainable=*/false));
+  const auto owner = owners_.find(variable.id());
+  if (owner != owners_.end()) {
+    // Sharded: the slots live on their owner alone, one copy each.
+    entry->owner = owner->second;
+    const Tensor& value = variable.copy(entry->owner);
+    for (const std::string& slot : slot_names_)
+      entry->slots.emplace_back(slot + "/" + variable.name(), Tensor::zeros_like(value),
+                                /*trainable=*/false);
+  } else {
+    const Tensor& value = variable.value_untracked();
+    for (const std::string& slot : slot_names_) {
+      entry->slots.push_back(make_variable(slot + "/" + variable.name(), Tensor::zeros_like(value),
+                                           /*trainable=*/false));
+    }
   }
+  const Tensor& value = variable.value_untracked();
   if (accumulation_steps_ > 1) {
     entry->accumulator = make_variable("grad_accum/" + variable.name(), Tensor::zeros_like(value),
                                        /*trainable=*/false);
@@ -156,10 +172,10 @@ Optimizer::Entry& Optimizer::entry_for(const Variable& variable) {
 
 void Optimizer::build(const std::vector<Variable>& variables) {
   if (inner_ != nullptr) return inner_->build(variables);
-  for (const Variable& v : variables) {
+  for (const Variable& v : variables)
     TANDEM_CHECK(v.defined(), name_, ".build: an undefined variable");
-    entry_for(v);
-  }
+  assign_owners(variables);
+  for (const Variable& v : variables) entry_for(v);
 }
 
 void Optimizer::check_pairs(const std::vector<Tensor>& gradients,
@@ -233,6 +249,12 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
                "optimizer.apply_gradients(ctx, gradients, variables) (or, for gradients already "
                "summed with ctx.all_reduce, add {.skip_gradients_aggregation = true})");
   check_pairs(gradients, variables);
+  assign_owners(variables);
+  TANDEM_CHECK(binding.num_replicas <= 1 || shard_stage_ == 0, name_,
+               ".apply_gradients(gradients, variables) inside strategy.run cannot send the "
+               "updated variables from their owners (shard_optimizer_state = ",
+               shard_stage_,
+               "); pass the context: optimizer.apply_gradients(ctx, gradients, variables)");
   check_numerics(gradients, variables, "");
   // Cross-replica context (outside strategy.run, or inside merge_call) with mirrored variables:
   // the same update on every replica's copies of the variables, slots and counters, as
@@ -263,6 +285,16 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
     }
   }
   set_current_replica_binding(binding);
+  // Sharded: each copy updated its own variables only; the owners' values go to the others.
+  for (size_t i = 0; i < variables.size(); ++i) {
+    const int owner = gradients[i].defined() ? owner_of(variables[i]) : -1;
+    if (owner < 0) continue;
+    for (int r = 0; r < variables[i].num_copies(); ++r) {
+      if (r == owner) continue;
+      Tensor copy = variables[i].copy(r);
+      copy.copy_from(variables[i].copy(owner));
+    }
+  }
 }
 
 void Optimizer::update_or_accumulate(const std::vector<Tensor>& gradients,
@@ -284,6 +316,7 @@ std::vector<std::pair<std::string, std::string>> Optimizer::describe_update(
   const tandem::detail::Json config = tandem::detail::JsonReader::parse(config_json());
   for (const auto& [key, value] : config.object)
     if (key != "name") out.emplace_back(name_ + " " + key, tandem::detail::to_text(value));
+  if (shard_stage_ > 0) out.emplace_back("shard_optimizer_state", std::to_string(shard_stage_));
   out.emplace_back("number of variables", std::to_string(variables.size()));
   for (size_t i = 0; i < variables.size(); ++i) {
     const Tensor& value = variables[i].value_untracked();
@@ -298,6 +331,16 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
                                 const std::vector<Variable>& variables) {
   if (inner_ != nullptr) return inner_->apply_gradients(ctx, gradients, variables);
   check_pairs(gradients, variables);
+  assign_owners(variables);
+  if (shard_stage_ > 0) {
+    const ReplicaBinding binding = current_replica_binding();
+    TANDEM_CHECK(binding.num_replicas == binding.num_replicas_in_sync, name_,
+                 ": shard_optimizer_state = ", shard_stage_,
+                 " needs every replica in one process; "
+                 "this job has ",
+                 binding.num_replicas_in_sync, " replicas in sync, ", binding.num_replicas,
+                 " here");
+  }
   // Before this optimizer's first update on each replica: workers that build another model or
   // optimizer (another job's worker, another version of the program) raise here, by name.
   bool first = false;
@@ -319,7 +362,8 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
     std::vector<bool> row_sparse(variables.size());
     for (size_t i = 0; i < variables.size(); ++i)
       row_sparse[i] = variables[i].row_sparse_gradient();
-    apply_update(ctx.sum_across_replicas(gradients, row_sparse), variables);
+    if (apply_update(ctx.sum_across_replicas(gradients, row_sparse), variables) && shard_stage_ > 0)
+      publish_updates(ctx, gradients, variables);
     return;
   }
   // Micro-steps 1..N-1 only add into this replica's accumulators: no collective. Micro-step N
@@ -344,7 +388,9 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
   for (size_t i = 0; i < variables.size(); ++i)
     if (gradients[i].defined())
       accumulators[i] = entry_for(variables[i]).accumulator.value_untracked();
-  finish_accumulation(ctx.sum_accumulated(gradients, accumulators), variables);
+  if (finish_accumulation(ctx.sum_accumulated(gradients, accumulators), variables) &&
+      shard_stage_ > 0)
+    publish_updates(ctx, gradients, variables);
   ctx.expect_micro_step(false, {});  // micro-step 1 of the next update (N > 1)
 }
 
@@ -359,7 +405,7 @@ const std::vector<Tensor>& GradientSync::add_into(const std::vector<Tensor>& acc
   return accumulators;
 }
 
-void Optimizer::apply_update(const std::vector<Tensor>& gradients,
+bool Optimizer::apply_update(const std::vector<Tensor>& gradients,
                              const std::vector<Variable>& variables) {
   autograd::NoRecordGuard no_record;  // updates are never differentiated
   const profile::Span span(profile::Phase::kOptimizer);
@@ -370,11 +416,12 @@ void Optimizer::apply_update(const std::vector<Tensor>& gradients,
   std::vector<Optimizer*> wrappers;
   for (Optimizer* w = wrapper_; w != nullptr; w = w->wrapper_) wrappers.push_back(w);
   for (auto w = wrappers.rbegin(); w != wrappers.rend(); ++w)
-    if (!(*w)->transform_gradients(grads)) return;
+    if (!(*w)->transform_gradients(grads)) return false;
   if (global_clipnorm_) grads = clip_by_global_norm(grads, *global_clipnorm_).gradients;
 
   const int64_t done = iterations();
   const double rate = learning_rate_(done);
+  const int replica = current_replica_binding().replica_id;
   // The variables with a gradient, one group per dtype (the update's scalars are rounded to
   // it), each group updated by one update_step call.
   struct Group {
@@ -386,6 +433,7 @@ void Optimizer::apply_update(const std::vector<Tensor>& gradients,
   for (size_t i = 0; i < variables.size(); ++i) {
     if (!grads[i].defined()) continue;
     Entry& entry = entry_for(variables[i]);
+    if (entry.owner >= 0 && entry.owner != replica) continue;  // another replica's to update
     Tensor value = variables[i].value_untracked();
     const std::pair<DType, bool> key{value.dtype(), use_weight_decay(variables[i])};
     auto it =
@@ -400,7 +448,8 @@ void Optimizer::apply_update(const std::vector<Tensor>& gradients,
     group.gradients.push_back(grads[i]);
     group.values.push_back(std::move(value));
     for (size_t k = 0; k < entry.slots.size(); ++k)
-      group.slots[k].push_back(entry.slots[k].value_untracked());
+      group.slots[k].push_back(entry.owner >= 0 ? entry.slots[k].copy(0)
+                                                : entry.slots[k].value_untracked());
   }
   for (auto& [key, group] : groups) {
     // Keras casts the (float32) learning rate to the variable's dtype.
@@ -411,6 +460,7 @@ void Optimizer::apply_update(const std::vector<Tensor>& gradients,
   }
   decay_group = true;
   iterations_.assign(Tensor::scalar(static_cast<double>(done + 1), DType::kInt64));
+  return true;
 }
 
 int64_t Optimizer::accumulate(const std::vector<Tensor>& gradients,
@@ -430,7 +480,7 @@ int64_t Optimizer::accumulate(const std::vector<Tensor>& gradients,
   return done;
 }
 
-void Optimizer::finish_accumulation(std::vector<Tensor> combined,
+bool Optimizer::finish_accumulation(std::vector<Tensor> combined,
                                     const std::vector<Variable>& variables) {
   autograd::NoRecordGuard no_record;
   // The mean over micro-steps, divided as Keras does: (sum of N gradients) / N.
@@ -439,7 +489,7 @@ void Optimizer::finish_accumulation(std::vector<Tensor> combined,
     g = ops::div(g,
                  Tensor::scalar(static_cast<double>(accumulation_steps_), g.dtype(), g.device()));
   }
-  apply_update(combined, variables);
+  const bool updated = apply_update(combined, variables);
   // Reset every accumulator of this replica, also of variables without a gradient this time.
   std::vector<Variable> to_reset;
   {
@@ -451,6 +501,7 @@ void Optimizer::finish_accumulation(std::vector<Tensor> combined,
     value.fill_(0.0);
   }
   micro_step_.assign(Tensor::scalar(0, DType::kInt64));
+  return updated;
 }
 
 std::vector<std::pair<std::string, Variable>> Optimizer::accumulator_variables() const {

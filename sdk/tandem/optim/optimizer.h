@@ -115,6 +115,23 @@ class Optimizer {
 
   /// N: one update every N calls of apply_gradients (1: every call, no accumulators).
   int gradient_accumulation_steps() const { return innermost().accumulation_steps_; }
+
+  /// Optimizer-state sharding (the shard_optimizer_state option; ZeRO's stage): 0, every
+  /// replica holds every slot; 1, the mirrored variables are laid out end to end and split
+  /// among the replicas into contiguous runs of whole variables of about equal bytes
+  /// (ParameterLayout, made at the first build or update from that call's variables); each
+  /// replica holds the slots of its own run only (a slot variable then has one copy, on its
+  /// owner's device), updates only its own variables from the summed gradients, and the
+  /// replica-context apply_gradients then broadcasts each updated variable from its owner to
+  /// the other replicas. The gradients are still summed whole on every replica, so clipping,
+  /// the loss scale's check and accumulation see what they see unsharded, and each variable's
+  /// update is the same arithmetic: training is bitwise that of stage 0. Checkpoints are
+  /// unchanged (a slot's one copy is the whole slot) and restore at any replica count and
+  /// stage. Within one process (MirroredStrategy); a multi-worker job raises at the update.
+  int shard_optimizer_state() const { return innermost().shard_stage_; }
+  /// Under sharding, the replica that owns `variable` (holds its slots and updates it), else
+  /// -1 (every replica does: stage 0, or a variable with one copy).
+  int owner_of(const Variable& variable) const;
   /// Micro-steps accumulated since the last update, in [0, N): 0 at an update boundary. Inside
   /// strategy.run, this replica's count; outside, replica 0's (all replicas count alike).
   int64_t micro_step() const;
@@ -152,7 +169,8 @@ class Optimizer {
   /// For subclasses: `name` is the Keras name ("adam"), `slot_names` the slot kinds each
   /// variable gets at build; the rest are the options every optimizer has.
   Optimizer(std::string name, LearningRate learning_rate, std::optional<double> global_clipnorm,
-            int gradient_accumulation_steps, std::vector<std::string> slot_names);
+            int gradient_accumulation_steps, int shard_optimizer_state,
+            std::vector<std::string> slot_names);
   /// For wrappers: `name` is the Keras name ("loss_scale_optimizer"); every call goes to
   /// `inner`, which must outlive this object and be wrapped by no other, and whose updates run
   /// this object's transform_gradients first.
@@ -187,9 +205,16 @@ class Optimizer {
  private:
   struct Entry {
     Variable variable;
-    std::vector<Variable> slots;
-    Variable accumulator;  // defined when accumulation_steps_ > 1
+    std::vector<Variable> slots;  // one copy each when sharded (owner >= 0)
+    Variable accumulator;         // defined when accumulation_steps_ > 1
+    int owner = -1;               // the replica holding the slots; -1: every replica
   };
+  /// Under sharding, lays out those of `variables` (mirrored) that have no owner yet and gives
+  /// each its owner (ParameterLayout), before their entries are made.
+  void assign_owners(const std::vector<Variable>& variables);
+  /// Sends each variable updated from `gradients` (defined) from its owner to every replica.
+  void publish_updates(GradientSync& ctx, const std::vector<Tensor>& gradients,
+                       const std::vector<Variable>& variables);
   /// The entry of `variable`, created (with its slots) when missing.
   Entry& entry_for(const Variable& variable);
   /// Raises unless gradients and variables pair up (count, shape, dtype) and at least one
@@ -204,7 +229,9 @@ class Optimizer {
   void check_numerics(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
                       const std::string& replica) const;
   /// One update from gradients already combined (and checked): clip, update_step, iterations+1.
-  void apply_update(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
+  /// Under sharding only the calling replica's own variables. Returns false when a wrapper's
+  /// transform skipped the update.
+  bool apply_update(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
   /// apply_update, or with accumulation: add to the accumulators, updating on the N-th call (on
   /// the calling thread's copies).
   void update_or_accumulate(const std::vector<Tensor>& gradients,
@@ -217,19 +244,21 @@ class Optimizer {
                      std::vector<Tensor>& accumulated);
   /// Divides the combined accumulators by N, applies the update and resets this replica's
   /// accumulators and micro-step counter.
-  void finish_accumulation(std::vector<Tensor> combined, const std::vector<Variable>& variables);
+  bool finish_accumulation(std::vector<Tensor> combined, const std::vector<Variable>& variables);
 
   std::string name_;
   LearningRate learning_rate_;
   std::optional<double> global_clipnorm_;
   std::vector<std::string> slot_names_;
   int accumulation_steps_;
+  int shard_stage_ = 0;
   Variable iterations_;
   Variable micro_step_;       // defined when accumulation_steps_ > 1
   mutable std::mutex mutex_;  // guards entries_, index_, warned_ and agreed_
   std::vector<std::unique_ptr<Entry>> entries_;
   std::unordered_map<const void*, size_t> index_;
   std::unordered_set<const void*> warned_;
+  std::unordered_map<const void*, int> owners_;  // under sharding: variable -> owning replica
   std::unordered_set<int> agreed_;  // replicas (in sync) that described this optimizer's updates
   std::unordered_set<const void*> no_decay_;  // exclude_from_weight_decay's variables
   std::vector<std::string> no_decay_names_;   // and name parts

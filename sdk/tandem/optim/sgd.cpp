@@ -19,7 +19,8 @@ SGD::SGD() : SGD(Options{}) {}
 
 SGD::SGD(Options options)
     : Optimizer("sgd", options.learning_rate, options.global_clipnorm,
-                options.gradient_accumulation_steps, sgd_slots(options.momentum)),
+                options.gradient_accumulation_steps, options.shard_optimizer_state,
+                sgd_slots(options.momentum)),
       options_(std::move(options)) {
   TANDEM_CHECK(options_.momentum >= 0.0 && options_.momentum <= 1.0,
                "SGD: momentum must be in [0, 1], got ", options_.momentum);

@@ -25,6 +25,10 @@ class SGD : public Optimizer {
     /// Update once every N calls of apply_gradients, with the mean of the N gradients (N >= 1;
     /// see Optimizer::gradient_accumulation_steps()).
     int gradient_accumulation_steps = 1;
+    /// Optimizer-state sharding (ZeRO): 0 every replica holds every slot; 1 each replica holds
+    /// the slots of the variables it owns only, updates those and sends them to the others
+    /// (see Optimizer::shard_optimizer_state()).
+    int shard_optimizer_state = 0;
   };
   /// Keras's defaults: learning rate 0.01, no momentum.
   /// Write `td::optim::SGD optimizer;` for it: `optimizer({})` does not compile, since `{}`

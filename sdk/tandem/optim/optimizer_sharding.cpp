@@ -1,0 +1,60 @@
+// Optimizer-state sharding: which replica owns each variable (ParameterLayout) and how the
+// owners' updates reach the other replicas.
+#include <algorithm>
+
+#include "tandem/core/error.h"
+#include "tandem/optim/optimizer.h"
+#include "tandem/optim/parameter_layout.h"
+
+namespace tandem::optim {
+
+void Optimizer::assign_owners(const std::vector<Variable>& variables) {
+  if (shard_stage_ == 0) return;
+  std::lock_guard<std::mutex> lock(mutex_);
+  // The mirrored variables met for the first time (a variable with one copy is every
+  // replica's, and one with an entry keeps how it was made).
+  std::vector<const Variable*> fresh;
+  for (const Variable& v : variables) {
+    if (!v.defined() || v.num_copies() <= 1 || owners_.contains(v.id()) || index_.contains(v.id()))
+      continue;
+    if (std::find_if(fresh.begin(), fresh.end(),
+                     [&](const Variable* f) { return f->id() == v.id(); }) == fresh.end())
+      fresh.push_back(&v);
+  }
+  if (fresh.empty()) return;
+  const int replicas = fresh.front()->num_copies();
+  std::vector<int64_t> bytes;
+  for (const Variable* v : fresh) {
+    TANDEM_CHECK(v->num_copies() == replicas, name_, ": shard_optimizer_state: variable \"",
+                 v->name(), "\" has ", v->num_copies(), " copies but \"", fresh.front()->name(),
+                 "\" has ", replicas,
+                 "; build the model and the optimizer in one strategy.scope()");
+    const Tensor& value = v->copy(0);
+    bytes.push_back(value.numel() * static_cast<int64_t>(dtype_size(value.dtype())));
+  }
+  const ParameterLayout layout(std::move(bytes), replicas);
+  for (size_t i = 0; i < fresh.size(); ++i) owners_.emplace(fresh[i]->id(), layout.owner(i));
+}
+
+int Optimizer::owner_of(const Variable& variable) const {
+  if (inner_ != nullptr) return inner_->owner_of(variable);
+  std::lock_guard<std::mutex> lock(mutex_);
+  const auto it = owners_.find(variable.id());
+  return it == owners_.end() ? -1 : it->second;
+}
+
+void Optimizer::publish_updates(GradientSync& ctx, const std::vector<Tensor>& gradients,
+                                const std::vector<Variable>& variables) {
+  std::vector<Tensor> values;
+  std::vector<int> owners;
+  for (size_t i = 0; i < variables.size(); ++i) {
+    if (!gradients[i].defined()) continue;
+    const int owner = entry_for(variables[i]).owner;
+    if (owner < 0) continue;
+    values.push_back(variables[i].value_untracked());
+    owners.push_back(owner);
+  }
+  if (!values.empty()) ctx.broadcast_from_owners(values, owners);
+}
+
+}  // namespace tandem::optim

@@ -1,0 +1,321 @@
+// Optimizer-state sharding (shard_optimizer_state = 1): each replica holds and updates only its
+// own variables' slots, and training is bitwise the training of every replica holding all of
+// them, with accumulation, a loss scale and clipping; checkpoints keep whole variables and
+// restore at any replica count, sharded or not.
+#include <catch2/catch.hpp>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "checkpoint/checkpoint_test_util.h"
+#include "tandem/tandem.h"
+
+namespace td = tandem;
+namespace optim = td::optim;
+namespace nn = td::nn;
+
+namespace {
+
+constexpr int64_t kGlobalBatch = 24;  // 12, 8 or 6 per replica on 2, 3 or 4 replicas
+constexpr int64_t kSide = 6;          // images of kSide x kSide x 1 for the CNN
+constexpr int64_t kClasses = 4;
+
+enum class ModelKind { kMlp, kCnn };
+
+struct Setup {
+  ModelKind model = ModelKind::kMlp;
+  int replicas = 2;
+  int stage = 0;
+  int accumulation = 1;
+  bool clip = false;
+  bool loss_scale = false;
+  bool adamw = false;
+};
+
+/// One training job: a model, Adam (or AdamW) with the setup's options, optionally wrapped in
+/// a loss scale, on `replicas` CPU replicas.
+struct Job {
+  explicit Job(const Setup& s) : setup(s), strategy(td::MirroredStrategy::cpu(s.replicas)) {
+    auto scope = strategy.scope();
+    if (s.model == ModelKind::kMlp) {
+      model = std::make_unique<nn::Sequential>(std::initializer_list<nn::Module>{
+          nn::Dense(16, nn::Activation::kRelu), nn::Dense(12, nn::Activation::kRelu),
+          nn::Dense(kClasses)});
+      model->set_seed(7);
+      model->build({8});
+    } else {
+      model = std::make_unique<nn::Sequential>(std::initializer_list<nn::Module>{
+          nn::Conv2D(4, 3, 1, nn::Padding::kSame, nn::Activation::kNone, /*use_bias=*/false),
+          nn::BatchNormalization({.synchronized = true}),
+          nn::ActivationLayer(nn::Activation::kRelu), nn::Flatten(), nn::Dense(kClasses)});
+      model->set_seed(7);
+      model->build({kSide, kSide, 1});
+    }
+    const std::optional<double> clip = s.clip ? std::optional<double>(0.05) : std::nullopt;
+    if (s.adamw) {
+      inner = std::make_unique<optim::AdamW>(
+          optim::AdamW::Options{.learning_rate = 0.01,
+                                .weight_decay = 0.1,
+                                .global_clipnorm = clip,
+                                .gradient_accumulation_steps = s.accumulation,
+                                .shard_optimizer_state = s.stage});
+      inner->exclude_from_weight_decay({}, {"bias"});
+    } else {
+      inner = std::make_unique<optim::Adam>(
+          optim::Adam::Options{.learning_rate = 0.01,
+                               .global_clipnorm = clip,
+                               .gradient_accumulation_steps = s.accumulation,
+                               .shard_optimizer_state = s.stage});
+    }
+    if (s.loss_scale)
+      loss_scale = std::make_unique<optim::LossScaleOptimizer>(
+          *inner, optim::LossScaleOptions{.initial_scale = 1024.0, .dynamic_growth_steps = 3});
+    inner->build(model->trainable_variables());
+  }
+
+  optim::Optimizer& optimizer() { return loss_scale ? *loss_scale : *inner; }
+
+  td::Checkpoint checkpoint() {
+    return td::Checkpoint({{"model", model.get()}, {"optimizer", &optimizer()}});
+  }
+
+  /// Steps [first, first + count) of the fixed data, each of kGlobalBatch examples split over
+  /// the replicas. On step `overflow` (if any) replica 1's loss is infinite: a loss scale skips
+  /// that update.
+  void train(int64_t first, int64_t count, int64_t overflow = -1) {
+    const std::vector<td::Variable> variables = model->trainable_variables();
+    const int64_t per_replica = kGlobalBatch / setup.replicas;
+    int64_t current = 0;
+    auto step = [&](td::ReplicaContext& ctx, const td::Tensor& x, const td::Tensor& y) {
+      td::GradientTape tape;
+      const td::Tensor logits = (*model)(x, /*training=*/true);
+      td::Tensor loss = td::compute_average_loss(
+          td::losses::sparse_categorical_crossentropy(y, logits, /*from_logits=*/true),
+          kGlobalBatch);
+      if (current == overflow && ctx.replica_id_in_sync_group() == 1)
+        loss = loss * td::Tensor::scalar(INFINITY, td::DType::kFloat32);
+      optimizer().apply_gradients(ctx, tape.gradient(optimizer().scale_loss(loss), variables),
+                                  variables);
+      return loss;
+    };
+    for (int64_t s = first; s < first + count; ++s) {
+      current = s;
+      const Data batch = data(s);
+      std::vector<td::Tensor> xs, ys;
+      for (int r = 0; r < setup.replicas; ++r) {
+        xs.push_back(batch.x.slice(r * per_replica, (r + 1) * per_replica));
+        ys.push_back(batch.y.slice(r * per_replica, (r + 1) * per_replica));
+      }
+      strategy.run(step, td::PerReplica<td::Tensor>(xs), td::PerReplica<td::Tensor>(ys));
+    }
+  }
+
+  struct Data {
+    td::Tensor x, y;
+  };
+  Data data(int64_t step) const {
+    td::Generator g(static_cast<uint64_t>(1000 + step));
+    const td::Shape shape = setup.model == ModelKind::kMlp
+                                ? td::Shape({kGlobalBatch, 8})
+                                : td::Shape({kGlobalBatch, kSide, kSide, 1});
+    const td::Tensor x = td::Tensor::normal(shape, g);
+    std::vector<int64_t> labels(static_cast<size_t>(kGlobalBatch));
+    const float* f = x.data<float>();
+    const int64_t row = x.numel() / kGlobalBatch;
+    for (size_t i = 0; i < labels.size(); ++i) {
+      const float score = f[i * row] + 0.5f * f[i * row + 1] - f[i * row + 2];
+      labels[i] = score < -0.7f ? 0 : score < 0.0f ? 1 : score < 0.7f ? 2 : 3;
+    }
+    return {x, td::Tensor::from_vector(labels)};
+  }
+
+  /// The model's variables (every replica's copy, which must agree) and the optimizer's slots
+  /// and counter, as bytes by name.
+  std::map<std::string, std::string> state() const {
+    std::map<std::string, std::string> out;
+    auto bytes = [](const td::Tensor& t) {
+      const td::Tensor host = t.to(td::Device::cpu());
+      return std::string(static_cast<const char*>(host.raw_data()), host.nbytes());
+    };
+    for (const td::Variable& v : model->weights()) {
+      out[v.name()] = bytes(v.copy(0));
+      for (int r = 1; r < v.num_copies(); ++r)
+        CHECK(bytes(v.copy(r)) == out[v.name()]);  // the replicas agree
+    }
+    for (const auto& [name, slot] : inner->slot_variables()) out[name] = bytes(slot.copy(0));
+    out["iterations"] = std::to_string(inner->iterations());
+    if (loss_scale) out["loss_scale"] = std::to_string(loss_scale->loss_scale());
+    return out;
+  }
+
+  Setup setup;
+  td::MirroredStrategy strategy;
+  std::unique_ptr<nn::Sequential> model;
+  std::unique_ptr<optim::Optimizer> inner;
+  std::unique_ptr<optim::LossScaleOptimizer> loss_scale;
+};
+
+/// Names of the entries of `a` and `b` that differ (empty: bitwise equal).
+std::vector<std::string> differences(const std::map<std::string, std::string>& a,
+                                     const std::map<std::string, std::string>& b) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : a) {
+    const auto it = b.find(name);
+    if (it == b.end() || it->second != value) out.push_back(name);
+  }
+  for (const auto& [name, value] : b)
+    if (!a.contains(name)) out.push_back(name);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("ParameterLayout: contiguous runs of whole variables of about equal bytes",
+          "[cpu][optim]") {
+  const optim::ParameterLayout layout({400, 40, 400, 40, 10, 400}, 3);
+  CHECK(layout.total_bytes() == 1290);
+  std::vector<int> owners;
+  for (size_t i = 0; i < layout.num_variables(); ++i) owners.push_back(layout.owner(i));
+  // Shares of 430 bytes: the 4th variable's middle (byte 860) is in the third share.
+  CHECK(owners == std::vector<int>{0, 0, 1, 2, 2, 2});
+  CHECK(layout.offset(2) == 440);
+  CHECK(layout.bytes_owned(0) + layout.bytes_owned(1) + layout.bytes_owned(2) == 1290);
+  // More replicas than variables: some own nothing; one replica owns everything.
+  const optim::ParameterLayout sparse({100, 100}, 4);
+  CHECK(sparse.owner(0) == 1);  // middle at byte 50 of 200: the second share of 50
+  CHECK(sparse.owner(1) == 3);
+  CHECK(sparse.bytes_owned(0) == 0);
+  CHECK(sparse.bytes_owned(2) == 0);
+  const optim::ParameterLayout one({5, 7}, 1);
+  CHECK(one.owner(1) == 0);
+  CHECK_THROWS_WITH(optim::ParameterLayout({1}, 0),
+                    Catch::Contains("replicas must be >= 1, got 0"));
+}
+
+TEST_CASE("shard_optimizer_state = 1: each replica holds its own variables' slots, one copy each",
+          "[cpu][optim][distribute]") {
+  Job job({.replicas = 4, .stage = 1});
+  const std::vector<td::Variable> variables = job.model->trainable_variables();
+  int64_t slot_bytes = 0;
+  int64_t variable_bytes = 0;
+  std::vector<int> owners;
+  for (const td::Variable& v : variables) {
+    const int owner = job.inner->owner_of(v);
+    REQUIRE(owner >= 0);
+    owners.push_back(owner);
+    variable_bytes += static_cast<int64_t>(v.copy(0).nbytes());
+    for (const std::string& kind : job.inner->slot_names()) {
+      const td::Variable slot = job.inner->slot(v, kind);
+      CHECK(slot.num_copies() == 1);  // held by its owner alone
+      slot_bytes += static_cast<int64_t>(slot.copy(0).nbytes());
+    }
+  }
+  // Two slots (m, v) per variable, each held once: half of what four replicas held in total.
+  CHECK(slot_bytes == 2 * variable_bytes);
+  // Owners are contiguous and every replica of the MLP (6 variables) owns some.
+  CHECK(std::is_sorted(owners.begin(), owners.end()));
+  CHECK(owners.front() == 0);
+  CHECK(owners.back() == 3);
+  CHECK_THROWS_WITH(optim::Adam(optim::Adam::Options{.shard_optimizer_state = 2}),
+                    Catch::Contains("shard_optimizer_state must be 0") && Catch::Contains("got 2"));
+}
+
+TEST_CASE("shard_optimizer_state = 1 trains bitwise like every replica holding every slot",
+          "[cpu][optim][distribute]") {
+  struct Case {
+    const char* name;
+    Setup setup;
+  };
+  const std::vector<Case> cases = {
+      {"mlp, 2 replicas", {.replicas = 2}},
+      {"mlp, 4 replicas, clipping", {.replicas = 4, .clip = true}},
+      {"mlp, 3 replicas, AdamW, accumulation 2", {.replicas = 3, .accumulation = 2, .adamw = true}},
+      {"mlp, 4 replicas, loss scale", {.replicas = 4, .loss_scale = true}},
+      {"cnn with synchronized batch norm, 2 replicas, clipping, accumulation 3, loss scale",
+       {.model = ModelKind::kCnn,
+        .replicas = 2,
+        .accumulation = 3,
+        .clip = true,
+        .loss_scale = true}},
+      {"cnn with synchronized batch norm, 4 replicas", {.model = ModelKind::kCnn, .replicas = 4}},
+  };
+  for (const Case& c : cases) {
+    DYNAMIC_SECTION(c.name) {
+      Setup unsharded = c.setup;
+      Setup sharded = c.setup;
+      sharded.stage = 1;
+      Job a(unsharded);
+      Job b(sharded);
+      // Step 4 overflows on replica 1: with a loss scale, both skip it alike.
+      const int64_t overflow = c.setup.loss_scale ? 4 : -1;
+      a.train(0, 9, overflow);
+      b.train(0, 9, overflow);
+      const auto sa = a.state();
+      const auto sb = b.state();
+      CHECK(differences(sa, sb).empty());
+      CHECK(b.inner->iterations() > 0);
+      if (c.setup.loss_scale) CHECK(b.loss_scale->skipped_updates() == 1);
+    }
+  }
+}
+
+TEST_CASE(
+    "a sharded run's checkpoint restores at 1, 2 and 3 replicas, sharded or not, and "
+    "training continues bitwise",
+    "[cpu][optim][distribute][checkpoint]") {
+  const td::checkpoint_testing::TempDir dir;
+  const std::string path = dir.file("ckpt.h5");
+  Setup four{.replicas = 4, .stage = 1, .clip = true, .loss_scale = true};
+  Job writer(four);
+  writer.train(0, 5);
+  writer.checkpoint().write(path);
+  // What an unsharded job of the same replicas continues to: the reference.
+  Setup reference_setup = four;
+  reference_setup.stage = 0;
+  Job reference(reference_setup);
+  reference.checkpoint().restore(path);
+  CHECK(differences(reference.state(), writer.state()).empty());
+  for (const int replicas : {1, 2, 3}) {
+    for (const int stage : {0, 1}) {
+      DYNAMIC_SECTION(replicas << " replicas, stage " << stage) {
+        Setup s = four;
+        s.replicas = replicas;
+        s.stage = stage;
+        Job restored(s);
+        restored.checkpoint().restore(path);
+        // The same state as written, whatever the replica count and stage.
+        const auto before = restored.state();
+        CHECK(differences(before, writer.state()).empty());
+        // Continuing at the same replica count with and without sharding gives the same bits.
+        Setup other = s;
+        other.stage = 1 - stage;
+        Job twin(other);
+        twin.checkpoint().restore(path);
+        restored.train(5, 4);
+        twin.train(5, 4);
+        CHECK(differences(restored.state(), twin.state()).empty());
+        CHECK(restored.inner->iterations() == 9);
+      }
+    }
+  }
+}
+
+TEST_CASE("shard_optimizer_state refuses the plain apply_gradients inside strategy.run",
+          "[cpu][optim][distribute]") {
+  Job job({.replicas = 2, .stage = 1});
+  const std::vector<td::Variable> variables = job.model->trainable_variables();
+  auto step = [&](td::ReplicaContext& ctx, const td::Tensor& x) {
+    td::GradientTape tape;
+    const td::Tensor loss = td::ops::sum((*job.model)(x, true));
+    const auto grads = ctx.all_reduce(td::ReduceOp::kSum, tape.gradient(loss, variables));
+    job.inner->apply_gradients(grads, variables, {.skip_gradients_aggregation = true});
+  };
+  td::Generator g(3);
+  const td::Tensor x = td::Tensor::normal({4, 8}, g);
+  CHECK_THROWS_WITH(job.strategy.run(step, td::PerReplica<td::Tensor>({x, x})),
+                    Catch::Contains("shard_optimizer_state = 1") &&
+                        Catch::Contains("optimizer.apply_gradients(ctx, gradients, variables)"));
+}
