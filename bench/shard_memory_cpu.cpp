@@ -1,8 +1,8 @@
 // Memory of optimizer-state sharding: an MLP of >= 50 M float32 parameters trained with Adam on
-// 4 CPU replicas in one process, with shard_optimizer_state 0 and 1, each in a process of its
+// 4 CPU replicas in one process, with shard_optimizer_state 0, 1 and 2, each in a process of its
 // own (peak resident memory is per process). Prints, per stage, the bytes each replica holds
 // (parameters, optimizer state), the process's peak resident memory and the median step time.
-//   bench_shard_memory_cpu                 both stages, one child process each, and the ratios
+//   bench_shard_memory_cpu                 every stage, one child process each, and the ratios
 //   bench_shard_memory_cpu --stage 1 ...   one run (what the children do)
 #include <sys/wait.h>
 #include <unistd.h>
@@ -34,7 +34,7 @@ struct Options {
   std::fprintf(code == 0 ? stdout : stderr,
                "usage: %s [--stage S] [--replicas R] [--width W] [--layers L] [--steps N] "
                "[--batch B]\n"
-               "  --stage     0 or 1 (default: both, one child process each)\n"
+               "  --stage     0, 1 or 2 (default: each, one child process each)\n"
                "  --replicas  CPU replicas in the process (default 4)\n"
                "  --width     units of each Dense layer and input features (default 2048)\n"
                "  --layers    Dense layers (default 12: 12 x (2048 x 2048 + 2048) = 50.4 M "
@@ -172,8 +172,8 @@ int main(int argc, char** argv) {
       o.steps);
   std::printf("%-6s %12s %22s %26s %16s %12s\n", "stage", "parameters", "param MiB/replica",
               "optimizer state MiB/replica", "peak RSS MiB", "step s");
-  double rss[2] = {0, 0}, step_s[2] = {0, 0}, state[2] = {0, 0};
-  for (int stage = 0; stage <= 1; ++stage) {
+  double rss[3] = {0, 0, 0}, step_s[3] = {0, 0, 0}, state[3] = {0, 0, 0};
+  for (int stage = 0; stage <= 2; ++stage) {
     long long params = 0, parameter_bytes = 0, state_bytes = 0, peak = 0;
     double seconds = 0;
     const std::string line = run_child(o, stage);
@@ -189,10 +189,12 @@ int main(int argc, char** argv) {
     step_s[stage] = seconds;
     state[stage] = static_cast<double>(state_bytes);
   }
-  std::printf(
-      "stage 1 / stage 0: optimizer state per replica %.3f, peak RSS %.3f (%.1f%% less), "
-      "step time %.3f\n",
-      state[1] / state[0], rss[1] / rss[0], 100.0 * (1.0 - rss[1] / rss[0]), step_s[1] / step_s[0]);
+  for (int stage = 1; stage <= 2; ++stage)
+    std::printf(
+        "stage %d / stage 0: optimizer state per replica %.3f, peak RSS %.3f (%.1f%% less), "
+        "step time %.3f\n",
+        stage, state[stage] / state[0], rss[stage] / rss[0], 100.0 * (1.0 - rss[stage] / rss[0]),
+        step_s[stage] / step_s[0]);
   std::printf("reproduce: %s\n",
               td::bench::reproduce_command(TANDEM_BINARY_DIR, argc, argv).c_str());
   return 0;

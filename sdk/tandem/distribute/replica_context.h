@@ -132,6 +132,11 @@ class ReplicaContext final : public optim::GradientSync, private autograd::Gradi
   std::vector<Tensor> sum_with_row_sparse(const std::vector<Tensor>& gradients,
                                           const std::vector<bool>& gather_candidate);
   void expect_micro_step(bool last, const std::vector<Tensor>& accumulators) override;
+  /// GradientSync: the buckets' sums, or each gradient reduce-scattered to its owner alone.
+  std::vector<Tensor> sum_to_owners(const std::vector<Tensor>& gradients,
+                                    const std::vector<int>& owners) override;
+  /// GradientSync: all_reduce(kSum, value).
+  Tensor sum_of_shards(const Tensor& value) override;
   /// GradientSync: one broadcast per owner of its tensors (optimizer-state sharding).
   void broadcast_from_owners(const std::vector<Tensor>& values,
                              const std::vector<int>& owners) override;

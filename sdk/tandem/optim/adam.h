@@ -29,8 +29,9 @@ class Adam : public Optimizer {
     /// see Optimizer::gradient_accumulation_steps()).
     int gradient_accumulation_steps = 1;
     /// Optimizer-state sharding (ZeRO): 0 every replica holds every slot; 1 each replica holds
-    /// the slots of the variables it owns only, updates those and sends them to the others
-    /// (see Optimizer::shard_optimizer_state()).
+    /// the slots of the variables it owns only, updates those and sends them to the others;
+    /// 2 it also receives only those variables' summed gradients (see
+    /// Optimizer::shard_optimizer_state()).
     int shard_optimizer_state = 0;
   };
   /// Keras's defaults.
@@ -75,8 +76,9 @@ class AdamW : public Adam {
     /// see Optimizer::gradient_accumulation_steps()).
     int gradient_accumulation_steps = 1;
     /// Optimizer-state sharding (ZeRO): 0 every replica holds every slot; 1 each replica holds
-    /// the slots of the variables it owns only, updates those and sends them to the others
-    /// (see Optimizer::shard_optimizer_state()).
+    /// the slots of the variables it owns only, updates those and sends them to the others;
+    /// 2 it also receives only those variables' summed gradients (see
+    /// Optimizer::shard_optimizer_state()).
     int shard_optimizer_state = 0;
   };
   /// Keras's defaults (weight decay 0.004).

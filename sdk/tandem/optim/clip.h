@@ -1,6 +1,7 @@
 // Gradient clipping by global norm (Keras/TensorFlow clip_by_global_norm).
 #pragma once
 
+#include <functional>
 #include <vector>
 
 #include "tandem/tensor/tensor.h"
@@ -21,5 +22,15 @@ struct ClippedGradients {
 /// scale = clip_norm * min(1 / norm, 1 / clip_norm), plus (norm - norm) so that a NaN or Inf
 /// norm makes every gradient NaN. clip_norm must be > 0.
 ClippedGradients clip_by_global_norm(const std::vector<Tensor>& gradients, double clip_norm);
+
+/// clip_by_global_norm when each replica holds only its own gradients (optimizer-state
+/// sharding, stage 2), bitwise what clip_by_global_norm gives on the whole list: `present[i]`
+/// says whether gradient i exists at all (on some replica), `gradients[i]` is defined where it
+/// is this replica's; `sum_across_replicas` sums a tensor over the replicas (each replica's
+/// terms are zero where another holds the gradient, so the sum is exact); `dtype` and `device`
+/// are those of the first present gradient.
+ClippedGradients clip_by_global_norm(
+    const std::vector<Tensor>& gradients, const std::vector<bool>& present, double clip_norm,
+    const std::function<Tensor(const Tensor&)>& sum_across_replicas, DType dtype, Device device);
 
 }  // namespace tandem::optim

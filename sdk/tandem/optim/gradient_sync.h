@@ -38,6 +38,23 @@ class GradientSync {
   virtual void agree_before_first_update(
       const std::vector<std::pair<std::string, std::string>>& /*description*/) {}
 
+  /// Optimizer-state sharding, stage 2: the SUM over every replica in sync of each of
+  /// `gradients`, kept by its owner alone: entry i is the sum where owners[i] is this replica
+  /// (or -1: every replica), undefined elsewhere and where gradients[i] is undefined. Bitwise
+  /// the entries sum_across_replicas gives. The default sums everything and keeps the owned.
+  virtual std::vector<Tensor> sum_to_owners(const std::vector<Tensor>& gradients,
+                                            const std::vector<int>& owners) {
+    std::vector<Tensor> sums = sum_across_replicas(gradients);
+    for (size_t i = 0; i < sums.size(); ++i)
+      if (owners[i] >= 0 && owners[i] != replica_id_in_sync_group()) sums[i] = Tensor();
+    return sums;
+  }
+  /// Optimizer-state sharding, stage 2: the element-wise SUM of `value` over every replica in
+  /// sync (what a replica's own gradients contribute to a decision every replica must take
+  /// alike: squared norms, non-finite counts). Exact where at most one replica's entry is
+  /// nonzero. The default (one replica) returns `value`.
+  virtual Tensor sum_of_shards(const Tensor& value) { return value; }
+
   /// Optimizer-state sharding: copies each of `values` (this replica's tensors, updated by
   /// their owner) from replica owners[i] into every other replica's tensor, in place. Every
   /// replica calls it with the same shapes, dtypes and owners. The default (one replica) has

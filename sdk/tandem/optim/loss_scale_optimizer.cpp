@@ -69,12 +69,24 @@ std::string LossScaleOptimizer::config_json() const {
                                  ", \"dynamic\": ", options_.dynamic ? "true" : "false", "}");
 }
 
-bool LossScaleOptimizer::transform_gradients(std::vector<Tensor>& gradients) {
+bool LossScaleOptimizer::transform_gradients(std::vector<Tensor>& gradients, GradientSync* shards) {
   autograd::NoRecordGuard no_record;
   const double scale = loss_scale();
   if (options_.dynamic) {
+    int64_t non_finite = 0;
     for (const Tensor& g : gradients) {
-      if (!g.defined() || ops::count_non_finite(g).total() == 0) continue;
+      if (!g.defined()) continue;
+      non_finite += ops::count_non_finite(g).total();
+      if (non_finite > 0 && shards == nullptr) break;  // every replica sees every gradient
+    }
+    // Sharded: the replicas' counts summed, so that every replica takes the same decision.
+    if (shards != nullptr)
+      non_finite =
+          shards->sum_of_shards(Tensor::scalar(static_cast<double>(non_finite), DType::kFloat64))
+                      .item<double>() > 0
+              ? 1
+              : 0;
+    if (non_finite > 0) {
       // Keras 3: halve the scale, restart the count, leave the variables and iterations alone.
       dynamic_scale_.assign(Tensor::scalar(scale * 0.5, DType::kFloat32));
       step_counter_.assign(Tensor::scalar(0, DType::kInt64));

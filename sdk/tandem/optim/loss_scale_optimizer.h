@@ -78,7 +78,7 @@ class LossScaleOptimizer final : public Optimizer {
  protected:
   /// Run by the inner optimizer before each update: unscales `gradients` in place and returns
   /// true, or returns false (skip) for non-finite ones, moving the scale either way.
-  bool transform_gradients(std::vector<Tensor>& gradients) override;
+  bool transform_gradients(std::vector<Tensor>& gradients, GradientSync* shards) override;
   /// A dynamic scale skips non-finite updates (a fixed one does not).
   bool expects_non_finite_gradients() const override { return options_.dynamic; }
   /// Never called: the inner optimizer updates.

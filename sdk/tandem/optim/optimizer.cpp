@@ -33,9 +33,9 @@ Optimizer::Optimizer(std::string name, LearningRate learning_rate,
                ": global_clipnorm must be positive, got ", global_clipnorm_.value_or(0.0));
   TANDEM_CHECK(accumulation_steps_ >= 1, name_, ": gradient_accumulation_steps must be >= 1, got ",
                accumulation_steps_);
-  TANDEM_CHECK(shard_stage_ == 0 || shard_stage_ == 1, name_,
-               ": shard_optimizer_state must be 0 (every replica holds every slot) or 1 (each "
-               "holds its own variables' slots), got ",
+  TANDEM_CHECK(shard_stage_ >= 0 && shard_stage_ <= 2, name_,
+               ": shard_optimizer_state must be 0 (every replica holds every slot), 1 (each "
+               "holds its own variables' slots) or 2 (and their summed gradients), got ",
                shard_stage_);
   if (accumulation_steps_ > 1) {
     micro_step_ = make_variable("grad_accum/micro_step", Tensor::scalar(0, DType::kInt64),
@@ -61,7 +61,9 @@ Optimizer::~Optimizer() {
 
 Tensor Optimizer::scale_loss(const Tensor& loss) const { return loss; }
 
-bool Optimizer::transform_gradients(std::vector<Tensor>& /*gradients*/) { return true; }
+bool Optimizer::transform_gradients(std::vector<Tensor>& /*gradients*/, GradientSync* /*shards*/) {
+  return true;
+}
 
 void Optimizer::keep_on_host(Variable& counter) {
   // The counters are read on the host at every update (learning rate, accumulation): copies on
@@ -362,6 +364,19 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
     std::vector<bool> row_sparse(variables.size());
     for (size_t i = 0; i < variables.size(); ++i)
       row_sparse[i] = variables[i].row_sparse_gradient();
+    if (shard_stage_ == 2) {
+      // Each replica receives only its own variables' sums; the rest of the update agrees
+      // through ctx (the squared norms, the non-finite count).
+      std::vector<int> owners(variables.size());
+      std::vector<bool> present(variables.size());
+      for (size_t i = 0; i < variables.size(); ++i) {
+        owners[i] = owner_of(variables[i]);
+        present[i] = gradients[i].defined();
+      }
+      if (apply_update(ctx.sum_to_owners(gradients, owners), variables, &ctx, &present))
+        publish_updates(ctx, gradients, variables);
+      return;
+    }
     if (apply_update(ctx.sum_across_replicas(gradients, row_sparse), variables) && shard_stage_ > 0)
       publish_updates(ctx, gradients, variables);
     return;
@@ -388,7 +403,13 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
   for (size_t i = 0; i < variables.size(); ++i)
     if (gradients[i].defined())
       accumulators[i] = entry_for(variables[i]).accumulator.value_untracked();
-  if (finish_accumulation(ctx.sum_accumulated(gradients, accumulators), variables) &&
+  // Stage 2 keeps each replica's accumulators whole (the micro-steps add before the sum, as
+  // unsharded), and drops the sums of the others' variables before the update.
+  std::vector<bool> present(variables.size());
+  for (size_t i = 0; i < variables.size(); ++i) present[i] = gradients[i].defined();
+  GradientSync* shards = shard_stage_ == 2 ? &ctx : nullptr;
+  if (finish_accumulation(ctx.sum_accumulated(gradients, accumulators), variables, shards,
+                          &present) &&
       shard_stage_ > 0)
     publish_updates(ctx, gradients, variables);
   ctx.expect_micro_step(false, {});  // micro-step 1 of the next update (N > 1)
@@ -406,22 +427,42 @@ const std::vector<Tensor>& GradientSync::add_into(const std::vector<Tensor>& acc
 }
 
 bool Optimizer::apply_update(const std::vector<Tensor>& gradients,
-                             const std::vector<Variable>& variables) {
+                             const std::vector<Variable>& variables, GradientSync* shards,
+                             const std::vector<bool>* present) {
   autograd::NoRecordGuard no_record;  // updates are never differentiated
   const profile::Span span(profile::Phase::kOptimizer);
   std::vector<Tensor> grads = gradients;
+  const int replica = current_replica_binding().replica_id;
+  if (shards != nullptr) {
+    // Only this replica's own variables' gradients take part (a caller may hold all sums).
+    for (size_t i = 0; i < variables.size(); ++i) {
+      const int owner = owner_of(variables[i]);
+      if (owner >= 0 && owner != replica) grads[i] = Tensor();
+    }
+  }
   // The wrappers' transforms first, outermost first: a loss scale unscales the gradients (so
   // clipping sees the true ones), or skips the update when they are not finite: iterations()
   // does not count it (Keras 3).
   std::vector<Optimizer*> wrappers;
   for (Optimizer* w = wrapper_; w != nullptr; w = w->wrapper_) wrappers.push_back(w);
   for (auto w = wrappers.rbegin(); w != wrappers.rend(); ++w)
-    if (!(*w)->transform_gradients(grads)) return false;
-  if (global_clipnorm_) grads = clip_by_global_norm(grads, *global_clipnorm_).gradients;
+    if (!(*w)->transform_gradients(grads, shards)) return false;
+  if (global_clipnorm_ && shards == nullptr) {
+    grads = clip_by_global_norm(grads, *global_clipnorm_).gradients;
+  } else if (global_clipnorm_) {
+    // global_norm's dtype and device: the first present gradient's (its variable's).
+    size_t first = 0;
+    while (first < variables.size() && !(*present)[first]) ++first;
+    const Tensor& like = variables[std::min(first, variables.size() - 1)].value_untracked();
+    grads = clip_by_global_norm(
+                grads, *present, *global_clipnorm_,
+                [&](const Tensor& terms) { return shards->sum_of_shards(terms); }, like.dtype(),
+                like.device())
+                .gradients;
+  }
 
   const int64_t done = iterations();
   const double rate = learning_rate_(done);
-  const int replica = current_replica_binding().replica_id;
   // The variables with a gradient, one group per dtype (the update's scalars are rounded to
   // it), each group updated by one update_step call.
   struct Group {
@@ -481,7 +522,8 @@ int64_t Optimizer::accumulate(const std::vector<Tensor>& gradients,
 }
 
 bool Optimizer::finish_accumulation(std::vector<Tensor> combined,
-                                    const std::vector<Variable>& variables) {
+                                    const std::vector<Variable>& variables, GradientSync* shards,
+                                    const std::vector<bool>* present) {
   autograd::NoRecordGuard no_record;
   // The mean over micro-steps, divided as Keras does: (sum of N gradients) / N.
   for (Tensor& g : combined) {
@@ -489,7 +531,7 @@ bool Optimizer::finish_accumulation(std::vector<Tensor> combined,
     g = ops::div(g,
                  Tensor::scalar(static_cast<double>(accumulation_steps_), g.dtype(), g.device()));
   }
-  const bool updated = apply_update(combined, variables);
+  const bool updated = apply_update(combined, variables, shards, present);
   // Reset every accumulator of this replica, also of variables without a gradient this time.
   std::vector<Variable> to_reset;
   {

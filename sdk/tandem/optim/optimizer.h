@@ -123,11 +123,16 @@ class Optimizer {
   /// replica holds the slots of its own run only (a slot variable then has one copy, on its
   /// owner's device), updates only its own variables from the summed gradients, and the
   /// replica-context apply_gradients then broadcasts each updated variable from its owner to
-  /// the other replicas. The gradients are still summed whole on every replica, so clipping,
-  /// the loss scale's check and accumulation see what they see unsharded, and each variable's
-  /// update is the same arithmetic: training is bitwise that of stage 0. Checkpoints are
-  /// unchanged (a slot's one copy is the whole slot) and restore at any replica count and
-  /// stage. Within one process (MirroredStrategy); a multi-worker job raises at the update.
+  /// the other replicas. At stage 1 the gradients are still summed whole on every replica; at
+  /// stage 2 each gradient's sum goes to its owner alone (GradientSync::sum_to_owners: a
+  /// reduce-scatter, or the gradient buckets' sums with the others' dropped), and what every
+  /// replica must decide alike is summed across them: the squared norms for global_clipnorm,
+  /// the loss scale's non-finite count (exact, as every other replica adds zero). With
+  /// accumulation the accumulators stay whole per replica (the micro-steps add before the sum,
+  /// as unsharded). Each variable's update is the same arithmetic at every stage: training is
+  /// bitwise that of stage 0. Checkpoints are unchanged (a slot's one copy is the whole slot)
+  /// and restore at any replica count and stage. Within one process (MirroredStrategy); a
+  /// multi-worker job raises at the update.
   int shard_optimizer_state() const { return innermost().shard_stage_; }
   /// Under sharding, the replica that owns `variable` (holds its slots and updates it), else
   /// -1 (every replica does: stage 0, or a variable with one copy).
@@ -180,7 +185,10 @@ class Optimizer {
   /// replica with the same gradients (summed across the replicas, and with accumulation
   /// divided by N): may replace them (a loss scale unscales them) or return false to skip the
   /// update (iterations() does not count it). Clipping comes after. Plain optimizers keep them.
-  virtual bool transform_gradients(std::vector<Tensor>& gradients);
+  /// `shards` is null when every replica holds every gradient; under optimizer-state sharding
+  /// stage 2 each replica holds only its own variables' (the others undefined) and a decision
+  /// every replica must share is summed across them through shards->sum_of_shards.
+  virtual bool transform_gradients(std::vector<Tensor>& gradients, GradientSync* shards);
   /// Whether non-finite gradients are expected now and then (a dynamic loss scale skips those
   /// updates), so that TANDEM_CHECK_NUMERICS lets them through to transform_gradients.
   virtual bool expects_non_finite_gradients() const { return false; }
@@ -231,7 +239,10 @@ class Optimizer {
   /// One update from gradients already combined (and checked): clip, update_step, iterations+1.
   /// Under sharding only the calling replica's own variables. Returns false when a wrapper's
   /// transform skipped the update.
-  bool apply_update(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
+  /// `shards` (stage 2): each replica holds only its own variables' gradients; `present` says
+  /// which gradients exist on some replica.
+  bool apply_update(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
+                    GradientSync* shards = nullptr, const std::vector<bool>* present = nullptr);
   /// apply_update, or with accumulation: add to the accumulators, updating on the N-th call (on
   /// the calling thread's copies).
   void update_or_accumulate(const std::vector<Tensor>& gradients,
@@ -244,7 +255,9 @@ class Optimizer {
                      std::vector<Tensor>& accumulated);
   /// Divides the combined accumulators by N, applies the update and resets this replica's
   /// accumulators and micro-step counter.
-  bool finish_accumulation(std::vector<Tensor> combined, const std::vector<Variable>& variables);
+  bool finish_accumulation(std::vector<Tensor> combined, const std::vector<Variable>& variables,
+                           GradientSync* shards = nullptr,
+                           const std::vector<bool>* present = nullptr);
 
   std::string name_;
   LearningRate learning_rate_;
