@@ -139,6 +139,8 @@ Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
       flags.profile = std::string(v);
     } else if (flag == "--accumulation-steps") {
       flags.accumulation_steps = parse_int<int>(flag, value(), 1, 1'000'000, "a whole number >= 1");
+    } else if (flag == "--shard-optimizer-state") {
+      flags.shard_optimizer_state = parse_int<int>(flag, value(), 0, 2, "0, 1 or 2");
     } else if (flag == "--bucket-mib") {
       flags.bucket_mib = parse_int<int>(flag, value(), 0, 1024, "a whole number from 0 to 1024");
     } else if (flag == "--gradient-compression") {
@@ -214,6 +216,9 @@ std::string usage(const SampleInfo& info) {
       << "                            update once with their mean: the effective batch is\n"
       << "                            N x the global batch, with the memory of one step and\n"
       << "                            one all-reduce per update (default 1)\n"
+      << "  --shard-optimizer-state S 1: each replica keeps the optimizer's slots of its own\n"
+      << "                            variables only; 2: and only their summed gradients\n"
+      << "                            (bitwise the same training; one process; default 0)\n"
       << "  --bucket-mib N            all-reduce the gradients in buckets of N MiB during the\n"
       << "                            backward pass (0: one all-reduce after it); default: the\n"
       << "                            strategy's (buckets for GPUs and TF_CONFIG workers)\n"

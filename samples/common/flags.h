@@ -51,6 +51,8 @@ struct Flags {
   std::string profile;
   /// Micro-steps per optimizer update (gradient accumulation); 1: update every step.
   int accumulation_steps = 1;
+  /// The optimizer's shard_optimizer_state: 0 (every replica holds every slot), 1 or 2.
+  int shard_optimizer_state = 0;
   /// Gradient bucket size in MiB (all-reduce during the backward pass); 0: no buckets; unset:
   /// the strategy's default.
   std::optional<int> bucket_mib;

@@ -37,8 +37,6 @@ int train_image_classifier(const SampleInfo& info, const Flags& flags,
   // --profile: where each step's time went, printed at each epoch's end (ends before the strategy).
   // --tensorboard: each epoch's figures and the profiler's breakdown, as TensorBoard scalars.
   TensorBoardLog tensorboard(flags.tensorboard);
-  const std::unique_ptr<td::profile::Profiler> profiler =
-      make_profiler(flags, strategy, tensorboard);
   const int num_replicas = strategy.num_replicas_in_sync();
   const int64_t global_batch = flags.per_replica_batch * num_replicas;
   const double learning_rate = flags.scaled_learning_rate(num_replicas);
@@ -72,8 +70,9 @@ int train_image_classifier(const SampleInfo& info, const Flags& flags,
   if (flags.lr_schedule == "cosine")
     std::cout << "learning rate: cosine decay from " << learning_rate << " to 0 over " << updates
               << " updates" << std::endl;
-  td::optim::Adam optimizer(
-      {.learning_rate = rate, .gradient_accumulation_steps = flags.accumulation_steps});
+  td::optim::Adam optimizer({.learning_rate = rate,
+                             .gradient_accumulation_steps = flags.accumulation_steps,
+                             .shard_optimizer_state = flags.shard_optimizer_state});
   optimizer.build(model.trainable_variables());  // Adam's slots, mirrored like the weights
   // Under mixed_float16 the loss is scaled, so that small float16 gradients do not flush to
   // zero, and an update whose gradients overflow is skipped on every replica (Keras's
@@ -83,6 +82,9 @@ int train_image_classifier(const SampleInfo& info, const Flags& flags,
   // What the step updates through: the loss scale when there is one, else Adam itself.
   td::optim::Optimizer& update =
       loss_scale ? static_cast<td::optim::Optimizer&>(*loss_scale) : optimizer;
+  // Made after the optimizer, so that it ends first (its last summary reads the optimizer).
+  const std::unique_ptr<td::profile::Profiler> profiler =
+      make_profiler(flags, strategy, tensorboard, &update);
   int64_t skipped_before = 0;  // updates the loss scale skipped before this epoch
   td::metrics::Mean train_loss("train_loss");
   td::metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy");

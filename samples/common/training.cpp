@@ -46,9 +46,9 @@ std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags) {
   return strategy;
 }
 
-std::unique_ptr<tandem::profile::Profiler> make_profiler(const Flags& flags,
-                                                         const tandem::Strategy& strategy,
-                                                         const TensorBoardLog& tensorboard) {
+std::unique_ptr<tandem::profile::Profiler> make_profiler(
+    const Flags& flags, const tandem::Strategy& strategy, const TensorBoardLog& tensorboard,
+    const tandem::optim::Optimizer* optimizer) {
   const char* environment = std::getenv("TANDEM_PROFILE");
   std::string trace = flags.profile;
   if (trace.empty() && environment != nullptr) trace = environment;
@@ -59,7 +59,8 @@ std::unique_ptr<tandem::profile::Profiler> make_profiler(const Flags& flags,
                     .trace_file = trace,
                     .print_summaries = !trace.empty(),
                     .tensorboard = tensorboard.writer(),
-                    .tensorboard_step = [&tensorboard] { return tensorboard.epoch(); }});
+                    .tensorboard_step = [&tensorboard] { return tensorboard.epoch(); },
+                    .optimizer = optimizer});
 }
 
 void set_precision(const Flags& flags) {

@@ -28,11 +28,12 @@ int64_t eval_batch(const tandem::Strategy& strategy);
 std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags);
 
 /// The step-timeline profiler of --profile FILE (else of TANDEM_PROFILE; with --tensorboard
-/// too, writing each epoch's breakdown into `tensorboard`'s writer), or null. It must end before
-/// the strategy does.
+/// too, writing each epoch's breakdown into `tensorboard`'s writer), or null, reporting the
+/// memory `optimizer` holds per replica. It must end before the strategy and the optimizer do.
 std::unique_ptr<tandem::profile::Profiler> make_profiler(const Flags& flags,
                                                          const tandem::Strategy& strategy,
-                                                         const TensorBoardLog& tensorboard);
+                                                         const TensorBoardLog& tensorboard,
+                                                         const tandem::optim::Optimizer* optimizer);
 
 /// Prints the replicas and their devices, the thread budget, the global batch and the learning
 /// rate on one line; with gradient accumulation (accumulation_steps > 1) a second line gives the

@@ -34,8 +34,6 @@ int train_and_evaluate(const samples::Flags& flags) {
   // --profile: where each step's time went, printed at each epoch's end (ends before the strategy).
   // --tensorboard: each epoch's figures and the profiler's breakdown, as TensorBoard scalars.
   samples::TensorBoardLog tensorboard(flags.tensorboard);
-  const std::unique_ptr<td::profile::Profiler> profiler =
-      samples::make_profiler(flags, strategy, tensorboard);
   const int num_replicas = strategy.num_replicas_in_sync();
   const int64_t global_batch = flags.per_replica_batch * num_replicas;
   const double learning_rate = flags.scaled_learning_rate(num_replicas);
@@ -57,8 +55,10 @@ int train_and_evaluate(const samples::Flags& flags) {
   model.build({28, 28});
   // With --accumulation-steps N, each step adds into accumulators and every N-th step updates
   // with the mean of the N steps' gradients (one all-reduce per update).
-  td::optim::Adam optimizer(
-      {.learning_rate = learning_rate, .gradient_accumulation_steps = flags.accumulation_steps});
+  // With --shard-optimizer-state 1 or 2, each replica keeps only its own variables' slots.
+  td::optim::Adam optimizer({.learning_rate = learning_rate,
+                             .gradient_accumulation_steps = flags.accumulation_steps,
+                             .shard_optimizer_state = flags.shard_optimizer_state});
   optimizer.build(model.trainable_variables());  // Adam's slots, mirrored like the weights
   // Under mixed_float16 the loss is scaled, so that small float16 gradients do not flush to
   // zero, and an update whose gradients overflow is skipped on every replica (Keras's
@@ -68,6 +68,9 @@ int train_and_evaluate(const samples::Flags& flags) {
   // What the step updates through: the loss scale when there is one, else Adam itself.
   td::optim::Optimizer& update =
       loss_scale ? static_cast<td::optim::Optimizer&>(*loss_scale) : optimizer;
+  // Made after the optimizer, so that it ends first (its last summary reads the optimizer).
+  const std::unique_ptr<td::profile::Profiler> profiler =
+      samples::make_profiler(flags, strategy, tensorboard, &update);
   int64_t skipped_before = 0;  // updates the loss scale skipped before this epoch
   td::metrics::Mean train_loss("train_loss");
   td::metrics::SparseCategoricalAccuracy train_accuracy("train_accuracy");

@@ -190,8 +190,6 @@ int main(int argc, char** argv) {
     const std::unique_ptr<td::Strategy> strategy_owner = samples::make_strategy(flags);
     td::Strategy& strategy = *strategy_owner;
     samples::TensorBoardLog tensorboard(o.tensorboard);
-    const std::unique_ptr<td::profile::Profiler> profiler =
-        samples::make_profiler(flags, strategy, tensorboard);
     const int replicas = strategy.num_replicas_in_sync();
     TANDEM_CHECK(o.batch % strategy.num_workers() == 0, "--batch ", o.batch,
                  " must be a multiple of the ", strategy.num_workers(), " workers");
@@ -249,6 +247,9 @@ int main(int argc, char** argv) {
     // What the step updates through: the loss scale when there is one, else AdamW itself.
     td::optim::Optimizer& update =
         loss_scale ? static_cast<td::optim::Optimizer&>(*loss_scale) : optimizer;
+    // Made after the optimizer, so that it ends first (its last summary reads the optimizer).
+    const std::unique_ptr<td::profile::Profiler> profiler =
+        samples::make_profiler(flags, strategy, tensorboard, &update);
     std::cout << "model: " << o.layers << " layers, " << o.heads << " heads, embedding " << o.embed
               << ", block " << o.block << ", " << model.count_params() << " parameters; "
               << replicas << " replica(s), global batch " << o.batch << " x " << o.block

@@ -33,12 +33,17 @@ struct Setup {
   bool clip = false;
   bool loss_scale = false;
   bool adamw = false;
+  bool buckets = false;  // gradient buckets reduced during the backward pass (512-byte buckets)
+  td::GradientCompression compression = td::GradientCompression::kNone;
 };
 
 /// One training job: a model, Adam (or AdamW) with the setup's options, optionally wrapped in
 /// a loss scale, on `replicas` CPU replicas.
 struct Job {
   explicit Job(const Setup& s) : setup(s), strategy(td::MirroredStrategy::cpu(s.replicas)) {
+    strategy.set_communication_options({.bytes_per_pack = s.buckets ? 512 : 0,
+                                        .first_bytes_per_pack = 256,
+                                        .gradient_compression = s.compression});
     auto scope = strategy.scope();
     if (s.model == ModelKind::kMlp) {
       model = std::make_unique<nn::Sequential>(std::initializer_list<nn::Module>{
@@ -92,13 +97,18 @@ struct Job {
     auto step = [&](td::ReplicaContext& ctx, const td::Tensor& x, const td::Tensor& y) {
       td::GradientTape tape;
       const td::Tensor logits = (*model)(x, /*training=*/true);
-      const td::Tensor loss = td::compute_average_loss(
+      td::Tensor loss = td::compute_average_loss(
           td::losses::sparse_categorical_crossentropy(y, logits, /*from_logits=*/true),
           kGlobalBatch);
+      const bool overflows = current == overflow && ctx.replica_id_in_sync_group() == 1;
+      // With buckets the gradients must be the tape's own (the buckets packed them): the
+      // overflow comes from the loss and reaches every variable.
+      if (overflows && setup.buckets)
+        loss = loss * td::Tensor::scalar(INFINITY, td::DType::kFloat32);
       std::vector<td::Tensor> grads = tape.gradient(optimizer().scale_loss(loss), variables);
-      // The overflow reaches one variable only (the last, owned by the last replica when
+      // Otherwise it reaches one variable only (the last, owned by the last replica when
       // sharded): every replica must still skip the update.
-      if (current == overflow && ctx.replica_id_in_sync_group() == 1)
+      if (overflows && !setup.buckets)
         grads.back() = grads.back() * td::Tensor::scalar(INFINITY, td::DType::kFloat32);
       optimizer().apply_gradients(ctx, grads, variables);
       if (ctx.replica_id_in_sync_group() == 0)
@@ -252,6 +262,12 @@ TEST_CASE("shard_optimizer_state 1 and 2 train bitwise like every replica holdin
         .clip = true,
         .loss_scale = true}},
       {"cnn with synchronized batch norm, 4 replicas", {.model = ModelKind::kCnn, .replicas = 4}},
+      {"mlp, 3 replicas, gradient buckets, clipping, loss scale",
+       {.replicas = 3, .clip = true, .loss_scale = true, .buckets = true}},
+      {"mlp, 2 replicas, gradient buckets, accumulation 2",
+       {.replicas = 2, .accumulation = 2, .buckets = true}},
+      {"mlp, 4 replicas, bfloat16 gradient compression, clipping",
+       {.replicas = 4, .clip = true, .compression = td::GradientCompression::kBFloat16}},
   };
   for (const Case& c : cases) {
     for (const int stage : {1, 2}) {
@@ -319,6 +335,25 @@ TEST_CASE(
       }
     }
   }
+}
+
+TEST_CASE("a sharded optimizer's update outside strategy.run updates every replica's copies alike",
+          "[cpu][optim][distribute]") {
+  // Cross-replica context (strategy.extended.update): one gradient for every replica's copies.
+  std::vector<std::map<std::string, std::string>> states;
+  for (const int stage : {0, 1, 2}) {
+    Job job({.replicas = 3, .stage = stage, .clip = true});
+    const std::vector<td::Variable> variables = job.model->trainable_variables();
+    std::vector<td::Tensor> grads;
+    td::Generator g(5);
+    for (const td::Variable& v : variables) grads.push_back(td::Tensor::normal(v.shape(), g));
+    job.inner->apply_gradients(grads, variables);
+    job.inner->apply_gradients(grads, variables);
+    CHECK(job.inner->iterations() == 2);
+    states.push_back(job.state());  // checks that every replica's copies agree
+  }
+  CHECK(differences(states[0], states[1]).empty());
+  CHECK(differences(states[0], states[2]).empty());
 }
 
 TEST_CASE("shard_optimizer_state refuses the plain apply_gradients inside strategy.run",

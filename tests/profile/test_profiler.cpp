@@ -530,3 +530,46 @@ TEST_CASE("a trace that cannot be written (a full disk) leaves no file behind", 
   CHECK(WIFEXITED(status));
   CHECK(scratch.entries().empty());
 }
+
+TEST_CASE("the start-up line and the summaries say the memory a replica holds, sharded or not",
+          "[cpu][profile]") {
+  // Four variables of 1024, 1024, 256 and 256 float32 on 2 replicas with Adam (m, v).
+  for (const int stage : {0, 1, 2}) {
+    DYNAMIC_SECTION("shard_optimizer_state " << stage) {
+      auto strategy = td::MirroredStrategy::cpu(2);
+      std::vector<td::Variable> variables;
+      std::unique_ptr<td::optim::Adam> adam;
+      {
+        auto scope = strategy.scope();
+        const std::pair<const char*, int64_t> shapes[] = {
+            {"w0", 1024}, {"w1", 1024}, {"w2", 256}, {"w3", 256}};
+        for (const auto& [name, n] : shapes)
+          variables.push_back(td::make_variable(name, td::Tensor::ones({n})));
+        adam = std::make_unique<td::optim::Adam>(
+            td::optim::Adam::Options{.shard_optimizer_state = stage});
+        adam->build(variables);
+      }
+      const int64_t all = (1024 + 1024 + 256 + 256) * 4;
+      // Replica 0 owns w0 (4 KiB), replica 1 w1, w2 and w3 (6 KiB): the middle of w1 lies past
+      // the half.
+      const int64_t most_owned = (1024 + 256 + 256) * 4;
+      const td::optim::ReplicaMemory replica0 = adam->memory_of(0);
+      CHECK(replica0.parameters == all);
+      profile::Profiler profiler(
+          strategy, {.trace_file = {}, .print_summaries = false, .optimizer = adam.get()});
+      strategy.run([&](td::ReplicaContext& ctx) {
+        std::vector<td::Tensor> grads;
+        for (const td::Variable& v : variables) grads.push_back(td::Tensor::ones_like(v.value()));
+        adam->apply_gradients(ctx, grads, variables);
+      });
+      const profile::Summary summary = profiler.end_epoch();
+      CHECK(summary.shard_optimizer_state == stage);
+      CHECK(summary.memory.parameters == all);
+      CHECK(summary.memory.gradients == (stage == 2 ? most_owned : all));
+      CHECK(summary.memory.optimizer_state == 2 * (stage == 0 ? all : most_owned));
+      CHECK_THAT(summary.to_string(),
+                 Catch::Contains("memory per replica (the most any holds): parameters 10.0 KiB") &&
+                     Catch::Contains("(shard_optimizer_state " + std::to_string(stage) + ")"));
+    }
+  }
+}

@@ -276,15 +276,45 @@ TEST_CASE("fashion_mnist_mlp --precision mixed_float16 scales the loss and repor
   CHECK(fs::exists(dir.path / "ckpt-20.h5"));  // with the scale (tests/checkpoint checks it)
 }
 
+TEST_CASE("fashion_mnist_mlp --shard-optimizer-state 2 reports its memory and trains the same bits",
+          "[cpu][samples]") {
+  if (!sample_built()) return;
+  std::vector<std::map<std::string, double>> epochs;
+  for (const char* stage : {"0", "2"}) {
+    TempDir dir;
+    const fs::path metrics = dir.path / "m.json";
+    const Result result =
+        run(kMlp + " --replicas 2 --epochs 1 --max-steps 20 --fresh --shard-optimizer-state " +
+            stage + " --profile '" + (dir.path / "trace.json").string() + "' --checkpoint-dir '" +
+            dir.path.string() + "' --metrics-json '" + metrics.string() + "'");
+    INFO(result.output);
+    REQUIRE(result.exit_code == 0);
+    CHECK(result.output.find("memory per replica (the most any holds): parameters 918.5 KiB") !=
+          std::string::npos);
+    CHECK(result.output.find(std::string("(shard_optimizer_state ") + stage + ")") !=
+          std::string::npos);
+    epochs.push_back(parse_json_object(read_lines(metrics).at(0)));
+  }
+  // Stage 2 trained to the same loss and accuracies, to the bit.
+  for (const char* key : {"loss", "train_accuracy", "test_accuracy"}) {
+    INFO(key);
+    REQUIRE(epochs[0].count(key) == 1);
+    REQUIRE(epochs[1].count(key) == 1);
+    CHECK(epochs[0][key] == epochs[1][key]);
+  }
+  CHECK(epochs[0]["test_accuracy"] > 0.3);
+}
+
 TEST_CASE("fashion_mnist_mlp --help names every flag", "[cpu][samples]") {
   if (!sample_built()) return;
   const Result help = run(kMlp + " --help");
   INFO(help.output);
   REQUIRE(help.exit_code == 0);
-  for (const char* flag : {"--epochs", "--per-replica-batch", "--replicas", "--learning-rate",
-                           "--seed", "--lr-scaling", "--checkpoint-dir", "--fresh",
-                           "--metrics-json", "--max-steps", "--accumulation-steps", "--precision",
-                           "--gradient-compression", "--tensorboard", "--help"}) {
+  for (const char* flag :
+       {"--epochs", "--per-replica-batch", "--replicas", "--learning-rate", "--seed",
+        "--lr-scaling", "--checkpoint-dir", "--fresh", "--metrics-json", "--max-steps",
+        "--accumulation-steps", "--precision", "--gradient-compression", "--tensorboard",
+        "--shard-optimizer-state", "--help"}) {
     INFO("flag " << flag);
     CHECK(help.output.find(flag) != std::string::npos);
   }
@@ -307,6 +337,7 @@ TEST_CASE("fashion_mnist_mlp: a bad flag value exits 2 naming the flag and the v
                             {"--lr-scaling cubic", "--lr-scaling", "cubic"},
                             {"--max-steps 1.5", "--max-steps", "1.5"},
                             {"--accumulation-steps 0", "--accumulation-steps", "0"},
+                            {"--shard-optimizer-state 3", "--shard-optimizer-state", "3"},
                             {"--precision bfloat16", "--precision", "bfloat16"},
                             {"--no-such-flag", "--no-such-flag", ""}}) {
     const Result result = run(kMlp + " " + bad.arguments);

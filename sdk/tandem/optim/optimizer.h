@@ -21,6 +21,16 @@
 
 namespace tandem::optim {
 
+/// Bytes one replica holds for training, as the profiler reports them (Optimizer::memory_of).
+struct ReplicaMemory {
+  /// The variables the optimizer updates: one replica's copy of each.
+  int64_t parameters = 0;
+  /// The summed gradients the replica's updates read (stage 2: its own variables' only).
+  int64_t gradients = 0;
+  /// Its slots (sharded: its own variables') and gradient accumulators.
+  int64_t optimizer_state = 0;
+};
+
 /// Options of the plain form of Optimizer::apply_gradients.
 struct ApplyGradientsOptions {
   /// The gradients are already summed across the replicas (ctx.all_reduce): allowed inside
@@ -137,6 +147,9 @@ class Optimizer {
   /// Under sharding, the replica that owns `variable` (holds its slots and updates it), else
   /// -1 (every replica does: stage 0, or a variable with one copy).
   int owner_of(const Variable& variable) const;
+  /// What replica `replica` holds for the variables built or updated so far (the largest of
+  /// them is what a device must have room for).
+  ReplicaMemory memory_of(int replica) const;
   /// Micro-steps accumulated since the last update, in [0, N): 0 at an update boundary. Inside
   /// strategy.run, this replica's count; outside, replica 0's (all replicas count alike).
   int64_t micro_step() const;

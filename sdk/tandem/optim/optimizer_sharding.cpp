@@ -57,4 +57,21 @@ void Optimizer::publish_updates(GradientSync& ctx, const std::vector<Tensor>& gr
   if (!values.empty()) ctx.broadcast_from_owners(values, owners);
 }
 
+ReplicaMemory Optimizer::memory_of(int replica) const {
+  if (inner_ != nullptr) return inner_->memory_of(replica);
+  std::lock_guard<std::mutex> lock(mutex_);
+  ReplicaMemory out;
+  for (const auto& entry : entries_) {
+    const auto bytes = static_cast<int64_t>(entry->variable.copy(0).nbytes());
+    const bool own = entry->owner < 0 || entry->owner == replica;
+    out.parameters += bytes;
+    if (own || shard_stage_ < 2) out.gradients += bytes;
+    if (own)
+      for (const Variable& slot : entry->slots)
+        out.optimizer_state += static_cast<int64_t>(slot.copy(0).nbytes());
+    if (entry->accumulator.defined()) out.optimizer_state += bytes;
+  }
+  return out;
+}
+
 }  // namespace tandem::optim

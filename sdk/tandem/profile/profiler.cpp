@@ -245,6 +245,18 @@ struct Profiler::Impl {
     for (const Device& d : s.devices()) devices.push_back(d.to_string());
   }
 
+  /// The largest of every local replica's figures, field by field.
+  optim::ReplicaMemory most_held() const {
+    optim::ReplicaMemory most;
+    for (int r = 0; r < strategy.num_local_replicas(); ++r) {
+      const optim::ReplicaMemory m = options.optimizer->memory_of(r);
+      most.parameters = std::max(most.parameters, m.parameters);
+      most.gradients = std::max(most.gradients, m.gradients);
+      most.optimizer_state = std::max(most.optimizer_state, m.optimizer_state);
+    }
+    return most;
+  }
+
   Summary summarise_new(std::vector<Event> fresh) {
     std::lock_guard<std::mutex> lock(mutex);
     events.insert(events.end(), fresh.begin(), fresh.end());
@@ -253,6 +265,10 @@ struct Profiler::Impl {
     summarised = events.size();
     Summary summary = summarize(window, devices);
     if (summary.steps == 0) return summary;
+    if (options.optimizer != nullptr) {
+      summary.memory = most_held();
+      summary.shard_optimizer_state = options.optimizer->shard_optimizer_state();
+    }
     if (options.print_summaries)
       TANDEM_LOG_INFO("steps ", steps_summarised + 1, "-", steps_summarised + summary.steps,
                       " (a dataset's epoch ended) ", summary.to_string());
@@ -274,6 +290,13 @@ Profiler::Profiler(const Strategy& strategy, ProfilerOptions options) {
                "Profiler: another profiler is recording; end it "
                "before creating a new one");
   impl_ = std::make_unique<Impl>(strategy, std::move(options));
+  if (impl_->options.optimizer != nullptr && impl_->options.print_summaries &&
+      strategy.is_chief()) {
+    const optim::ReplicaMemory memory = impl_->most_held();
+    if (memory.parameters > 0)
+      TANDEM_LOG_INFO("profile: ",
+                      memory_line(memory, impl_->options.optimizer->shard_optimizer_state()));
+  }
   install_device_ranges();  // NVTX ranges with CUDA
   start_recording();
   set_epoch_listener([impl = impl_.get()] { impl->summarise_new(take_events()); });

@@ -41,6 +41,10 @@ struct ProfilerOptions {
   /// The step each epoch's summary is written at; unset: how many epochs this profiler has
   /// summarised (1, 2, ...). The samples pass their epoch number, which a resumed run continues.
   std::function<int64_t()> tensorboard_step = {};
+  /// The training's optimizer (it must outlive the profiler): the start-up line and every
+  /// summary then say how many bytes of parameters, summed gradients and optimizer state a
+  /// replica holds (the most any does; Summary::memory). Null: not reported.
+  const optim::Optimizer* optimizer = nullptr;
 };
 
 /// Writes `summary` into `writer` at `step`: profile/step_ms (mean), profile/step_ms_median,

@@ -345,6 +345,19 @@ Summary summarize(const std::vector<Event>& events, const std::vector<std::strin
   return s;
 }
 
+std::string memory_line(const optim::ReplicaMemory& memory, int shard_optimizer_state) {
+  const auto mib = [](int64_t bytes) {
+    const auto b = static_cast<double>(bytes);
+    if (b >= 1024.0 * 1024.0 * 1024.0) return fixed(b / (1024.0 * 1024.0 * 1024.0), 2) + " GiB";
+    if (b >= 1024.0 * 1024.0) return fixed(b / (1024.0 * 1024.0), 1) + " MiB";
+    return fixed(b / 1024.0, 1) + " KiB";
+  };
+  return "memory per replica (the most any holds): parameters " + mib(memory.parameters) +
+         ", summed gradients " + mib(memory.gradients) + ", optimizer state " +
+         mib(memory.optimizer_state) + " (shard_optimizer_state " +
+         std::to_string(shard_optimizer_state) + ")";
+}
+
 std::string Summary::to_string() const {
   std::ostringstream out;
   if (steps == 0) return "profile: no steps recorded";
@@ -370,6 +383,7 @@ std::string Summary::to_string() const {
     out << line;
   }
   out << "  (ms per step and share of it; waiting = for slower peers, comm = moving data)\n";
+  if (memory.parameters > 0) out << "  " << memory_line(memory, shard_optimizer_state) << "\n";
   if (per_replica.front().comm_overlapped_ms > 0) {
     const ReplicaBreakdown& b = per_replica.front();
     out << "  gradient buckets: replica " << b.replica << "'s all-reduces took "

@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "tandem/core/spans.h"
+#include "tandem/optim/optimizer.h"
 
 namespace tandem::profile {
 
@@ -76,11 +77,21 @@ struct Summary {
   int64_t loss_scale_updates = 0;  ///< updates the LossScaleOptimizer decided in these steps
   int64_t skipped_updates = 0;     ///< of those, the ones skipped (gradients not finite)
   std::vector<Advice> advice;      ///< the rules that fired, with their figures
+  /// With ProfilerOptions::optimizer: the bytes the replica holding the most holds for training
+  /// (parameters, summed gradients, optimizer state; optim::ReplicaMemory), and the optimizer's
+  /// shard_optimizer_state. Parameters 0: not known.
+  optim::ReplicaMemory memory;
+  int shard_optimizer_state = 0;  ///< the stage `memory` was measured at
 
   /// The breakdown as a table, the step time's median and spread, the scaling estimate and the
   /// advice (or "no advice: ..."), as the profiler prints it.
   std::string to_string() const;
 };
+
+/// "memory per replica (the most any holds): parameters 192.1 MiB, summed gradients 48.0 MiB,
+/// optimizer state 96.0 MiB (shard_optimizer_state 2)": what the profiler prints when it starts
+/// and in each summary.
+std::string memory_line(const optim::ReplicaMemory& memory, int shard_optimizer_state);
 
 /// Summarises recorded events (what the Profiler does with them; exposed for tests and tools).
 /// `devices` names the replicas.
