@@ -185,8 +185,9 @@ nn::Sequential mlp() {
 }
 
 /// 12 steps of a model (an MLP by default) on global batches of 64 from a distributed dataset,
-/// Adam.
-Trained train(Strategy& strategy, const std::function<nn::Sequential()>& make_model = mlp) {
+/// Adam (with optimizer-state sharding at `shard_stage`).
+Trained train(Strategy& strategy, const std::function<nn::Sequential()>& make_model = mlp,
+              int shard_stage = 0) {
   Generator g(2024);
   const int64_t steps = 12, batch = 64;
   const Tensor features = Tensor::normal({steps * batch, 8}, g);
@@ -204,7 +205,8 @@ Trained train(Strategy& strategy, const std::function<nn::Sequential()>& make_mo
     auto scope = strategy.scope();
     model.set_seed(5);
     model.build({8});
-    optimizer = std::make_unique<optim::Adam>(optim::Adam::Options{.learning_rate = 0.01});
+    optimizer = std::make_unique<optim::Adam>(
+        optim::Adam::Options{.learning_rate = 0.01, .shard_optimizer_state = shard_stage});
     optimizer->build(model.trainable_variables());
   }
   const std::vector<Variable> variables = model.trainable_variables();
@@ -304,6 +306,28 @@ TEST_CASE("gradient buckets on logical GPU replicas: the weights of the unbucket
     for (size_t v = 0; v < plain.weights.size(); ++v) {
       INFO("variable " << v);
       CHECK(bucketed.weights[v] == plain.weights[v]);
+    }
+  }
+}
+
+TEST_CASE("optimizer-state sharding on logical GPU replicas: stages 1 and 2 give stage 0's bits",
+          "[cuda][distribute][optim]") {
+  TANDEM_REQUIRE_GPU();
+  // Slots on their owner's device alone, owners broadcasting their updates, and at stage 2 the
+  // gradients reduced to their owners (after the buckets, which GPU strategies start with).
+  for (int replicas : {2, 4}) {
+    auto unsharded_strategy = logical_replicas(replicas);
+    const Trained unsharded = train(unsharded_strategy);
+    for (int stage : {1, 2}) {
+      INFO(replicas << " logical GPU replicas, stage " << stage);
+      auto strategy = logical_replicas(replicas);
+      const Trained sharded = train(strategy, mlp, stage);
+      CHECK(sharded.replicas_identical);
+      REQUIRE(sharded.weights.size() == unsharded.weights.size());
+      for (size_t v = 0; v < unsharded.weights.size(); ++v) {
+        INFO("variable " << v);
+        CHECK(sharded.weights[v] == unsharded.weights[v]);
+      }
     }
   }
 }

@@ -111,8 +111,10 @@ struct Job {
       if (overflows && !setup.buckets)
         grads.back() = grads.back() * td::Tensor::scalar(INFINITY, td::DType::kFloat32);
       optimizer().apply_gradients(ctx, grads, variables);
-      if (ctx.replica_id_in_sync_group() == 0)
+      if (ctx.replica_id_in_sync_group() == 0) {
         reduce_scatters = ctx.communicator().stats().reduce_scatter;
+        bucketed_steps = ctx.bucketed_steps();
+      }
       return loss;
     };
     for (int64_t s = first; s < first + count; ++s) {
@@ -168,6 +170,7 @@ struct Job {
   Setup setup;
   td::MirroredStrategy strategy;
   uint64_t reduce_scatters = 0;  // replica 0's reduce_scatter calls after the last step
+  uint64_t bucketed_steps = 0;   // replica 0's steps whose gradients came from the buckets
   std::unique_ptr<nn::Sequential> model;
   std::unique_ptr<optim::Optimizer> inner;
   std::unique_ptr<optim::LossScaleOptimizer> loss_scale;
@@ -287,6 +290,7 @@ TEST_CASE("shard_optimizer_state 1 and 2 train bitwise like every replica holdin
         CHECK(differences(sa, sb).empty());
         CHECK(b.inner->iterations() > 0);
         if (c.setup.loss_scale) CHECK(b.loss_scale->skipped_updates() == 1);
+        if (c.setup.buckets) CHECK(b.bucketed_steps > 0);  // the buckets' sums were used
       }
     }
   }

@@ -284,8 +284,10 @@ TEST_CASE("fashion_mnist_mlp --shard-optimizer-state 2 reports its memory and tr
     TempDir dir;
     const fs::path metrics = dir.path / "m.json";
     const Result result =
-        run(kMlp + " --replicas 2 --epochs 1 --max-steps 20 --fresh --shard-optimizer-state " +
-            stage + " --profile '" + (dir.path / "trace.json").string() + "' --checkpoint-dir '" +
+        // The profiler's lines are info messages (ctest runs the tests at warning level).
+        run("TANDEM_LOG_LEVEL=info " + kMlp +
+            " --replicas 2 --epochs 1 --max-steps 20 --fresh --shard-optimizer-state " + stage +
+            " --profile '" + (dir.path / "trace.json").string() + "' --checkpoint-dir '" +
             dir.path.string() + "' --metrics-json '" + metrics.string() + "'");
     INFO(result.output);
     REQUIRE(result.exit_code == 0);
