@@ -17,6 +17,7 @@
 
 #include "samples/run_program.h"
 #include "tandem/core/build_info.h"
+#include "tandem/io/internal/hdf5_file.h"
 
 namespace fs = std::filesystem;
 
@@ -368,6 +369,48 @@ TEST_CASE("fashion_mnist_mlp with TANDEM_CHECK_NUMERICS=1 stops at the first NaN
   CHECK(checked.exit_code != 0);
   CHECK(checked.output.find("TANDEM_CHECK_NUMERICS: non-finite loss in compute_average_loss on "
                             "replica 0 in strategy.run #2") != std::string::npos);
+}
+
+/// Every dataset under `group` of `file`, by path, as bytes.
+void read_datasets(const tandem::h5::Group& group, const std::string& path,
+                   std::map<std::string, std::string>& out) {
+  for (const std::string& name : group.children()) {
+    if (group.is_dataset(name)) {
+      const tandem::Tensor t = group.read_tensor(name);
+      out[path + "/" + name] = std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
+    } else {
+      read_datasets(group.open_group(name), path + "/" + name, out);
+    }
+  }
+}
+
+TEST_CASE(
+    "fashion_mnist_resnet --sync-bn --shard-optimizer-state 2 writes the unsharded checkpoint's "
+    "bits",
+    "[cpu][samples]") {
+  if (!sample_built()) return;
+  std::vector<std::map<std::string, std::string>> files;
+  for (const char* stage : {"0", "2"}) {
+    TempDir dir;
+    const Result result =
+        run(kResnet + " --replicas 2 --sync-bn --epochs 1 --max-steps 6 --fresh " +
+            "--shard-optimizer-state " + stage + " --checkpoint-dir '" + dir.path.string() + "'");
+    INFO(result.output);
+    REQUIRE(result.exit_code == 0);
+    std::map<std::string, std::string> datasets;
+    const tandem::h5::File file = tandem::h5::File::open((dir.path / "ckpt-6.h5").string());
+    read_datasets(file.root(), "", datasets);
+    files.push_back(std::move(datasets));
+  }
+  // Weights, batch-norm statistics, Adam's slots, counters and data positions, to the bit.
+  CHECK(files[0].size() > 20);
+  CHECK(files[0].contains("/optimizer_weights/iteration:0"));
+  REQUIRE(files[0].size() == files[1].size());
+  for (const auto& [name, bytes] : files[0]) {
+    INFO(name);
+    REQUIRE(files[1].contains(name));
+    CHECK(files[1].at(name) == bytes);
+  }
 }
 
 TEST_CASE(
