@@ -69,6 +69,11 @@ std::vector<int64_t> ranges(const std::string& kind, int64_t n, int ranks, uint6
   return offsets;
 }
 
+/// memcmp's equality, also for zero bytes (where a pointer may be null).
+bool same_bytes(const void* a, const void* b, size_t n) {
+  return n == 0 || std::memcmp(a, b, n) == 0;
+}
+
 const char* bytes_at(const td::Tensor& t, int64_t element) {
   return static_cast<const char*>(t.raw_data()) +
          static_cast<size_t>(element) * td::dtype_size(t.dtype());
@@ -108,7 +113,7 @@ TEST_CASE("flat reduce_scatter gives all_reduce's bits on each range, all_gather
                 fail += "reduce_scatter's output is " + mine.to_string(0) + "; ";
                 return;
               }
-              if (std::memcmp(mine.raw_data(), bytes_at(out[0], offsets[r]), mine.nbytes()) != 0)
+              if (!same_bytes(mine.raw_data(), bytes_at(out[0], offsets[r]), mine.nbytes()))
                 fail += "reduce_scatter differs from all_reduce's range; ";
               // Every rank's buffer holds other values outside its own range.
               td::Tensor buffer = td::Tensor::full({n}, -3.0 - rank, dtype);
@@ -116,7 +121,7 @@ TEST_CASE("flat reduce_scatter gives all_reduce's bits on each range, all_gather
                 std::memcpy(const_cast<char*>(bytes_at(buffer, offsets[r])), mine.raw_data(),
                             mine.nbytes());
               comm.all_gather(buffer, offsets)->wait();
-              if (std::memcmp(buffer.raw_data(), out[0].raw_data(), buffer.nbytes()) != 0)
+              if (!same_bytes(buffer.raw_data(), out[0].raw_data(), buffer.nbytes()))
                 fail += "reduce_scatter + all_gather differs from all_reduce; ";
               inputs[r] = input;
               reduced[r] = out[0];

@@ -226,6 +226,11 @@ TEST_CASE("multi-worker: bfloat16 and float16 all-reduces add in float32, the sa
 
 namespace {
 
+/// memcmp's equality, also for zero bytes (where a pointer may be null).
+bool same_bytes(const void* a, const void* b, size_t n) {
+  return n == 0 || std::memcmp(a, b, n) == 0;
+}
+
 /// `n` values of `dtype` from `seed`, normal values scaled by powers of ten (1e-8 to 1e8; 1e-3
 /// to 1e3 for the 16-bit types): the rounding of their sums depends on the order of the terms.
 td::Tensor mixed_magnitudes(int64_t n, td::DType dtype, uint64_t seed) {
@@ -288,8 +293,8 @@ TEST_CASE("multi-worker: flat reduce_scatter gives all_reduce's bits, all_gather
             const char* all = static_cast<const char*>(out[0].raw_data());
             if (mine.numel() != offsets[r + 1] - offsets[r]) {
               fail += "reduce_scatter's output has " + std::to_string(mine.numel()) + " elements; ";
-            } else if (std::memcmp(mine.raw_data(), all + static_cast<size_t>(offsets[r]) * element,
-                                   mine.nbytes()) != 0) {
+            } else if (!same_bytes(mine.raw_data(), all + static_cast<size_t>(offsets[r]) * element,
+                                   mine.nbytes())) {
               fail += "reduce_scatter differs from all_reduce's range; ";
             }
             td::Tensor buffer = td::Tensor::full({n}, -3.0 - g, dtype);
@@ -298,7 +303,7 @@ TEST_CASE("multi-worker: flat reduce_scatter gives all_reduce's bits, all_gather
                   static_cast<char*>(buffer.raw_data()) + static_cast<size_t>(offsets[r]) * element,
                   mine.raw_data(), mine.nbytes());
             comm.all_gather(buffer, offsets)->wait();
-            if (std::memcmp(buffer.raw_data(), all, buffer.nbytes()) != 0)
+            if (!same_bytes(buffer.raw_data(), all, buffer.nbytes()))
               fail += "reduce_scatter + all_gather differs from all_reduce; ";
           });
           for (const std::string& f : failures) CHECK(f.empty());
