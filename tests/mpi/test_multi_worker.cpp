@@ -20,6 +20,7 @@
 #include <string>
 #include <vector>
 
+#include "mpi/job.h"
 #include "support/compare.h"
 #include "tandem/core/internal/json.h"
 #include "tandem/distribute/internal/strategy_access.h"
@@ -32,20 +33,10 @@ namespace {
 
 using Access = td::detail::StrategyAccess;  // the strategy's internals, for the tests
 
-int local_replicas() {
-  const char* value = std::getenv("TANDEM_TEST_LOCAL_REPLICAS");
-  return value ? std::atoi(value) : 1;
-}
+using tandem::testing::local_replicas;
+using tandem::testing::shared_temp_dir;
 
-/// One strategy per process for every test case (MPI is initialised once, by the first).
-td::MultiWorkerMirroredStrategy& strategy() {
-  static auto* s = [] {
-    std::vector<td::Device> devices;
-    for (int i = 0; i < local_replicas(); ++i) devices.push_back(td::Device::cpu(i));
-    return new td::MultiWorkerMirroredStrategy(devices);
-  }();
-  return *s;
-}
+td::MultiWorkerMirroredStrategy& strategy() { return tandem::testing::job_strategy(); }
 
 using tandem::testing::relative_difference;
 
@@ -699,25 +690,6 @@ struct ResumableRun {
   std::unique_ptr<td::nn::Sequential> model;
   std::unique_ptr<td::optim::Adam> optimizer;
 };
-
-/// The chief's fresh temporary directory, known to every worker.
-std::string shared_temp_dir(td::Strategy& s) {
-  std::vector<int32_t> chars(256, 0);
-  if (s.is_chief()) {
-    const std::string dir =
-        (std::filesystem::temp_directory_path() / ("tandem_mpi_ckpt_" + std::to_string(::getpid())))
-            .string();
-    std::filesystem::create_directories(dir);
-    for (size_t i = 0; i < dir.size() && i < chars.size(); ++i) chars[i] = dir[i];
-  }
-  const std::vector<int32_t> all =
-      Access::reduce_across_workers(s, td::ReduceOp::kMax, td::Tensor::from_vector(chars))
-          .to_vector<int32_t>();
-  std::string dir;
-  for (int32_t c : all)
-    if (c != 0) dir.push_back(static_cast<char>(c));
-  return dir;
-}
 
 }  // namespace
 

@@ -62,6 +62,18 @@ int process_replica_offset() { return g_process_replica_offset.load(std::memory_
 void set_process_replica_offset(int offset) {
   g_process_replica_offset.store(offset, std::memory_order_relaxed);
 }
+namespace {
+std::atomic<int> g_job_in_sync{0};
+std::atomic<int> g_job_local{0};
+}  // namespace
+JobReplicas job_replicas() {
+  return {.in_sync = g_job_in_sync.load(std::memory_order_relaxed),
+          .local = g_job_local.load(std::memory_order_relaxed)};
+}
+void set_job_replicas(JobReplicas replicas) {
+  g_job_in_sync.store(replicas.in_sync, std::memory_order_relaxed);
+  g_job_local.store(replicas.local, std::memory_order_relaxed);
+}
 void set_current_replica_binding(ReplicaBinding binding) { t_binding = binding; }
 
 Variable::Variable(std::string name, const Tensor& initial, bool trainable)

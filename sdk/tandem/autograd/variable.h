@@ -145,6 +145,18 @@ ReplicaBinding current_replica_binding();
 int process_replica_offset();
 /// Sets process_replica_offset() (the multi-worker strategy does, once it knows its rank).
 void set_process_replica_offset(int offset);
+/// Replicas in sync of the multi-worker job this process is a worker of (every worker's), and
+/// this process's: {0, 0} when no multi-worker strategy has set them. Mirrored variables
+/// then hold this process's copies of a job-wide variable (with one replica per worker, one
+/// copy each), and an optimizer that shards its state lays it out over every worker's replicas.
+struct JobReplicas {
+  int in_sync = 0;  ///< every worker's replicas
+  int local = 0;    ///< this process's (global ids process_replica_offset() + [0, local))
+};
+/// See JobReplicas.
+JobReplicas job_replicas();
+/// Sets job_replicas() (the multi-worker strategy does, with process_replica_offset()).
+void set_job_replicas(JobReplicas replicas);
 /// Sets the calling thread's binding (strategies do, on their replica threads).
 void set_current_replica_binding(ReplicaBinding binding);
 

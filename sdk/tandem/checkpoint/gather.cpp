@@ -176,6 +176,67 @@ namespace detail {
 
 namespace {
 
+/// Bytes of one bucket of slots sent to the chief (a larger slot goes alone).
+constexpr int64_t kSlotBucketBytes = int64_t{32} << 20;
+
+/// The slots other workers hold (optimizer-state sharding across workers), sent to the chief
+/// bucket by bucket: runs of consecutive slots of one worker, of at most kSlotBucketBytes, each
+/// broadcast from that worker; the chief keeps them, the others drop each bucket as it comes.
+/// Every worker makes the same calls: the placements are alike on every worker (one program,
+/// one layout), which the optimizer's first update checked.
+void gather_slots(const optim::Optimizer& optimizer, WorkerGroup& workers, GatheredState& out) {
+  const int local = job_replicas().local;
+  if (optimizer.shard_optimizer_state() == 0 || local <= 0) return;
+  const std::vector<optim::Optimizer::SlotPlacement> placements = optimizer.slot_placements();
+  const auto worker_of = [&](size_t k) {
+    return placements[k].owner < 0 ? 0 : placements[k].owner / local;
+  };
+  const auto bytes_of = [&](size_t k) {
+    return static_cast<int64_t>(placements[k].variable.copy(0).nbytes());
+  };
+  const int me = workers.worker_index();
+  size_t at = 0;
+  while (at < placements.size()) {
+    const int worker = worker_of(at);
+    if (worker == 0) {
+      ++at;
+      continue;
+    }
+    size_t end = at;
+    int64_t bytes = 0;
+    while (end < placements.size() && worker_of(end) == worker &&
+           (end == at || bytes + bytes_of(end) <= kSlotBucketBytes))
+      bytes += bytes_of(end++);
+    std::vector<char> mine;
+    if (me == worker) {
+      mine.reserve(static_cast<size_t>(bytes));
+      for (size_t k = at; k < end; ++k) {
+        const Variable& slot = placements[k].slot;
+        TANDEM_CHECK(slot.defined(), "checkpoint: worker ", me, " does not hold optimizer slot \"",
+                     placements[k].name, "\" of its replica ", placements[k].owner);
+        const Tensor value = slot.copy(0).to(Device::cpu());
+        put(mine, value.raw_data(), value.nbytes());
+      }
+    }
+    const std::vector<char> got = workers.broadcast_from(
+        worker, std::move(mine), "checkpoint save (the optimizer slots other workers hold)");
+    if (me == 0) {
+      TANDEM_CHECK(static_cast<int64_t>(got.size()) == bytes, "checkpoint: worker ", worker,
+                   " sent ", got.size(), " bytes of optimizer slots from \"", placements[at].name,
+                   "\" on, the chief expected ", bytes);
+      size_t offset = 0;
+      for (size_t k = at; k < end; ++k) {
+        const Variable& variable = placements[k].variable;
+        Tensor value = Tensor::empty(variable.shape(), variable.dtype());
+        std::memcpy(value.raw_data(), got.data() + offset, value.nbytes());
+        offset += value.nbytes();
+        out.slots[placements[k].name] = std::move(value);
+      }
+    }
+    at = end;
+  }
+}
+
 /// The sums of the variables synchronized on read become their aggregates: a kMean one's
 /// divided by the replicas of every worker.
 void aggregate_on_read(GatheredState& state, const Checkpoint& checkpoint) {
@@ -211,6 +272,8 @@ GatheredState gather_state(const Checkpoint& checkpoint, WorkerGroup* workers) {
   for (int w = 0; w < workers->num_workers(); ++w)
     add_bytes(total, all[static_cast<size_t>(w)], w, checkpoint.entries());
   aggregate_on_read(total, checkpoint);
+  if (const optim::Optimizer* optimizer = tracked_optimizer(checkpoint.entries()))
+    gather_slots(*optimizer, *workers, total);
   return total;
 }
 

@@ -177,7 +177,8 @@ void load_optimizer(const h5::Group& root, const optim::Optimizer& optimizer,
   // The slots this optimizer has or will create for the model's trainable variables, by name,
   // with the shape each must have.
   std::unordered_map<std::string, Shape> expected;
-  for (const auto& [name, slot] : optimizer.slot_variables()) expected[name] = slot.shape();
+  for (const auto& [name, slot] : optimizer.slot_variables())
+    if (slot.defined()) expected[name] = slot.shape();  // undefined: another worker holds it
   if (model) {
     for (const Variable& v : model->trainable_variables())
       for (const std::string& kind : optimizer.slot_names())
@@ -358,9 +359,10 @@ void ensure_slots(optim::Optimizer& optimizer, const nn::Module* model,
   // as its variable has, on the same devices, so that every replica finds its own.
   for (const Variable& v : variables) {
     for (const std::string& kind : optimizer.slot_names()) {
+      // A sharded slot has one copy, on its owner's device (none on another worker's).
+      if (optimizer.owner_of(v) >= 0) continue;
       const Variable slot = optimizer.slot(v, kind);
-      // A sharded slot has one copy, on its owner's device.
-      if (slot.num_copies() == v.num_copies() || optimizer.owner_of(v) >= 0) continue;
+      if (slot.num_copies() == v.num_copies()) continue;
       std::vector<Tensor> copies;
       for (int r = 0; r < v.num_copies(); ++r) copies.push_back(Tensor::zeros_like(v.copy(r)));
       slot.set_copies(std::move(copies));
@@ -481,12 +483,13 @@ void Checkpoint::restore(const std::string& path) const {
       const auto it = slots.find(name);
       TANDEM_CHECK(it != slots.end(), path, ": optimizer slot \"", name,
                    "\" could not be created (is the model tracked by the checkpoint?)");
-      assign_all_copies(it->second, value);
+      // Sharded across workers, each worker keeps the slots of its own replicas' variables.
+      if (it->second.defined()) assign_all_copies(it->second, value);
       restored.insert(name);
     }
     // Slots the file does not have start from zero, as they would have at that step.
     for (const auto& [name, slot] : slots) {
-      if (restored.contains(name)) continue;
+      if (restored.contains(name) || !slot.defined()) continue;
       if (loaded.iteration > 0)
         TANDEM_LOG_WARNING(path, ": optimizer slot \"", name, "\" is not in the checkpoint; it ",
                            "restarts from zero");

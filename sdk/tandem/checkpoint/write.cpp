@@ -96,14 +96,26 @@ void write_model(const detail::ImageGroup& root, const nn::Module* model,
   }
 }
 
+/// `elsewhere`: the slots other workers hold (optimizer-state sharding), gathered to the chief.
 void write_optimizer(const detail::ImageGroup& root, const optim::Optimizer& optimizer,
-                     const std::string& config_json) {
+                     const std::string& config_json,
+                     const std::map<std::string, Tensor>& elsewhere) {
   const detail::ImageGroup group = root.create_group(kOptimizerWeights);
   std::vector<std::string> weight_names = {kIterationName};
   group.write_tensor(kIterationName, int64_scalar(optimizer.iterations()));
   for (const auto& [name, slot] : optimizer.slot_variables()) {
     weight_names.push_back(keras_name(name));
-    group.write_tensor(keras_name(name), slot.copy(0));
+    if (slot.defined()) {
+      group.write_tensor(keras_name(name), slot.copy(0));
+      continue;
+    }
+    const auto it = elsewhere.find(name);
+    TANDEM_CHECK(
+        it != elsewhere.end(), "checkpoint: optimizer slot \"", name,
+        "\" is held by another worker (shard_optimizer_state = ", optimizer.shard_optimizer_state(),
+        "); save with a CheckpointManager, which every worker calls and which gathers "
+        "the slots to the chief");
+    group.write_tensor(keras_name(name), it->second);
   }
   group.write_attr("optimizer", optimizer.name());
   group.write_attr("config_json", config_json);
@@ -298,7 +310,8 @@ FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& g
   write_model(root, model, gathered.on_read, *described);
   root.save_point("model_weights");
   std::string config_json;
-  if (optimizer) write_optimizer(root, *optimizer, config_of(*optimizer, cache, config_json));
+  if (optimizer)
+    write_optimizer(root, *optimizer, config_of(*optimizer, cache, config_json), gathered.slots);
   root.save_point("optimizer_weights");
   write_training_state(root, entries_, checkpoint.global_step(), gathered);
   root.save_point("training_state");

@@ -49,14 +49,17 @@ class CollectiveWorkerGroup final : public WorkerGroup {
                                             const char* label) override {
     return workers_->all_gather(mine, label);
   }
-  std::vector<char> broadcast_from_chief(std::vector<char> bytes, const char* label) override {
+  std::vector<char> broadcast_from(int worker, std::vector<char> bytes,
+                                   const char* label) override {
+    TANDEM_CHECK(worker >= 0 && worker < workers_->size(), label, ": broadcast from worker ",
+                 worker, ", outside [0, ", workers_->size(), ")");
     std::vector<Tensor> size = {Tensor::scalar(static_cast<double>(bytes.size()), DType::kInt64)};
-    workers_->broadcast(size, 0, label);
+    workers_->broadcast(size, worker, label);
     const int64_t n = size[0].item<int64_t>();
     std::vector<Tensor> data = {Tensor::empty({n}, DType::kUInt8)};
-    if (workers_->rank() == 0 && n > 0)
+    if (workers_->rank() == worker && n > 0)
       std::memcpy(data[0].raw_data(), bytes.data(), static_cast<size_t>(n));
-    workers_->broadcast(data, 0, label);
+    workers_->broadcast(data, worker, label);
     bytes.resize(static_cast<size_t>(n));
     if (n > 0) std::memcpy(bytes.data(), data[0].raw_data(), static_cast<size_t>(n));
     return bytes;

@@ -6,12 +6,13 @@
 #pragma once
 
 #include <memory>
+#include <utility>
 #include <vector>
 
 namespace tandem {
 
 /// The processes of a multi-worker job, as the library reaches them outside the strategy. sum,
-/// all_gather and broadcast_from_chief are collectives: every worker makes them, in the same
+/// all_gather and the broadcasts are collectives: every worker makes them, in the same
 /// order.
 class WorkerGroup {
  public:
@@ -26,9 +27,14 @@ class WorkerGroup {
   /// Every worker's bytes, in worker order. Every worker must call it.
   virtual std::vector<std::vector<char>> all_gather(const std::vector<char>& mine,
                                                     const char* label) = 0;
-  /// The chief's `bytes` on every worker (what the others pass is ignored). Every worker must
-  /// call it.
-  virtual std::vector<char> broadcast_from_chief(std::vector<char> bytes, const char* label) = 0;
+  /// Worker `worker`'s `bytes` on every worker (what the others pass is ignored). Every worker
+  /// must call it, with the same `worker`.
+  virtual std::vector<char> broadcast_from(int worker, std::vector<char> bytes,
+                                           const char* label) = 0;
+  /// The chief's `bytes` on every worker: broadcast_from(0, ...).
+  std::vector<char> broadcast_from_chief(std::vector<char> bytes, const char* label) {
+    return broadcast_from(0, std::move(bytes), label);
+  }
 };
 
 /// The job's workers while a multi-worker strategy lives in this process; null otherwise.

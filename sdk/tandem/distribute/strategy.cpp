@@ -166,6 +166,7 @@ Strategy::Strategy(std::string name, std::vector<Device> devices, Execution exec
     divide_machine_cores(*impl.collectives->workers(), impl.name, impl.num_replicas());
   if (scope == Scope::kWorkers) {
     set_process_replica_offset(impl.worker_index() * replicas);
+    set_job_replicas({.in_sync = impl.num_workers() * replicas, .local = replicas});
     // Metrics and checkpoints combine the workers' state through the installed group.
     if (const std::shared_ptr<WorkerGroup>& workers = impl.collectives->worker_group())
       impl.previous_worker_group = set_worker_group(workers);
@@ -248,7 +249,10 @@ Strategy::~Strategy() {
   // Never blocks on a replica stuck in user code: stop detaches it instead of joining.
   const int detached = impl_->replicas->stop();
   const std::shared_ptr<WorkerGroup>& workers = impl_->collectives->worker_group();
-  if (workers && worker_group() == workers) set_worker_group(impl_->previous_worker_group);
+  if (workers && worker_group() == workers) {
+    set_worker_group(impl_->previous_worker_group);
+    set_job_replicas({});  // this process is no longer a worker of that job
+  }
   if (detached > 0) {
     // Replica threads that never returned still hold this state: it stays theirs for the life
     // of the process (kept in a list, so it is not reported as a leak), and the process can

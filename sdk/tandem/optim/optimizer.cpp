@@ -149,12 +149,18 @@ Optimizer::Entry& Optimizer::entry_for(const Variable& variable) {
   entry->variable = variable;
   const auto owner = owners_.find(variable.id());
   if (owner != owners_.end()) {
-    // Sharded: the slots live on their owner alone, one copy each.
+    // Sharded: the slots live on their owner alone, one copy each (none here when the owner is
+    // another worker's replica).
     entry->owner = owner->second;
-    const Tensor& value = variable.copy(entry->owner);
-    for (const std::string& slot : slot_names_)
-      entry->slots.emplace_back(slot + "/" + variable.name(), Tensor::zeros_like(value),
-                                /*trainable=*/false);
+    const int local = local_copy_of(entry->owner);
+    for (const std::string& slot : slot_names_) {
+      if (local < 0) {
+        entry->slots.emplace_back();
+        continue;
+      }
+      entry->slots.emplace_back(slot + "/" + variable.name(),
+                                Tensor::zeros_like(variable.copy(local)), /*trainable=*/false);
+    }
   } else {
     const Tensor& value = variable.value_untracked();
     for (const std::string& slot : slot_names_) {
@@ -257,6 +263,15 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
                "updated variables from their owners (shard_optimizer_state = ",
                shard_stage_,
                "); pass the context: optimizer.apply_gradients(ctx, gradients, variables)");
+  for (size_t i = 0; i < variables.size() && shard_stage_ > 0; ++i) {
+    const int owner = owner_of(variables[i]);
+    TANDEM_CHECK(owner < 0 || local_copy_of(owner) >= 0, name_,
+                 ".apply_gradients(gradients, variables) outside strategy.run cannot update \"",
+                 variables[i].name(), "\": its optimizer state is held by replica ", owner,
+                 ", another worker's (shard_optimizer_state = ", shard_stage_,
+                 "); update inside strategy.run: optimizer.apply_gradients(ctx, gradients, "
+                 "variables)");
+  }
   check_numerics(gradients, variables, "");
   // Cross-replica context (outside strategy.run, or inside merge_call) with mirrored variables:
   // the same update on every replica's copies of the variables, slots and counters, as
@@ -270,7 +285,7 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
   for (int r = 0; r < copies; ++r) {
     set_current_replica_binding({.replica_id = r,
                                  .num_replicas = copies,
-                                 .first_global_id = binding.first_global_id,
+                                 .first_global_id = process_replica_offset(),
                                  .num_replicas_in_sync = binding.num_replicas_in_sync});
     try {
       std::vector<Tensor> on_copy(gradients.size());
@@ -289,7 +304,7 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
   set_current_replica_binding(binding);
   // Sharded: each copy updated its own variables only; the owners' values go to the others.
   for (size_t i = 0; i < variables.size(); ++i) {
-    const int owner = gradients[i].defined() ? owner_of(variables[i]) : -1;
+    const int owner = gradients[i].defined() ? local_copy_of(owner_of(variables[i])) : -1;
     if (owner < 0) continue;
     for (int r = 0; r < variables[i].num_copies(); ++r) {
       if (r == owner) continue;
@@ -334,15 +349,6 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
   if (inner_ != nullptr) return inner_->apply_gradients(ctx, gradients, variables);
   check_pairs(gradients, variables);
   assign_owners(variables);
-  if (shard_stage_ > 0) {
-    const ReplicaBinding binding = current_replica_binding();
-    TANDEM_CHECK(binding.num_replicas == binding.num_replicas_in_sync, name_,
-                 ": shard_optimizer_state = ", shard_stage_,
-                 " needs every replica in one process; "
-                 "this job has ",
-                 binding.num_replicas_in_sync, " replicas in sync, ", binding.num_replicas,
-                 " here");
-  }
   // Before this optimizer's first update on each replica: workers that build another model or
   // optimizer (another job's worker, another version of the program) raise here, by name.
   bool first = false;
@@ -432,7 +438,12 @@ bool Optimizer::apply_update(const std::vector<Tensor>& gradients,
   autograd::NoRecordGuard no_record;  // updates are never differentiated
   const profile::Span span(profile::Phase::kOptimizer);
   std::vector<Tensor> grads = gradients;
-  const int replica = current_replica_binding().replica_id;
+  const ReplicaBinding binding = current_replica_binding();
+  // Owners are global replica ids; outside strategy.run, this process's copies are numbered
+  // from its first replica's.
+  const int replica =
+      (binding.num_replicas_in_sync > 1 ? binding.first_global_id : process_replica_offset()) +
+      binding.replica_id;
   if (shards != nullptr) {
     // Only this replica's own variables' gradients take part (a caller may hold all sums).
     for (size_t i = 0; i < variables.size(); ++i) {
@@ -509,7 +520,8 @@ std::vector<std::pair<std::string, Variable>> Optimizer::slot_variables() const 
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::pair<std::string, Variable>> out;
   for (const auto& entry : entries_) {
-    for (const Variable& s : entry->slots) out.emplace_back(s.name(), s);
+    for (size_t k = 0; k < entry->slots.size(); ++k)
+      out.emplace_back(slot_names_[k] + "/" + entry->variable.name(), entry->slots[k]);
   }
   return out;
 }

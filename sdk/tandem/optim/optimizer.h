@@ -141,14 +141,17 @@ class Optimizer {
   /// accumulation the accumulators stay whole per replica (the micro-steps add before the sum,
   /// as unsharded). Each variable's update is the same arithmetic at every stage: training is
   /// bitwise that of stage 0. Checkpoints are unchanged (a slot's one copy is the whole slot)
-  /// and restore at any replica count and stage. Within one process (MirroredStrategy); a
-  /// multi-worker job raises at the update.
+  /// and restore at any replica count and stage. In a multi-worker job the layout spans every
+  /// worker's replicas (owners are global replica ids, alike on every worker); a worker holds
+  /// the slots of its own replicas' variables only (slot_variables() lists the others'
+  /// undefined), and CheckpointManager::save gathers them to the chief.
   int shard_optimizer_state() const { return innermost().shard_stage_; }
-  /// Under sharding, the replica that owns `variable` (holds its slots and updates it), else
-  /// -1 (every replica does: stage 0, or a variable with one copy).
+  /// Under sharding, the replica that owns `variable` (holds its slots and updates it: its
+  /// replica_id_in_sync_group, a global id across workers), else -1 (every replica does:
+  /// stage 0, or a variable that is not mirrored).
   int owner_of(const Variable& variable) const;
-  /// What replica `replica` holds for the variables built or updated so far (the largest of
-  /// them is what a device must have room for).
+  /// What replica `replica` (replica_id_in_sync_group) holds for the variables built or updated
+  /// so far (the largest of them is what a device must have room for).
   ReplicaMemory memory_of(int replica) const;
   /// Micro-steps accumulated since the last update, in [0, N): 0 at an update boundary. Inside
   /// strategy.run, this replica's count; outside, replica 0's (all replicas count alike).
@@ -164,10 +167,21 @@ class Optimizer {
   const std::vector<std::string>& slot_names() const { return innermost().slot_names_; }
   /// Every slot variable with its name, in canonical order: variables in the order they were
   /// first built, and for each its slots in slot_names() order (m/dense/kernel,
-  /// v/dense/kernel, m/dense/bias, ...), as Keras interleaves them.
+  /// v/dense/kernel, m/dense/bias, ...), as Keras interleaves them. Sharded across workers, a
+  /// slot another worker holds is listed undefined (its shape and dtype are its variable's).
   std::vector<std::pair<std::string, Variable>> slot_variables() const;
-  /// The slot `slot_name` of `variable`; raises when it does not exist.
+  /// The slot `slot_name` of `variable` (undefined when another worker holds it); raises when
+  /// it does not exist.
   Variable slot(const Variable& variable, const std::string& slot_name) const;
+  /// A slot with what a checkpoint of a sharded optimizer needs to find it.
+  struct SlotPlacement {
+    std::string name;   ///< as in slot_variables()
+    Variable slot;      ///< undefined when another worker holds it
+    Variable variable;  ///< the variable it belongs to (the slot's shape and dtype)
+    int owner = -1;     ///< owner_of(variable): the replica holding it, -1 for every replica
+  };
+  /// Every slot, in slot_variables() order, with its variable and owner.
+  std::vector<SlotPlacement> slot_placements() const;
 
   /// Hyper-parameters as Keras-style JSON (stored in checkpoints).
   virtual std::string config_json() const;
@@ -226,13 +240,17 @@ class Optimizer {
  private:
   struct Entry {
     Variable variable;
-    std::vector<Variable> slots;  // one copy each when sharded (owner >= 0)
-    Variable accumulator;         // defined when accumulation_steps_ > 1
-    int owner = -1;               // the replica holding the slots; -1: every replica
+    // One copy each when sharded (owner >= 0); undefined when the owner is another worker's.
+    std::vector<Variable> slots;
+    Variable accumulator;  // defined when accumulation_steps_ > 1
+    int owner = -1;        // the (global) replica holding the slots; -1: every replica
   };
   /// Under sharding, lays out those of `variables` (mirrored) that have no owner yet and gives
   /// each its owner (ParameterLayout), before their entries are made.
   void assign_owners(const std::vector<Variable>& variables);
+  /// The index among this process's copies of global replica `owner`; -1 when it is a replica
+  /// of another worker.
+  static int local_copy_of(int owner);
   /// Sends each variable updated from `gradients` (defined) from its owner to every replica.
   void publish_updates(GradientSync& ctx, const std::vector<Tensor>& gradients,
                        const std::vector<Variable>& variables);

@@ -249,7 +249,7 @@ struct Profiler::Impl {
   optim::ReplicaMemory most_held() const {
     optim::ReplicaMemory most;
     for (int r = 0; r < strategy.num_local_replicas(); ++r) {
-      const optim::ReplicaMemory m = options.optimizer->memory_of(r);
+      const optim::ReplicaMemory m = options.optimizer->memory_of(process_replica_offset() + r);
       most.parameters = std::max(most.parameters, m.parameters);
       most.gradients = std::max(most.gradients, m.gradients);
       most.optimizer_state = std::max(most.optimizer_state, m.optimizer_state);

@@ -31,6 +31,9 @@ struct GatheredState {
   /// Model variable name -> the aggregate over every replica of every worker of a variable
   /// synchronized on read with aggregation kSum or kMean (what the checkpoint stores).
   std::map<std::string, Tensor> on_read;
+  /// Slot name -> value, on the chief: the optimizer slots that other workers' replicas hold
+  /// (optimizer-state sharding across workers), gathered bucket by bucket.
+  std::map<std::string, Tensor> slots;
 };
 
 /// This process's state, or with `workers` (several workers) every worker's, combined: a

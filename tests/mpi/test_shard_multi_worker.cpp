@@ -1,0 +1,292 @@
+// [mpi] Optimizer-state sharding across workers (shard_optimizer_state 1 and 2 under mpirun and
+// TF_CONFIG workers): the layout spans every worker's replicas, each worker holds only its own
+// replicas' slots, training is bitwise that of every replica holding everything, and
+// CheckpointManager gathers the slots to the chief into the unsharded file, which restores at
+// every stage.
+#include <catch2/catch.hpp>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "mpi/job.h"
+#include "tandem/io/internal/hdf5_file.h"
+#include "tandem/tandem.h"
+
+namespace td = tandem;
+namespace optim = td::optim;
+namespace nn = td::nn;
+
+namespace {
+
+using Access = td::detail::StrategyAccess;
+
+constexpr int64_t kGlobalBatch = 48;  // divides among 2, 4 and 8 replicas in sync
+constexpr int64_t kSteps = 9;         // of fixed data; a job trains a range of them
+
+struct Setup {
+  bool sync_batch_norm = false;
+  int accumulation = 1;
+  bool clip = false;
+  bool loss_scale = false;
+  int stage = 0;
+};
+
+/// The fixed data: kSteps global batches of 8 features and 4 classes.
+struct Data {
+  td::Tensor x, y;
+  Data() {
+    td::Generator g(31);
+    x = td::Tensor::normal({kSteps * kGlobalBatch, 8}, g);
+    std::vector<int64_t> labels(static_cast<size_t>(kSteps * kGlobalBatch));
+    const float* f = x.data<float>();
+    for (size_t i = 0; i < labels.size(); ++i) {
+      const float score = f[i * 8] + 0.5f * f[i * 8 + 1] - f[i * 8 + 2];
+      labels[i] = score < -0.7f ? 0 : score < 0.0f ? 1 : score < 0.7f ? 2 : 3;
+    }
+    y = td::Tensor::from_vector(labels);
+  }
+};
+
+/// One training job on the job's strategy: an MLP (or one with synchronized batch norm), Adam
+/// with the setup's options, optionally inside a loss scale.
+struct Job {
+  explicit Job(const Setup& s) : setup(s), strategy(td::testing::job_strategy()) {
+    auto scope = strategy.scope();
+    model = s.sync_batch_norm
+                ? std::make_unique<nn::Sequential>(std::initializer_list<nn::Module>{
+                      nn::Dense(16, nn::Activation::kNone, /*use_bias=*/false),
+                      nn::BatchNormalization({.synchronized = true}), nn::Dense(12), nn::Dense(4)})
+                : std::make_unique<nn::Sequential>(std::initializer_list<nn::Module>{
+                      nn::Dense(16, nn::Activation::kRelu), nn::Dense(12, nn::Activation::kRelu),
+                      nn::Dense(4)});
+    model->set_seed(7);
+    model->build({8});
+    inner = std::make_unique<optim::Adam>(
+        optim::Adam::Options{.learning_rate = 0.01,
+                             .global_clipnorm = s.clip ? std::optional<double>(0.05) : std::nullopt,
+                             .gradient_accumulation_steps = s.accumulation,
+                             .shard_optimizer_state = s.stage});
+    if (s.loss_scale)
+      loss_scale = std::make_unique<optim::LossScaleOptimizer>(
+          *inner, optim::LossScaleOptions{.initial_scale = 1024.0, .dynamic_growth_steps = 3});
+    inner->build(model->trainable_variables());
+  }
+
+  optim::Optimizer& optimizer() { return loss_scale ? *loss_scale : *inner; }
+
+  td::Checkpoint checkpoint() {
+    return td::Checkpoint({{"model", model.get()}, {"optimizer", &optimizer()}});
+  }
+
+  /// Steps [first, first + count) of the fixed data, each global batch split among every
+  /// worker's replicas. On step `overflow` (if any) replica 1's gradient of the last variable
+  /// is infinite: a loss scale skips that update on every replica.
+  void train(int64_t first, int64_t count, int64_t overflow = -1) {
+    static const Data all;
+    const td::Tensor x = all.x.slice(first * kGlobalBatch, (first + count) * kGlobalBatch);
+    const td::Tensor y = all.y.slice(first * kGlobalBatch, (first + count) * kGlobalBatch);
+    auto data =
+        strategy.distribute_dataset(td::data::from_tensor_slices({x, y}).batch(kGlobalBatch),
+                                    {.auto_shard_policy = td::data::AutoShardPolicy::kData});
+    const std::vector<td::Variable> variables = model->trainable_variables();
+    int64_t current = first;
+    auto step = [&](td::ReplicaContext& ctx, const td::data::Batch& b) {
+      td::GradientTape tape;
+      const td::Tensor loss = td::compute_average_loss(
+          td::losses::sparse_categorical_crossentropy(b.labels(), (*model)(b.features(), true),
+                                                      /*from_logits=*/true),
+          kGlobalBatch);
+      std::vector<td::Tensor> grads = tape.gradient(optimizer().scale_loss(loss), variables);
+      if (current == overflow && ctx.replica_id_in_sync_group() == 1)
+        grads.back() = grads.back() * td::Tensor::scalar(INFINITY, td::DType::kFloat32);
+      optimizer().apply_gradients(ctx, grads, variables);
+      return loss;
+    };
+    int64_t ran = 0;
+    for (const auto& b : data) {
+      strategy.run(step, b);
+      ++current;
+      ++ran;
+    }
+    REQUIRE(ran == count);
+  }
+
+  /// This worker's view, as bytes by name: the model's variables (every local copy, which
+  /// must agree), the slots it holds, the counter and the loss scale.
+  std::map<std::string, std::string> state() const {
+    std::map<std::string, std::string> out;
+    auto bytes = [](const td::Tensor& t) {
+      return std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
+    };
+    for (const td::Variable& v : model->weights()) {
+      out[v.name()] = bytes(v.copy(0));
+      for (int r = 1; r < v.num_copies(); ++r) CHECK(bytes(v.copy(r)) == out[v.name()]);
+    }
+    for (const auto& [name, slot] : inner->slot_variables())
+      if (slot.defined()) out[name] = bytes(slot.copy(0));
+    out["iterations"] = std::to_string(inner->iterations());
+    if (loss_scale) out["loss_scale"] = std::to_string(loss_scale->loss_scale());
+    return out;
+  }
+
+  /// Slots this worker holds.
+  int held_slots() const {
+    int held = 0;
+    for (const auto& [name, slot] : inner->slot_variables()) held += slot.defined() ? 1 : 0;
+    return held;
+  }
+
+  Setup setup;
+  td::Strategy& strategy;
+  std::unique_ptr<nn::Sequential> model;
+  std::unique_ptr<optim::Optimizer> inner;
+  std::unique_ptr<optim::LossScaleOptimizer> loss_scale;
+};
+
+/// Entries of `sharded` that are missing from `whole` or differ from it.
+std::vector<std::string> differences(const std::map<std::string, std::string>& whole,
+                                     const std::map<std::string, std::string>& sharded) {
+  std::vector<std::string> out;
+  for (const auto& [name, value] : sharded) {
+    const auto it = whole.find(name);
+    if (it == whole.end() || it->second != value) out.push_back(name);
+  }
+  return out;
+}
+
+/// The sum over every worker of `value`.
+int64_t sum_over_workers(td::Strategy& s, int64_t value) {
+  return static_cast<int64_t>(
+      Access::reduce_across_workers(s, td::ReduceOp::kSum,
+                                    td::Tensor::scalar(static_cast<double>(value)))
+          .item<double>());
+}
+
+/// Every dataset of the HDF5 file at `path`, by path, as bytes.
+void read_datasets(const td::h5::Group& group, const std::string& path,
+                   std::map<std::string, std::string>& out) {
+  for (const std::string& name : group.children()) {
+    if (group.is_dataset(name)) {
+      const td::Tensor t = group.read_tensor(name);
+      out[path + "/" + name] = std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
+    } else {
+      read_datasets(group.open_group(name), path + "/" + name, out);
+    }
+  }
+}
+
+std::map<std::string, std::string> datasets_of(const std::string& path) {
+  std::map<std::string, std::string> out;
+  read_datasets(td::h5::File::open(path).root(), "", out);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE(
+    "multi-worker: optimizer-state sharding over every worker's replicas trains with the "
+    "unsharded bits (stages 1 and 2, batch norm, accumulation, clipping, a loss scale)",
+    "[mpi]") {
+  td::Strategy& s = td::testing::job_strategy();
+  const int in_sync = s.num_replicas_in_sync();
+  struct Case {
+    const char* name;
+    Setup setup;
+    int64_t overflow = -1;
+  };
+  const std::vector<Case> cases = {
+      {"plain", {}},
+      {"synchronized batch norm", {.sync_batch_norm = true}},
+      {"accumulation of 2 and clipping", {.accumulation = 2, .clip = true}},
+      {"loss scale (an overflow at step 2) and clipping", {.clip = true, .loss_scale = true}, 2},
+  };
+  for (const Case& c : cases) {
+    Job whole(c.setup);
+    whole.train(0, 6, c.overflow);
+    const std::map<std::string, std::string> expected = whole.state();
+    for (int stage : {1, 2}) {
+      INFO(c.name << ", shard_optimizer_state " << stage << ", " << s.num_workers() << " workers x "
+                  << s.num_local_replicas() << " replicas");
+      Setup setup = c.setup;
+      setup.stage = stage;
+      Job sharded(setup);
+      sharded.train(0, 6, c.overflow);
+      CHECK(differences(expected, sharded.state()).empty());
+      CHECK(sharded.state().contains("iterations"));
+      // Each slot is held by exactly one worker, and a worker holds only its replicas' slots.
+      const int total = whole.held_slots();
+      CHECK(sum_over_workers(s, sharded.held_slots()) == total);
+      for (const optim::Optimizer::SlotPlacement& p : sharded.inner->slot_placements()) {
+        INFO(p.name << " owned by replica " << p.owner);
+        REQUIRE(p.owner >= 0);
+        REQUIRE(p.owner < in_sync);
+        CHECK(p.slot.defined() == (p.owner / s.num_local_replicas() == s.worker_index()));
+      }
+      if (c.overflow >= 0) CHECK(sharded.state().at("iterations") == "5");  // one skipped
+    }
+  }
+}
+
+TEST_CASE(
+    "multi-worker: a stage-2 checkpoint gathered to the chief is the unsharded one's bits and "
+    "resumes at every stage as the unsharded job does",
+    "[mpi]") {
+  td::Strategy& s = td::testing::job_strategy();
+  const std::string dir = td::testing::shared_temp_dir(s, "shard");
+  const std::string whole_dir = dir + "/whole", sharded_dir = dir + "/sharded";
+  const Setup base = {.sync_batch_norm = true, .clip = true, .loss_scale = true};
+  Job whole(base);
+  whole.train(0, 5, /*overflow=*/1);
+  {
+    td::CheckpointManager manager(whole.checkpoint(), whole_dir, {.strategy = &s});
+    REQUIRE(manager.save(5).has_value());
+  }
+  Setup stage2 = base;
+  stage2.stage = 2;
+  {
+    Job sharded(stage2);
+    sharded.train(0, 5, /*overflow=*/1);
+    td::CheckpointManager manager(sharded.checkpoint(), sharded_dir, {.strategy = &s});
+    REQUIRE(manager.save(5).has_value());
+  }
+  if (s.is_chief()) {
+    const auto a = datasets_of(whole_dir + "/ckpt-5.h5");
+    const auto b = datasets_of(sharded_dir + "/ckpt-5.h5");
+    CHECK(a.contains("/optimizer_weights/m/dense/kernel:0"));
+    CHECK(a.size() > 15);
+    REQUIRE(a.size() == b.size());
+    for (const auto& [name, bytes] : a) {
+      INFO(name);
+      REQUIRE(b.contains(name));
+      CHECK(b.at(name) == bytes);
+    }
+  }
+  // The unsharded job goes on; every stage restored from the sharded file follows it bitwise.
+  whole.train(5, 4);
+  const std::map<std::string, std::string> expected = whole.state();
+  for (int stage : {0, 1, 2}) {
+    INFO("restored at shard_optimizer_state " << stage);
+    Setup setup = base;
+    setup.stage = stage;
+    Job resumed(setup);
+    td::CheckpointManager manager(resumed.checkpoint(), sharded_dir, {.strategy = &s});
+    REQUIRE(manager.restore_or_initialize().has_value());
+    resumed.train(5, 4);
+    CHECK(differences(expected, resumed.state()).empty());
+  }
+  // A checkpoint written without the workers gathering (Checkpoint::write) cannot hold the
+  // slots another worker keeps: it says so instead of writing a partial file.
+  if (s.num_workers() > 1) {
+    Job sharded(stage2);
+    sharded.train(0, 1);
+    if (s.worker_index() == 0 && sharded.held_slots() < whole.held_slots())
+      CHECK_THROWS_WITH(
+          sharded.checkpoint().write(dir + "/partial.h5"),
+          Catch::Contains("is held by another worker") && Catch::Contains("CheckpointManager"));
+  }
+  Access::reduce_across_workers(s, td::ReduceOp::kSum, td::Tensor::scalar(1.0));
+  if (s.is_chief()) std::filesystem::remove_all(dir);
+}
