@@ -6,11 +6,16 @@
 //   bench_overlap_cpu [--replicas 2] [--per-replica-batch 64] [--steps 8] [--rounds 3]
 //                     [--bucket-mb 25] [--first-bucket-mb 1] [--hidden 2048] [--layers 2]
 //                     [--accumulation 1] [--trace FILE] [--device cpu|cuda]
-//                     [--compression bfloat16|float16]
+//                     [--compression bfloat16|float16] [--shard 1|2]
 //
 // --compression: the rounds compare float32 gradients with gradients sent as that type
 // (CommunicationOptions::gradient_compression) instead of comparing buckets with none; both
 // modes use --bucket-mb (0: no buckets, one all-reduce after the backward pass).
+//
+// --shard S: the rounds compare Adam holding its whole state on every replica with Adam at
+// shard_optimizer_state = S (each replica updates its own variables, which then go from their
+// owners to the others); both use --bucket-mb. Over workers, the step time of stage 1 against
+// stage 0 is the price of sharding across a network (bench/overlap_veth.sh shapes it).
 //
 // --device cuda: the replicas are logical replicas sharing cuda:0 (each bucket is reduced on
 // the replica's own thread, queued on its stream, while the rest of the backward pass is
@@ -60,6 +65,7 @@ struct Options {
   std::string trace;     // a Chrome trace of the last bucketed measurement, when set
   bool cuda = false;     // logical replicas on cuda:0 instead of CPU replicas
   td::GradientCompression compression = td::GradientCompression::kNone;  // --compression
+  int shard = 0;  // --shard: the stage compared with unsharded Adam
 };
 
 double median(std::vector<double> values) {
@@ -105,6 +111,13 @@ class Bench {
     optimizer_ = std::make_unique<td::optim::Adam>(td::optim::Adam::Options{
         .learning_rate = 1e-5, .gradient_accumulation_steps = options.accumulation});
     optimizer_->build(model_->trainable_variables());
+    if (options.shard > 0) {
+      sharded_ = std::make_unique<td::optim::Adam>(
+          td::optim::Adam::Options{.learning_rate = 1e-5,
+                                   .gradient_accumulation_steps = options.accumulation,
+                                   .shard_optimizer_state = options.shard});
+      sharded_->build(model_->trainable_variables());
+    }
     td::Generator g(7 + static_cast<uint64_t>(strategy_->worker_index()));
     for (int r = 0; r < strategy_->num_local_replicas(); ++r) {
       const td::Device device = strategy_->devices()[static_cast<size_t>(r)];
@@ -122,11 +135,13 @@ class Bench {
     return n;
   }
 
-  /// `second`: the mode compared with the first (buckets, or with --compression the
-  /// compressed gradients).
+  /// `second`: the mode compared with the first (buckets, with --compression the compressed
+  /// gradients, with --shard the sharded optimizer).
   Sample measure(bool second) {
     const bool compare_compression = options_.compression != td::GradientCompression::kNone;
-    const bool buckets = compare_compression ? options_.bucket_mb > 0 : second;
+    const bool compare_shard = options_.shard > 0;
+    const bool buckets = compare_compression || compare_shard ? options_.bucket_mb > 0 : second;
+    td::optim::Optimizer& optimizer = compare_shard && second ? *sharded_ : *optimizer_;
     td::CommunicationOptions communication{.bytes_per_pack = 0, .first_bytes_per_pack = 0};
     if (buckets) {
       communication.bytes_per_pack = static_cast<int64_t>(options_.bucket_mb * (1 << 20));
@@ -141,7 +156,7 @@ class Bench {
       td::GradientTape tape;
       const td::Tensor loss = td::compute_average_loss(
           td::losses::sparse_categorical_crossentropy(y, (*model_)(x, true), true), global_batch);
-      optimizer_->apply_gradients(ctx, tape.gradient(loss, variables), variables);
+      optimizer.apply_gradients(ctx, tape.gradient(loss, variables), variables);
     };
     const td::PerReplica<td::Tensor> xs(features_), ys(labels_);
     // Warm-up: one update; with buckets, the one that lays them out.
@@ -184,6 +199,7 @@ class Bench {
   std::unique_ptr<td::Strategy> strategy_;
   std::unique_ptr<td::nn::Sequential> model_;
   std::unique_ptr<td::optim::Adam> optimizer_;
+  std::unique_ptr<td::optim::Adam> sharded_;  // --shard
   std::vector<td::Tensor> features_, labels_;
 };
 
@@ -233,6 +249,16 @@ int main(int argc, char** argv) {
                                                : td::GradientCompression::kFloat16;
       continue;
     }
+    if (flag == "--shard") {
+      const std::string stage = argv[i + 1];
+      if (stage != "1" && stage != "2") {
+        std::fprintf(stderr, "bench_overlap_cpu: --shard takes 1 or 2, got \"%s\"\n",
+                     stage.c_str());
+        return 2;
+      }
+      options.shard = std::stoi(stage);
+      continue;
+    }
     if (flag == "--bucket-mb" && std::string(argv[i + 1]) == "0") {
       options.bucket_mb = 0;  // with --compression: no buckets
       continue;
@@ -260,7 +286,7 @@ int main(int argc, char** argv) {
       std::fprintf(stderr,
                    "bench_overlap_cpu: unknown flag %s (--replicas, --per-replica-batch, "
                    "--steps, --rounds, --bucket-mb, --first-bucket-mb, --hidden, --layers, "
-                   "--accumulation, --trace, --device, --compression)\n",
+                   "--accumulation, --trace, --device, --compression, --shard)\n",
                    flag.c_str());
       return 2;
     }
@@ -298,6 +324,17 @@ int main(int argc, char** argv) {
       static_cast<double>(bench.parameters()) * 4e-6, options.steps, options.rounds,
       options.bucket_mb, options.first_bucket_mb, per_update.c_str());
   std::printf("%-26s %10s %12s %10s\n", "mode", "step_ms", "exposed_ms", "comm_ms");
+  if (options.shard > 0) {
+    const std::string label = "shard_optimizer_state " + std::to_string(options.shard);
+    const double off_step = med(off, &Sample::step_ms), on_step = med(on, &Sample::step_ms);
+    std::printf("%-26s %10.2f %12.2f %10.2f\n", "unsharded", off_step,
+                med(off, &Sample::exposed_ms), med(off, &Sample::comm_ms));
+    std::printf("%-26s %10.2f %12.2f %10.2f\n", label.c_str(), on_step,
+                med(on, &Sample::exposed_ms), med(on, &Sample::comm_ms));
+    std::printf("step time %+.1f%% with %s (ratio %.3f)\n", 100.0 * (on_step / off_step - 1.0),
+                label.c_str(), on_step / off_step);
+    return 0;
+  }
   if (options.compression != td::GradientCompression::kNone) {
     const std::string label = std::string("gradients as ") + td::to_string(options.compression);
     const double off_step = med(off, &Sample::step_ms), on_step = med(on, &Sample::step_ms);
