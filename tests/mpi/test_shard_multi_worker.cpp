@@ -33,6 +33,7 @@ struct Setup {
   bool loss_scale = false;
   int stage = 0;
   bool buckets = false;  // gradient buckets of 512 bytes reduced during the backward pass
+  bool build = true;  // optimizer.build() before training (else the first update makes the slots)
 };
 
 /// The fixed data: kSteps global batches of 8 features and 4 classes.
@@ -79,7 +80,7 @@ struct Job {
     if (s.loss_scale)
       loss_scale = std::make_unique<optim::LossScaleOptimizer>(
           *inner, optim::LossScaleOptions{.initial_scale = 1024.0, .dynamic_growth_steps = 3});
-    inner->build(model->trainable_variables());
+    if (s.build) inner->build(model->trainable_variables());
   }
 
   ~Job() { strategy.set_communication_options(saved); }
@@ -282,6 +283,7 @@ TEST_CASE(
   }
   Setup stage2 = base;
   stage2.stage = 2;
+  stage2.build = false;  // the replicas' first update makes the slots, in the variables' order
   {
     Job sharded(stage2);
     sharded.train(0, 5, /*overflow=*/1);
@@ -318,6 +320,14 @@ TEST_CASE(
   if (s.num_workers() > 1) {
     Job sharded(stage2);
     sharded.train(0, 1);
+    // An update outside strategy.run cannot reach the owners on other workers: every worker
+    // refuses, whichever variables it owns.
+    const std::vector<td::Variable> variables = sharded.model->trainable_variables();
+    std::vector<td::Tensor> zeros;
+    for (const td::Variable& v : variables) zeros.push_back(td::Tensor::zeros_like(v.copy(0)));
+    CHECK_THROWS_WITH(
+        sharded.inner->apply_gradients(zeros, variables),
+        Catch::Contains("other workers hold") && Catch::Contains("inside strategy.run"));
     if (s.worker_index() == 0 && sharded.held_slots() < whole.held_slots())
       CHECK_THROWS_WITH(
           sharded.checkpoint().write(dir + "/partial.h5"),

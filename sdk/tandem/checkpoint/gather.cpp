@@ -3,6 +3,7 @@
 // of a multi-worker job to write (internal/gather.h).
 #include "tandem/checkpoint/internal/gather.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include "tandem/checkpoint/internal/layout.h"
@@ -181,9 +182,10 @@ constexpr int64_t kSlotBucketBytes = int64_t{32} << 20;
 
 /// The slots other workers hold (optimizer-state sharding across workers), sent to the chief
 /// bucket by bucket: runs of consecutive slots of one worker, of at most kSlotBucketBytes, each
-/// broadcast from that worker; the chief keeps them, the others drop each bucket as it comes.
-/// Every worker makes the same calls: the placements are alike on every worker (one program,
-/// one layout), which the optimizer's first update checked.
+/// broadcast from that worker, the slots' names first; the chief keeps them, the others drop
+/// each bucket as it comes. Every worker makes the same calls (one program, one layout, the
+/// slots in the variables' order). A worker that cannot send, or a chief that finds another
+/// bucket than it expects, still takes part in every call; all raise together at the end.
 void gather_slots(const optim::Optimizer& optimizer, WorkerGroup& workers, GatheredState& out) {
   const int local = job_replicas().local;
   if (optimizer.shard_optimizer_state() == 0 || local <= 0) return;
@@ -194,7 +196,9 @@ void gather_slots(const optim::Optimizer& optimizer, WorkerGroup& workers, Gathe
   const auto bytes_of = [&](size_t k) {
     return static_cast<int64_t>(placements[k].variable.copy(0).nbytes());
   };
+  const char* label = "checkpoint save (the optimizer slots other workers hold)";
   const int me = workers.worker_index();
+  std::string failure;  // this worker's, the first
   size_t at = 0;
   while (at < placements.size()) {
     const int worker = worker_of(at);
@@ -207,34 +211,60 @@ void gather_slots(const optim::Optimizer& optimizer, WorkerGroup& workers, Gathe
     while (end < placements.size() && worker_of(end) == worker &&
            (end == at || bytes + bytes_of(end) <= kSlotBucketBytes))
       bytes += bytes_of(end++);
+    // The names, '\n'-separated and ended by '\0', then the values; or '!' and an error.
+    std::string names;
+    for (size_t k = at; k < end; ++k) names += placements[k].name + "\n";
     std::vector<char> mine;
     if (me == worker) {
-      mine.reserve(static_cast<size_t>(bytes));
-      for (size_t k = at; k < end; ++k) {
-        const Variable& slot = placements[k].slot;
-        TANDEM_CHECK(slot.defined(), "checkpoint: worker ", me, " does not hold optimizer slot \"",
-                     placements[k].name, "\" of its replica ", placements[k].owner);
-        const Tensor value = slot.copy(0).to(Device::cpu());
-        put(mine, value.raw_data(), value.nbytes());
+      for (size_t k = at; k < end && failure.empty(); ++k)
+        if (!placements[k].slot.defined())
+          failure = detail::str_cat("checkpoint: worker ", me, " does not hold optimizer slot \"",
+                                    placements[k].name, "\" of its replica ", placements[k].owner);
+      if (!failure.empty()) {
+        mine.push_back('!');
+        mine.insert(mine.end(), failure.begin(), failure.end());
+      } else {
+        mine.reserve(names.size() + 1 + static_cast<size_t>(bytes));
+        put(mine, names.data(), names.size() + 1);
+        for (size_t k = at; k < end; ++k) {
+          const Tensor value = placements[k].slot.copy(0).to(Device::cpu());
+          put(mine, value.raw_data(), value.nbytes());
+        }
       }
     }
-    const std::vector<char> got = workers.broadcast_from(
-        worker, std::move(mine), "checkpoint save (the optimizer slots other workers hold)");
-    if (me == 0) {
-      TANDEM_CHECK(static_cast<int64_t>(got.size()) == bytes, "checkpoint: worker ", worker,
-                   " sent ", got.size(), " bytes of optimizer slots from \"", placements[at].name,
-                   "\" on, the chief expected ", bytes);
-      size_t offset = 0;
-      for (size_t k = at; k < end; ++k) {
-        const Variable& variable = placements[k].variable;
-        Tensor value = Tensor::empty(variable.shape(), variable.dtype());
-        std::memcpy(value.raw_data(), got.data() + offset, value.nbytes());
-        offset += value.nbytes();
-        out.slots[placements[k].name] = std::move(value);
+    const std::vector<char> got = workers.broadcast_from(worker, std::move(mine), label);
+    if (me == 0 && failure.empty()) {
+      const auto nul = std::find(got.begin(), got.end(), '\0');
+      const size_t header = static_cast<size_t>(nul - got.begin()) + 1;
+      if (!got.empty() && got.front() == '!') {
+        failure = std::string(got.begin() + 1, got.end());
+      } else if (nul == got.end() || std::string(got.begin(), nul) != names ||
+                 got.size() - header != static_cast<size_t>(bytes)) {
+        failure = detail::str_cat(
+            "checkpoint: worker ", worker,
+            " sent other optimizer slots than the chief expects from \"", placements[at].name,
+            "\" on (", got.size(), " bytes, ", bytes,
+            " of values expected); every worker must build the same model and optimizer");
+      } else {
+        size_t offset = header;
+        for (size_t k = at; k < end; ++k) {
+          const Variable& variable = placements[k].variable;
+          Tensor value = Tensor::empty(variable.shape(), variable.dtype());
+          std::memcpy(value.raw_data(), got.data() + offset, value.nbytes());
+          offset += value.nbytes();
+          out.slots[placements[k].name] = std::move(value);
+        }
       }
     }
     at = end;
   }
+  std::vector<double> failed = {failure.empty() ? 0.0 : 1.0};
+  workers.sum(failed, label);
+  if (!failure.empty()) TANDEM_THROW(failure);
+  if (failed[0] > 0)
+    TANDEM_THROW("checkpoint: the optimizer slots other workers hold did not reach the chief (",
+                 "its error is raised on the chief or the worker that could not send); nothing "
+                 "was written");
 }
 
 /// The sums of the variables synchronized on read become their aggregates: a kMean one's

@@ -113,8 +113,8 @@ void write_optimizer(const detail::ImageGroup& root, const optim::Optimizer& opt
     TANDEM_CHECK(
         it != elsewhere.end(), "checkpoint: optimizer slot \"", name,
         "\" is held by another worker (shard_optimizer_state = ", optimizer.shard_optimizer_state(),
-        "); save with a CheckpointManager, which every worker calls and which gathers "
-        "the slots to the chief");
+        "); save with a CheckpointManager given the strategy ({.strategy = &strategy}), "
+        "which every worker calls and which gathers the slots to the chief");
     group.write_tensor(keras_name(name), it->second);
   }
   group.write_attr("optimizer", optimizer.name());

@@ -252,6 +252,7 @@ Strategy::~Strategy() {
   if (workers && worker_group() == workers) {
     set_worker_group(impl_->previous_worker_group);
     set_job_replicas({});  // this process is no longer a worker of that job
+    set_process_replica_offset(0);
   }
   if (detached > 0) {
     // Replica threads that never returned still hold this state: it stays theirs for the life

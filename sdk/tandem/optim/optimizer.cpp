@@ -263,15 +263,13 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
                "updated variables from their owners (shard_optimizer_state = ",
                shard_stage_,
                "); pass the context: optimizer.apply_gradients(ctx, gradients, variables)");
-  for (size_t i = 0; i < variables.size() && shard_stage_ > 0; ++i) {
-    const int owner = owner_of(variables[i]);
-    TANDEM_CHECK(owner < 0 || local_copy_of(owner) >= 0, name_,
-                 ".apply_gradients(gradients, variables) outside strategy.run cannot update \"",
-                 variables[i].name(), "\": its optimizer state is held by replica ", owner,
-                 ", another worker's (shard_optimizer_state = ", shard_stage_,
-                 "); update inside strategy.run: optimizer.apply_gradients(ctx, gradients, "
-                 "variables)");
-  }
+  // Every worker refuses alike: whether this one owns the variables must not decide it.
+  TANDEM_CHECK(shard_stage_ == 0 || !shards_across_workers(), name_,
+               ".apply_gradients(gradients, variables) outside strategy.run cannot update "
+               "variables whose optimizer state other workers hold (shard_optimizer_state = ",
+               shard_stage_,
+               " in a multi-worker job); update inside strategy.run: "
+               "optimizer.apply_gradients(ctx, gradients, variables)");
   check_numerics(gradients, variables, "");
   // Cross-replica context (outside strategy.run, or inside merge_call) with mirrored variables:
   // the same update on every replica's copies of the variables, slots and counters, as
@@ -349,6 +347,21 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
   if (inner_ != nullptr) return inner_->apply_gradients(ctx, gradients, variables);
   check_pairs(gradients, variables);
   assign_owners(variables);
+  if (shard_stage_ > 0) {
+    const ReplicaBinding binding = current_replica_binding();
+    int replicas = 0;
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      replicas = layout_replicas_;
+    }
+    TANDEM_CHECK(replicas == 0 || binding.num_replicas_in_sync == replicas, name_,
+                 ": shard_optimizer_state = ", shard_stage_, ": the state is laid out over ",
+                 replicas, " replicas but this strategy.run has ", binding.num_replicas_in_sync,
+                 " in sync; use the optimizer with the strategy whose scope built it");
+    // The entries (and slots) in the variables' order on every replica and worker, before a
+    // replica's update makes its own first: the checkpoint gathers slots in this order.
+    for (const Variable& v : variables) entry_for(v);
+  }
   // Before this optimizer's first update on each replica: workers that build another model or
   // optimizer (another job's worker, another version of the program) raise here, by name.
   bool first = false;

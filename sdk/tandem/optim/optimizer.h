@@ -95,7 +95,9 @@ class Optimizer {
   /// replicas (ctx.all_reduce), say so with {.skip_gradients_aggregation = true}, as in Keras.
   /// In cross-replica context (outside run, or inside merge_call) it applies the same update
   /// to every replica's copies of mirrored variables (and of the slots and counters), as
-  /// tf.distribute's strategy.extended.update does: the copies stay equal.
+  /// tf.distribute's strategy.extended.update does: the copies stay equal. With
+  /// shard_optimizer_state across workers it raises on every worker (the owners of some
+  /// variables are in other processes): update inside strategy.run.
   void apply_gradients(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
                        ApplyGradientsOptions options = {});
   /// The replica-context form (inside strategy.run, `ctx` being the ReplicaContext): all-reduces
@@ -251,6 +253,8 @@ class Optimizer {
   /// The index among this process's copies of global replica `owner`; -1 when it is a replica
   /// of another worker.
   static int local_copy_of(int owner);
+  /// Whether a sharded layout made now spans several workers (a multi-worker strategy lives).
+  static bool shards_across_workers();
   /// Sends each variable updated from `gradients` (defined) from its owner to every replica.
   void publish_updates(GradientSync& ctx, const std::vector<Tensor>& gradients,
                        const std::vector<Variable>& variables);
@@ -297,12 +301,14 @@ class Optimizer {
   int accumulation_steps_;
   int shard_stage_ = 0;
   Variable iterations_;
-  Variable micro_step_;       // defined when accumulation_steps_ > 1
-  mutable std::mutex mutex_;  // guards entries_, index_, warned_ and agreed_
+  Variable micro_step_;  // defined when accumulation_steps_ > 1
+  mutable std::mutex
+      mutex_;  // guards entries_, index_, warned_, owners_, layout_replicas_, agreed_
   std::vector<std::unique_ptr<Entry>> entries_;
   std::unordered_map<const void*, size_t> index_;
   std::unordered_set<const void*> warned_;
   std::unordered_map<const void*, int> owners_;  // under sharding: variable -> owning replica
+  int layout_replicas_ = 0;         // under sharding: the replicas the layout spans (0: none yet)
   std::unordered_set<int> agreed_;  // replicas (in sync) that described this optimizer's updates
   std::unordered_set<const void*> no_decay_;  // exclude_from_weight_decay's variables
   std::vector<std::string> no_decay_names_;   // and name parts

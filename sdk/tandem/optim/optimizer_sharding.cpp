@@ -54,10 +54,18 @@ void Optimizer::assign_owners(const std::vector<Variable>& variables) {
     const Tensor& value = v->copy(0);
     bytes.push_back(value.numel() * static_cast<int64_t>(dtype_size(value.dtype())));
   }
+  TANDEM_CHECK(layout_replicas_ == 0 || layout_replicas_ == replicas, name_,
+               ": shard_optimizer_state: variable \"", fresh.front()->name(),
+               "\" would be laid out over ", replicas,
+               " replicas but this optimizer's others are over ", layout_replicas_,
+               "; use one optimizer per strategy");
+  layout_replicas_ = replicas;
   // Every worker lays out the same variables alike: owners are global replica ids.
   const ParameterLayout layout(std::move(bytes), replicas);
   for (size_t i = 0; i < fresh.size(); ++i) owners_.emplace(fresh[i]->id(), layout.owner(i));
 }
+
+bool Optimizer::shards_across_workers() { return sharding().across_workers; }
 
 int Optimizer::local_copy_of(int owner) {
   const Sharding where = sharding();
@@ -109,9 +117,9 @@ ReplicaMemory Optimizer::memory_of(int replica) const {
     const bool own = entry->owner < 0 || entry->owner == replica;
     out.parameters += bytes;
     if (own || shard_stage_ < 2) out.gradients += bytes;
-    if (own)
-      for (const Variable& slot : entry->slots)
-        out.optimizer_state += static_cast<int64_t>(slot.copy(0).nbytes());
+    // A slot has its variable's shape and dtype (another worker's replica holds it undefined
+    // here).
+    if (own) out.optimizer_state += bytes * static_cast<int64_t>(entry->slots.size());
     if (entry->accumulator.defined()) out.optimizer_state += bytes;
   }
   return out;
