@@ -12,7 +12,7 @@
 #include <vector>
 
 #include "mpi/job.h"
-#include "tandem/io/internal/hdf5_file.h"
+#include "support/hdf5_datasets.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
@@ -22,6 +22,7 @@ namespace nn = td::nn;
 namespace {
 
 using Access = td::detail::StrategyAccess;
+using td::testing::datasets_of;
 
 constexpr int64_t kGlobalBatch = 48;  // divides among 2, 4 and 8 replicas in sync
 constexpr int64_t kSteps = 9;         // of fixed data; a job trains a range of them
@@ -188,25 +189,6 @@ int64_t sum_over_workers(td::Strategy& s, int64_t value) {
       Access::reduce_across_workers(s, td::ReduceOp::kSum,
                                     td::Tensor::scalar(static_cast<double>(value)))
           .item<double>());
-}
-
-/// Every dataset of the HDF5 file at `path`, by path, as bytes.
-void read_datasets(const td::h5::Group& group, const std::string& path,
-                   std::map<std::string, std::string>& out) {
-  for (const std::string& name : group.children()) {
-    if (group.is_dataset(name)) {
-      const td::Tensor t = group.read_tensor(name);
-      out[path + "/" + name] = std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
-    } else {
-      read_datasets(group.open_group(name), path + "/" + name, out);
-    }
-  }
-}
-
-std::map<std::string, std::string> datasets_of(const std::string& path) {
-  std::map<std::string, std::string> out;
-  read_datasets(td::h5::File::open(path).root(), "", out);
-  return out;
 }
 
 }  // namespace

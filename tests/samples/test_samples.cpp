@@ -16,8 +16,8 @@
 #include <vector>
 
 #include "samples/run_program.h"
+#include "support/hdf5_datasets.h"
 #include "tandem/core/build_info.h"
-#include "tandem/io/internal/hdf5_file.h"
 
 namespace fs = std::filesystem;
 
@@ -371,19 +371,6 @@ TEST_CASE("fashion_mnist_mlp with TANDEM_CHECK_NUMERICS=1 stops at the first NaN
                             "replica 0 in strategy.run #2") != std::string::npos);
 }
 
-/// Every dataset under `group` of `file`, by path, as bytes.
-void read_datasets(const tandem::h5::Group& group, const std::string& path,
-                   std::map<std::string, std::string>& out) {
-  for (const std::string& name : group.children()) {
-    if (group.is_dataset(name)) {
-      const tandem::Tensor t = group.read_tensor(name);
-      out[path + "/" + name] = std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
-    } else {
-      read_datasets(group.open_group(name), path + "/" + name, out);
-    }
-  }
-}
-
 TEST_CASE(
     "fashion_mnist_resnet --sync-bn --shard-optimizer-state 2 writes the unsharded checkpoint's "
     "bits",
@@ -397,10 +384,7 @@ TEST_CASE(
             "--shard-optimizer-state " + stage + " --checkpoint-dir '" + dir.path.string() + "'");
     INFO(result.output);
     REQUIRE(result.exit_code == 0);
-    std::map<std::string, std::string> datasets;
-    const tandem::h5::File file = tandem::h5::File::open((dir.path / "ckpt-6.h5").string());
-    read_datasets(file.root(), "", datasets);
-    files.push_back(std::move(datasets));
+    files.push_back(tandem::testing::datasets_of((dir.path / "ckpt-6.h5").string()));
   }
   // Weights, batch-norm statistics, Adam's slots, counters and data positions, to the bit.
   CHECK(files[0].size() > 20);
