@@ -224,25 +224,28 @@ bool same_bytes(const void* a, const void* b, size_t n) {
 
 /// `n` values of `dtype` from `seed`, normal values scaled by powers of ten (1e-8 to 1e8; 1e-3
 /// to 1e3 for the 16-bit types): the rounding of their sums depends on the order of the terms.
+/// Integers: scaled by 1e-4 to 1e4 and truncated (many zeros; sums well within int32).
 td::Tensor mixed_magnitudes(int64_t n, td::DType dtype, uint64_t seed) {
   std::mt19937_64 rng(seed);
   std::normal_distribution<double> normal;
-  const int widest = td::dtype_size(dtype) == 2 ? 3 : 8;
+  const int widest = !td::is_floating(dtype) ? 4 : td::dtype_size(dtype) == 2 ? 3 : 8;
   std::uniform_int_distribution<int> exponent(-widest, widest);
   std::vector<double> values(static_cast<size_t>(n));
   for (double& v : values) v = normal(rng) * std::pow(10.0, exponent(rng));
   return td::ops::cast(td::Tensor::from_vector(values), dtype);
 }
 
-/// Ranges of `n` elements over `ranks` replicas: "even" shares; "uneven" (replica 0 and, from
-/// 3 replicas, replica 2 own nothing; the rest split at uneven points); "last" (everything on
-/// the last replica: every other worker's ranges are empty).
+/// Ranges of `n` elements over `ranks` replicas: "even" shares; "skewed" (replica r's range
+/// grows with r: none empty, no two alike, when n is large enough); "uneven" (replica 0 and,
+/// from 3 replicas, replica 2 own nothing; the rest split at uneven points); "last"
+/// (everything on the last replica: every other worker's ranges are empty).
 std::vector<int64_t> flat_ranges(const std::string& kind, int64_t n, int ranks) {
   std::vector<int64_t> offsets(static_cast<size_t>(ranks) + 1, n);
   offsets[0] = 0;
   for (int r = 1; r < ranks; ++r) {
     int64_t& at = offsets[static_cast<size_t>(r)];
     if (kind == "even") at = n * r / ranks;
+    if (kind == "skewed") at = n * (r * r) / (ranks * ranks);
     if (kind == "uneven") at = r == 1 ? 0 : r == 2 ? n / 7 : n * (r * r) / (ranks * ranks);
     if (kind == "last") at = 0;
   }
@@ -255,16 +258,18 @@ std::vector<int64_t> flat_ranges(const std::string& kind, int64_t n, int ranks) 
 TEST_CASE("multi-worker: flat reduce_scatter gives all_reduce's bits, all_gather the whole buffer",
           "[mpi]") {
   // Through every transport's paths: small buffers that ride on the arrival messages (MPI,
-  // Gloo), larger ones that take MPI_Allreduce or Gloo's ring, and ones of several
-  // shared-memory slots (1 MiB each).
+  // Gloo), larger ones that take MPI_Allreduce or Gloo's ring (or, between two MPI workers,
+  // sums and integer maxima, a true reduce-scatter), and ones of several shared-memory slots
+  // (1 MiB each).
   td::Strategy& s = strategy();
   const int total = s.num_replicas_in_sync();
   const int locals = s.num_local_replicas();
-  for (td::DType dtype : {td::DType::kFloat32, td::DType::kBFloat16, td::DType::kFloat64}) {
+  for (td::DType dtype :
+       {td::DType::kFloat32, td::DType::kBFloat16, td::DType::kFloat64, td::DType::kInt32}) {
     for (td::ReduceOp op : {td::ReduceOp::kSum, td::ReduceOp::kMean, td::ReduceOp::kMax}) {
       if (dtype == td::DType::kFloat64 && op != td::ReduceOp::kSum) continue;
       for (int64_t n : {int64_t{5}, int64_t{3001}, int64_t{300'001}}) {
-        for (const char* kind : {"even", "uneven", "last"}) {
+        for (const char* kind : {"even", "skewed", "uneven", "last"}) {
           const std::vector<int64_t> offsets = flat_ranges(kind, n, total);
           INFO(dtype << ", " << op << ", " << n << " elements, " << kind << " ranges over " << total
                      << " replicas");

@@ -122,10 +122,11 @@ class Communicator {
   // rank its range of the reduction with the same operations, in the same order, per element
   // as all_reduce on that communicator, so a reduce_scatter followed by an all_gather of the
   // ranges equals one all_reduce bit for bit. In-process replicas and workers that share
-  // memory reduce-scatter for real (each element combined once, written only to its owner);
-  // where a transport's all-reduce order cannot be reproduced range by range (Open MPI's and
-  // Gloo's algorithms, NCCL), reduce_scatter runs that all-reduce on the whole buffer and
-  // keeps the range: bitwise, without the bandwidth saving.
+  // memory reduce-scatter for real (each element combined once, written only to its owner),
+  // and so do two MPI workers for sums and integer maxima (two pieces combine to the same bits
+  // in either order); where a transport's all-reduce order cannot be reproduced range by range
+  // (Open MPI's algorithms beyond that, Gloo's, NCCL), reduce_scatter runs that all-reduce on
+  // the whole buffer and keeps the range: bitwise, without the bandwidth saving.
 
   /// Flat reduce-scatter (Note [flat ranges]): `input` is the whole 1-D buffer of N elements
   /// on every rank; `output` receives this rank's range [offsets[rank()], offsets[rank() + 1])

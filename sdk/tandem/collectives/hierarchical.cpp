@@ -120,6 +120,14 @@ std::shared_ptr<Work> HierarchicalCommunicator::reduce_scatter_ranges_impl(
   const ReduceOp partial = op == ReduceOp::kMean ? ReduceOp::kSum : op;
   if (world_->size() == 1) {
     local_->reduce_scatter(input, output, offsets, partial)->wait();
+  } else if (local_->size() == 1) {
+    // One replica per worker: its input is the worker's sum; its range comes straight out.
+    try {
+      world_->reduce_scatter(input, output, offsets, partial, "reduce_scatter");
+    } catch (const std::exception& e) {
+      local_->group().abort(e.what());
+      throw;
+    }
   } else {
     // 1. The worker's sum of the whole buffer into local replica 0's scratch (every local
     // replica reduces a share of it); the others' ranges are empty.

@@ -96,6 +96,17 @@ MPI_Op mpi_op(ReduceOp op, DType dtype) {
   return max ? MPI_MAX : MPI_SUM;
 }
 
+/// Whether two workers' pieces combined with `op` give the same bits in either order, so that
+/// combining each range as worker 0's piece op worker 1's piece gives the bits of any order
+/// Open MPI's all-reduce takes: sums of every numeric dtype (IEEE addition commutes, ±0 and
+/// infinities included; 16-bit values add in float32 and round once, as half_op does; integers
+/// wrap alike), but for which NaN's payload a sum of two NaNs carries (the first's, on x86), and
+/// maxima of integers. A floating maximum does not commute bitwise: max(+0, -0) keeps the first,
+/// and whether MPI_MAX keeps a NaN depends on which side it comes from.
+bool combines_alike_in_either_order(DType dtype, ReduceOp op) {
+  return op != ReduceOp::kMax || !is_floating(dtype);
+}
+
 std::string mpi_error(int code) {
   char text[MPI_MAX_ERROR_STRING];
   int length = 0;
@@ -134,6 +145,7 @@ struct MpiWorld::Impl {
   }
   std::vector<MPI_Request> arrival_requests;
   std::vector<char> pack;              // staging for several tensors of one dtype
+  std::vector<char> received;          // the peer's piece of a two-worker reduce_scatter
   std::vector<ProcessIdentity> peers;  // every worker's process, to name one that died
 
   // A blocking MPI call cannot be abandoned: while one runs, a thread watches the other
@@ -432,8 +444,92 @@ void MpiWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char*
 void MpiWorld::reduce_scatter(Tensor& buffer, std::span<const int64_t> offsets, ReduceOp op,
                               const char* label) {
   check_worker_ranges(buffer, offsets, size_, "mpi", label, /*reduce=*/true);
+  // Every worker decides alike (the same size, dtype and op, or the arrival's signatures
+  // differ). A small buffer rides on the arrival messages whatever its ranges: one round trip.
+  if (two_worker_reduce_scatter(buffer, op)) {
+    const size_t w = static_cast<size_t>(rank_);
+    Tensor range = buffer.view_as({offsets[w + 1] - offsets[w]},
+                                  static_cast<size_t>(offsets[w]) * dtype_size(buffer.dtype()));
+    reduce_scatter_two_workers(buffer, range, offsets, op, label);
+    return;
+  }
   std::vector<Tensor> whole = {buffer};
   all_reduce(whole, op, label, offsets_digest(offsets));
+}
+
+bool MpiWorld::two_worker_reduce_scatter(const Tensor& buffer, ReduceOp op) const {
+  return size_ == 2 && buffer.nbytes() > kEagerBytes &&
+         combines_alike_in_either_order(buffer.dtype(), op);
+}
+
+void MpiWorld::reduce_scatter(const Tensor& input, Tensor& output, std::span<const int64_t> offsets,
+                              ReduceOp op, const char* label) {
+  check_worker_ranges(input, offsets, size_, "mpi", label, /*reduce=*/true);
+  if (!two_worker_reduce_scatter(input, op)) {
+    WorkerCollectives::reduce_scatter(input, output, offsets, op, label);
+    return;
+  }
+  reduce_scatter_two_workers(input, output, offsets, op, label);
+}
+
+void MpiWorld::reduce_scatter_two_workers(const Tensor& input, Tensor& output,
+                                          std::span<const int64_t> offsets, ReduceOp op,
+                                          const char* label) {
+  Impl& m = *impl_;
+  const DType dtype = input.dtype();
+  const size_t element = dtype_size(dtype);
+  const int peer = 1 - rank_;
+  const auto first = [&](int worker) { return offsets[static_cast<size_t>(worker)]; };
+  const auto length = [&](int worker) { return first(worker + 1) - first(worker); };
+  // all_reduce's signature, so that a worker making another call is named as there.
+  const profile::Track track = profile::communicator_track();
+  profile::Span waiting(profile::Phase::kCommWait, track);
+  const uint64_t call = arrive(label, {static_cast<int64_t>(dtype), input.numel(),
+                                       static_cast<int64_t>(op), offsets_digest(offsets)});
+  wait(nullptr, call, label);
+  waiting.end();
+  // MPI counts are ints; the workers compared their offsets' digests, so all refuse together.
+  const auto bytes = [&](int worker) { return static_cast<size_t>(length(worker)) * element; };
+  if (std::max(bytes(rank_), bytes(peer)) > static_cast<size_t>(std::numeric_limits<int>::max()))
+    TANDEM_THROW(label, " #", call, ": a range of ", std::max(bytes(rank_), bytes(peer)),
+                 " bytes exceeds MPI's limit of ", std::numeric_limits<int>::max(),
+                 " bytes for one reduce-scatter");
+  TANDEM_CHECK(output.defined() && output.dtype() == dtype && output.numel() == length(rank_) &&
+                   output.device().is_cpu(),
+               "mpi ", label, ": the output must be a CPU tensor of ", length(rank_), " ", dtype,
+               " elements");
+  const char* data = static_cast<const char*>(input.raw_data());
+  const char* mine = data + static_cast<size_t>(first(rank_)) * element;
+  char* out = static_cast<char*>(output.raw_data());
+  m.received.resize(bytes(rank_));
+  {
+    // The whole buffer's bytes, as all_reduce and the other transports' reduce_scatter count
+    // them: the time is what the true reduce-scatter saves.
+    profile::Span moving(profile::Phase::kCommData, track);
+    moving.set_bytes(static_cast<int64_t>(input.nbytes()));
+    run_blocking(
+        [&] {
+          return MPI_Sendrecv(data + static_cast<size_t>(first(peer)) * element,
+                              static_cast<int>(bytes(peer)), MPI_BYTE, peer, /*sendtag=*/0,
+                              m.received.data(), static_cast<int>(bytes(rank_)), MPI_BYTE, peer,
+                              /*recvtag=*/0, m.data, MPI_STATUS_IGNORE);
+        },
+        call, label);
+    // Worker 0's piece op worker 1's piece, as the small all-reduce combines them (the order
+    // does not change the bits here, see combines_alike_in_either_order), into the output.
+    const ReduceOp combine = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
+    // Worker 0 adds the received piece into its own (copied to the output first unless that
+    // is where it lies); worker 1 adds its own into the received one, then copies it out.
+    dispatch_any_numeric(dtype, "reduce_scatter", [&]<typename T>() {
+      T* acc = reinterpret_cast<T*>(rank_ == 0 ? out : m.received.data());
+      const T* other = reinterpret_cast<const T*>(rank_ == 0 ? m.received.data() : mine);
+      if (rank_ == 0 && out != mine && bytes(rank_) > 0) std::memcpy(out, mine, bytes(rank_));
+      detail::reduce_in_order(acc, length(rank_), /*num_src=*/2, combine,
+                              [&](int64_t) { return other; });
+      if (rank_ == 1 && bytes(rank_) > 0) std::memcpy(out, m.received.data(), bytes(rank_));
+    });
+  }
+  if (op == ReduceOp::kMean) divide_elements(output, size_);
 }
 
 void MpiWorld::all_gather(Tensor& buffer, std::span<const int64_t> offsets, const char* label) {

@@ -37,12 +37,20 @@ class MpiWorld final : public WorkerCollectives {
   /// are packed into one buffer unless there is only one), waited for with a timeout. kMean
   /// divides the sum by size().
   void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) override;
-  /// Open MPI chooses its all-reduce algorithm, and so the order in which each element's
-  /// pieces are added, from the message size and the process count: no reduce-scatter can
-  /// promise the same order. This is therefore all_reduce of the whole buffer (the same call,
-  /// the same bits), of which this worker keeps its range (the whole buffer holds the result).
+  /// Two workers, for a buffer larger than an arrival message and an op whose two pieces
+  /// combine to the same bits in either order (sums of every numeric dtype, maxima of
+  /// integers), reduce-scatter for real (reduce_scatter_two_workers): each sends the other its
+  /// range, half the bytes of an all-reduce; the rest of `buffer` keeps this worker's input.
+  /// Otherwise Open MPI chooses its all-reduce algorithm, and so the order in which each
+  /// element's pieces are combined, from the message size and the process count, which no
+  /// reduce-scatter can promise to follow: all_reduce of the whole buffer (the same call, the
+  /// same bits), of which this worker keeps its range (the whole buffer holds the result).
   void reduce_scatter(Tensor& buffer, std::span<const int64_t> offsets, ReduceOp op,
                       const char* label) override;
+  /// Out of place: the two-worker reduce-scatter above reads `input` and writes `output`;
+  /// otherwise the default (a copy reduced in place).
+  void reduce_scatter(const Tensor& input, Tensor& output, std::span<const int64_t> offsets,
+                      ReduceOp op, const char* label) override;
   /// One MPI_Allgatherv in place, the ranges as byte counts and displacements.
   void all_gather(Tensor& buffer, std::span<const int64_t> offsets, const char* label) override;
   /// Process `root`'s tensors into every process's tensors (same shapes everywhere).
@@ -77,6 +85,16 @@ class MpiWorld final : public WorkerCollectives {
   /// After the arrivals of a small all-reduce whose data they carried: `buffer` becomes every
   /// worker's piece combined (kSum or kMax) in worker order.
   void combine_in_worker_order(void* buffer, size_t bytes, DType dtype, ReduceOp op);
+  /// reduce_scatter of two workers: after the arrivals (the same signature as all_reduce's),
+  /// one MPI_Sendrecv gives the peer this worker's copy of the peer's range and brings the
+  /// peer's copy of this worker's range, which is then combined as worker 0's piece op worker
+  /// 1's piece (kMean dividing by 2 after the sum).
+  /// `input` is the whole buffer; `output` this worker's range of it (in place: a view of
+  /// `input`'s range).
+  void reduce_scatter_two_workers(const Tensor& input, Tensor& output,
+                                  std::span<const int64_t> offsets, ReduceOp op, const char* label);
+  /// Whether reduce_scatter_two_workers serves this call (every worker decides alike).
+  bool two_worker_reduce_scatter(const Tensor& buffer, ReduceOp op) const;
   /// Waits for `request` and for the arrivals of call `call`; raises naming the missing workers
   /// after the timeout, the workers whose call differs from this one, or the MPI error.
   void wait(void* request, uint64_t call, const char* label);

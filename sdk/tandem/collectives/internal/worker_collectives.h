@@ -46,6 +46,17 @@ class WorkerCollectives {
   /// the rest of `buffer` is unspecified.
   virtual void reduce_scatter(Tensor& buffer, std::span<const int64_t> offsets, ReduceOp op,
                               const char* label) = 0;
+  /// The same, out of place: `input` (the whole buffer) is left as it is and `output` (1-D, of
+  /// this worker's range's length) receives this worker's range of the reduction. By default a
+  /// copy of `input` is reduced in place.
+  virtual void reduce_scatter(const Tensor& input, Tensor& output, std::span<const int64_t> offsets,
+                              ReduceOp op, const char* label) {
+    Tensor buffer = input.clone();
+    reduce_scatter(buffer, offsets, op, label);
+    const auto w = static_cast<size_t>(rank());
+    output.copy_from(buffer.view_as({offsets[w + 1] - offsets[w]},
+                                    static_cast<size_t>(offsets[w]) * dtype_size(buffer.dtype())));
+  }
   /// Flat all-gather in place: worker w's range [offsets[w], offsets[w + 1]) of its 1-D CPU
   /// `buffer` is copied into the same range of every worker's buffer.
   virtual void all_gather(Tensor& buffer, std::span<const int64_t> offsets, const char* label) = 0;
