@@ -102,14 +102,14 @@ void run_one(const Options& o) {
   const std::vector<td::Variable> variables = model.trainable_variables();
   int64_t parameter_bytes = 0;
   std::vector<int64_t> state_bytes(static_cast<size_t>(o.replicas), 0);
-  for (const td::Variable& v : variables) {
+  for (const td::Variable& v : variables)
     parameter_bytes += static_cast<int64_t>(v.copy(0).nbytes());
-    const int owner = adam->owner_of(v);
-    for (const std::string& kind : adam->slot_names()) {
-      const auto bytes = static_cast<int64_t>(adam->slot(v, kind).copy(0).nbytes());
-      for (int r = 0; r < o.replicas; ++r)
-        if (owner < 0 || owner == r) state_bytes[static_cast<size_t>(r)] += bytes;
-    }
+  // The slots (or the parts of them) each replica holds.
+  for (const td::optim::Optimizer::SlotPlacement& p : adam->slot_placements()) {
+    const int64_t bytes =
+        (p.end - p.begin) * static_cast<int64_t>(td::dtype_size(p.variable.copy(0).dtype()));
+    for (int r = 0; r < o.replicas; ++r)
+      if (p.owner < 0 || p.owner == r) state_bytes[static_cast<size_t>(r)] += bytes;
   }
   td::Generator g(7);
   const td::Tensor x = td::Tensor::normal({o.batch, o.width}, g);

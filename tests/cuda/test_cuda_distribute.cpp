@@ -313,8 +313,8 @@ TEST_CASE("gradient buckets on logical GPU replicas: the weights of the unbucket
 TEST_CASE("optimizer-state sharding on logical GPU replicas: stages 1 and 2 give stage 0's bits",
           "[cuda][distribute][optim]") {
   TANDEM_REQUIRE_GPU();
-  // Slots on their owner's device alone, owners broadcasting their updates, and at stage 2 the
-  // gradients reduced to their owners (after the buckets, which GPU strategies start with).
+  // Slots on their owner's device alone, the gradients reduce-scattered to their owners and the
+  // updated parts all-gathered (the buckets GPU strategies start with stand by).
   for (int replicas : {2, 4}) {
     auto unsharded_strategy = logical_replicas(replicas);
     const Trained unsharded = train(unsharded_strategy);

@@ -23,7 +23,9 @@ constexpr int64_t kGlobalBatch = 24;  // 12, 8 or 6 per replica on 2, 3 or 4 rep
 constexpr int64_t kSide = 6;          // images of kSide x kSide x 1 for the CNN
 constexpr int64_t kClasses = 4;
 
-enum class ModelKind { kMlp, kCnn };
+// kWide's 300 x 300 kernel is two blocks of the parameter layout (ParameterLayout::kBlock
+// elements each): sharded, its state is split between two replicas.
+enum class ModelKind { kMlp, kWide, kCnn };
 
 struct Setup {
   ModelKind model = ModelKind::kMlp;
@@ -48,6 +50,12 @@ struct Job {
     if (s.model == ModelKind::kMlp) {
       model = std::make_unique<nn::Sequential>(std::initializer_list<nn::Module>{
           nn::Dense(16, nn::Activation::kRelu), nn::Dense(12, nn::Activation::kRelu),
+          nn::Dense(kClasses)});
+      model->set_seed(7);
+      model->build({8});
+    } else if (s.model == ModelKind::kWide) {
+      model = std::make_unique<nn::Sequential>(std::initializer_list<nn::Module>{
+          nn::Dense(300, nn::Activation::kRelu), nn::Dense(300, nn::Activation::kRelu),
           nn::Dense(kClasses)});
       model->set_seed(7);
       model->build({8});
@@ -134,9 +142,9 @@ struct Job {
   };
   Data data(int64_t step) const {
     td::Generator g(static_cast<uint64_t>(1000 + step));
-    const td::Shape shape = setup.model == ModelKind::kMlp
-                                ? td::Shape({kGlobalBatch, 8})
-                                : td::Shape({kGlobalBatch, kSide, kSide, 1});
+    const td::Shape shape = setup.model == ModelKind::kCnn
+                                ? td::Shape({kGlobalBatch, kSide, kSide, 1})
+                                : td::Shape({kGlobalBatch, 8});
     const td::Tensor x = td::Tensor::normal(shape, g);
     std::vector<int64_t> labels(static_cast<size_t>(kGlobalBatch));
     const float* f = x.data<float>();
@@ -161,7 +169,18 @@ struct Job {
       for (int r = 1; r < v.num_copies(); ++r)
         CHECK(bytes(v.copy(r)) == out[v.name()]);  // the replicas agree
     }
-    for (const auto& [name, slot] : inner->slot_variables()) out[name] = bytes(slot.copy(0));
+    // Each slot whole: a slot split among replicas assembled from its parts.
+    std::map<std::string, td::Tensor> slots;
+    for (const optim::Optimizer::SlotPlacement& p : inner->slot_placements()) {
+      REQUIRE(p.slot.defined());
+      auto it = slots.find(p.name);
+      if (it == slots.end())
+        it = slots.emplace(p.name, td::Tensor::zeros(p.variable.copy(0).shape())).first;
+      const td::Tensor part = p.slot.copy(0).to(td::Device::cpu());
+      std::memcpy(static_cast<char*>(it->second.raw_data()) + p.begin * sizeof(float),
+                  part.raw_data(), part.nbytes());
+    }
+    for (const auto& [name, slot] : slots) out[name] = bytes(slot);
     out["iterations"] = std::to_string(inner->iterations());
     if (loss_scale) out["loss_scale"] = std::to_string(loss_scale->loss_scale());
     return out;
@@ -191,26 +210,52 @@ std::vector<std::string> differences(const std::map<std::string, std::string>& a
 
 }  // namespace
 
-TEST_CASE("ParameterLayout: contiguous runs of whole variables of about equal bytes",
+TEST_CASE("ParameterLayout: contiguous ranges of about equal bytes, cut on block boundaries",
           "[cpu][optim]") {
-  const optim::ParameterLayout layout({400, 40, 400, 40, 10, 400}, 3);
+  using Part = optim::ParameterLayout::Part;
+  const auto owners = [](const optim::ParameterLayout& layout) {
+    std::vector<int> out;
+    for (size_t i = 0; i < layout.num_variables(); ++i) {
+      REQUIRE(layout.parts(i).size() == 1);
+      out.push_back(layout.parts(i).front().owner);
+    }
+    return out;
+  };
+  // Blocks of 100 elements of 1 byte: cut 1 wants byte 430 (440, the third variable's start,
+  // is nearer than 400); cut 2 wants 860, as near 840 as 880: the lower one.
+  const std::vector<int64_t> ones(6, 1);
+  const optim::ParameterLayout layout({400, 40, 400, 40, 10, 400}, ones, 3, /*block=*/100);
   CHECK(layout.total_bytes() == 1290);
-  std::vector<int> owners;
-  for (size_t i = 0; i < layout.num_variables(); ++i) owners.push_back(layout.owner(i));
-  // Shares of 430 bytes: the 4th variable's middle (byte 860) is in the third share.
-  CHECK(owners == std::vector<int>{0, 0, 1, 2, 2, 2});
-  CHECK(layout.offset(2) == 440);
+  CHECK(owners(layout) == std::vector<int>{0, 0, 1, 2, 2, 2});
+  CHECK(layout.cut(1) == 440);
+  CHECK(layout.cut(2) == 840);
   CHECK(layout.bytes_owned(0) + layout.bytes_owned(1) + layout.bytes_owned(2) == 1290);
-  // More replicas than variables: some own nothing; one replica owns everything.
-  const optim::ParameterLayout sparse({100, 100}, 4);
-  CHECK(sparse.owner(0) == 1);  // middle at byte 50 of 200: the second share of 50
-  CHECK(sparse.owner(1) == 3);
+  // A variable larger than a block is split on its blocks' boundaries: 1,000 float32 elements
+  // in blocks of 100, halved at element 500.
+  const optim::ParameterLayout halves({1000}, {4}, 2, /*block=*/100);
+  CHECK(halves.parts(0) == std::vector<Part>{{.owner = 0, .begin = 0, .end = 500},
+                                             {.owner = 1, .begin = 500, .end = 1000}});
+  // 250 + 10 elements among 3: cuts at elements 100 and 200 of the first.
+  const optim::ParameterLayout thirds({250, 10}, {4, 4}, 3, /*block=*/100);
+  CHECK(thirds.parts(0) == std::vector<Part>{{.owner = 0, .begin = 0, .end = 100},
+                                             {.owner = 1, .begin = 100, .end = 200},
+                                             {.owner = 2, .begin = 200, .end = 250}});
+  CHECK(thirds.parts(1) == std::vector<Part>{{.owner = 2, .begin = 0, .end = 10}});
+  // A variable of at most a block is never split; more replicas than variables leave some
+  // with nothing; one replica owns everything.
+  const optim::ParameterLayout sparse({100, 100}, {1, 1}, 4);
+  CHECK(owners(sparse) == std::vector<int>{1, 3});
   CHECK(sparse.bytes_owned(0) == 0);
   CHECK(sparse.bytes_owned(2) == 0);
-  const optim::ParameterLayout one({5, 7}, 1);
-  CHECK(one.owner(1) == 0);
-  CHECK_THROWS_WITH(optim::ParameterLayout({1}, 0),
+  const optim::ParameterLayout one({5, 7}, {4, 4}, 1);
+  CHECK(owners(one) == std::vector<int>{0, 0});
+  // A variable of no elements has one empty part, of the replica whose range holds its start.
+  const optim::ParameterLayout empty({0, 10}, {4, 4}, 2);
+  CHECK(empty.parts(0) == std::vector<Part>{{.owner = 1, .begin = 0, .end = 0}});
+  CHECK_THROWS_WITH(optim::ParameterLayout({1}, {4}, 0),
                     Catch::Contains("replicas must be >= 1, got 0"));
+  CHECK_THROWS_WITH(optim::ParameterLayout({1}, {0}, 2),
+                    Catch::Contains("variable 0 has elements of 0 bytes"));
 }
 
 TEST_CASE("shard_optimizer_state = 1: each replica holds its own variables' slots, one copy each",
@@ -237,12 +282,12 @@ TEST_CASE("shard_optimizer_state = 1: each replica holds its own variables' slot
   CHECK(std::is_sorted(owners.begin(), owners.end()));
   CHECK(owners.front() == 0);
   CHECK(owners.back() == 3);
-  // Stage 1 all-reduces the gradients; stage 2 reduce-scatters each to its owner.
-  job.train(0, 1);
-  CHECK(job.reduce_scatters == 0);
+  // Both stages reduce-scatter the gradients to their owners: one flat chunk per step here.
+  job.train(0, 2);
+  CHECK(job.reduce_scatters == 2);
   Job stage2({.replicas = 4, .stage = 2});
   stage2.train(0, 1);
-  CHECK(stage2.reduce_scatters == stage2.model->trainable_variables().size());
+  CHECK(stage2.reduce_scatters == 1);
   CHECK_THROWS_WITH(optim::Adam(optim::Adam::Options{.shard_optimizer_state = 3}),
                     Catch::Contains("shard_optimizer_state must be 0") && Catch::Contains("got 3"));
 }
@@ -271,6 +316,16 @@ TEST_CASE("shard_optimizer_state 1 and 2 train bitwise like every replica holdin
        {.replicas = 2, .accumulation = 2, .buckets = true}},
       {"mlp, 4 replicas, bfloat16 gradient compression, clipping",
        {.replicas = 4, .clip = true, .compression = td::GradientCompression::kBFloat16}},
+      {"wide mlp (a kernel split between replicas), 2 replicas, clipping",
+       {.model = ModelKind::kWide, .replicas = 2, .clip = true}},
+      {"wide mlp, 4 replicas, clipping, accumulation 2, loss scale",
+       {.model = ModelKind::kWide,
+        .replicas = 4,
+        .accumulation = 2,
+        .clip = true,
+        .loss_scale = true}},
+      {"wide mlp, 3 replicas, AdamW, gradient buckets",
+       {.model = ModelKind::kWide, .replicas = 3, .adamw = true, .buckets = true}},
   };
   for (const Case& c : cases) {
     for (const int stage : {1, 2}) {
@@ -290,7 +345,9 @@ TEST_CASE("shard_optimizer_state 1 and 2 train bitwise like every replica holdin
         CHECK(differences(sa, sb).empty());
         CHECK(b.inner->iterations() > 0);
         if (c.setup.loss_scale) CHECK(b.loss_scale->skipped_updates() == 1);
-        if (c.setup.buckets) CHECK(b.bucketed_steps > 0);  // the buckets' sums were used
+        // Sharded, the gradients are reduce-scattered after the backward pass, not in buckets.
+        if (c.setup.buckets) CHECK(a.bucketed_steps > 0);
+        CHECK(b.bucketed_steps == 0);
       }
     }
   }
@@ -302,7 +359,8 @@ TEST_CASE(
     "[cpu][optim][distribute][checkpoint]") {
   const td::checkpoint_testing::TempDir dir;
   const std::string path = dir.file("ckpt.h5");
-  Setup four{.replicas = 4, .stage = 2, .clip = true, .loss_scale = true};
+  Setup four{
+      .model = ModelKind::kWide, .replicas = 4, .stage = 2, .clip = true, .loss_scale = true};
   Job writer(four);
   writer.train(0, 5);
   writer.checkpoint().write(path);
@@ -346,7 +404,7 @@ TEST_CASE("a sharded optimizer's update outside strategy.run updates every repli
   // Cross-replica context (strategy.extended.update): one gradient for every replica's copies.
   std::vector<std::map<std::string, std::string>> states;
   for (const int stage : {0, 1, 2}) {
-    Job job({.replicas = 3, .stage = stage, .clip = true});
+    Job job({.model = ModelKind::kWide, .replicas = 3, .stage = stage, .clip = true});
     const std::vector<td::Variable> variables = job.model->trainable_variables();
     std::vector<td::Tensor> grads;
     td::Generator g(5);

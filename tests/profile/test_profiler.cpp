@@ -550,8 +550,8 @@ TEST_CASE("the start-up line and the summaries say the memory a replica holds, s
         adam->build(variables);
       }
       const int64_t all = (1024 + 1024 + 256 + 256) * 4;
-      // Replica 0 owns w0 (4 KiB), replica 1 w1, w2 and w3 (6 KiB): the middle of w1 lies past
-      // the half.
+      // Replica 0 owns w0 (4 KiB), replica 1 w1, w2 and w3 (6 KiB): w1's start is the boundary
+      // nearest the half. Sharded, each replica receives its own variables' sums alone.
       const int64_t most_owned = (1024 + 256 + 256) * 4;
       const td::optim::ReplicaMemory replica0 = adam->memory_of(0);
       CHECK(replica0.parameters == all);
@@ -565,7 +565,7 @@ TEST_CASE("the start-up line and the summaries say the memory a replica holds, s
       const profile::Summary summary = profiler.end_epoch();
       CHECK(summary.shard_optimizer_state == stage);
       CHECK(summary.memory.parameters == all);
-      CHECK(summary.memory.gradients == (stage == 2 ? most_owned : all));
+      CHECK(summary.memory.gradients == (stage == 0 ? all : most_owned));
       CHECK(summary.memory.optimizer_state == 2 * (stage == 0 ? all : most_owned));
       CHECK_THAT(summary.to_string(),
                  Catch::Contains("memory per replica (the most any holds): parameters 10.0 KiB") &&

@@ -180,24 +180,51 @@ namespace {
 /// Bytes of one bucket of slots sent to the chief (a larger slot goes alone).
 constexpr int64_t kSlotBucketBytes = int64_t{32} << 20;
 
-/// The slots other workers hold (optimizer-state sharding across workers), sent to the chief
-/// bucket by bucket: runs of consecutive slots of one worker, of at most kSlotBucketBytes, each
-/// broadcast from that worker, the slots' names first; the chief keeps them, the others drop
-/// each bucket as it comes. Every worker makes the same calls (one program, one layout, the
-/// slots in the variables' order). A worker that cannot send, or a chief that finds another
-/// bucket than it expects, still takes part in every call; all raise together at the end.
-void gather_slots(const optim::Optimizer& optimizer, WorkerGroup& workers, GatheredState& out) {
-  const int local = job_replicas().local;
-  if (optimizer.shard_optimizer_state() == 0 || local <= 0) return;
+/// The optimizer slots the chief cannot write as they are (optimizer-state sharding): those
+/// split among replicas, whose parts this process holds are copied into place, and those whose
+/// parts other workers hold, sent to the chief bucket by bucket: runs of consecutive parts of
+/// one worker, of at most kSlotBucketBytes, each broadcast from that worker, the parts' names
+/// and ranges first; the chief keeps them, the others drop each bucket as it comes. Every
+/// worker makes the same calls (one program, one layout, the slots in the variables' order). A
+/// worker that cannot send, or a chief that finds another bucket than it expects, still takes
+/// part in every call; all raise together at the end. `workers`: null in a one-process job.
+void gather_slots(const optim::Optimizer& optimizer, WorkerGroup* workers, GatheredState& out) {
+  if (optimizer.shard_optimizer_state() == 0) return;
   const std::vector<optim::Optimizer::SlotPlacement> placements = optimizer.slot_placements();
+  const int me = workers != nullptr ? workers->worker_index() : 0;
+  const int local = job_replicas().local;
+  const bool several = workers != nullptr && workers->num_workers() > 1 && local > 0;
   const auto worker_of = [&](size_t k) {
-    return placements[k].owner < 0 ? 0 : placements[k].owner / local;
+    return !several || placements[k].owner < 0 ? 0 : placements[k].owner / local;
   };
   const auto bytes_of = [&](size_t k) {
-    return static_cast<int64_t>(placements[k].variable.copy(0).nbytes());
+    return (placements[k].end - placements[k].begin) *
+           static_cast<int64_t>(dtype_size(placements[k].variable.copy(0).dtype()));
   };
+  // The whole slot on the chief, made at its first part; each part copied into its elements.
+  const auto place = [&](size_t k, const void* bytes) {
+    const optim::Optimizer::SlotPlacement& p = placements[k];
+    auto it = out.slots.find(p.name);
+    if (it == out.slots.end())
+      it = out.slots
+               .emplace(p.name,
+                        Tensor::zeros(p.variable.copy(0).shape(), p.variable.copy(0).dtype()))
+               .first;
+    const size_t element = dtype_size(p.variable.copy(0).dtype());
+    std::memcpy(static_cast<char*>(it->second.raw_data()) + static_cast<size_t>(p.begin) * element,
+                bytes, static_cast<size_t>(bytes_of(k)));
+  };
+  // The chief's own parts of split slots.
+  if (me == 0) {
+    for (size_t k = 0; k < placements.size(); ++k) {
+      const bool split =
+          placements[k].end - placements[k].begin != placements[k].variable.copy(0).numel();
+      if (!split || worker_of(k) != 0 || !placements[k].slot.defined()) continue;
+      place(k, placements[k].slot.copy(0).to(Device::cpu()).raw_data());
+    }
+  }
+  if (!several) return;
   const char* label = "checkpoint save (the optimizer slots other workers hold)";
-  const int me = workers.worker_index();
   std::string failure;  // this worker's, the first
   size_t at = 0;
   while (at < placements.size()) {
@@ -211,9 +238,11 @@ void gather_slots(const optim::Optimizer& optimizer, WorkerGroup& workers, Gathe
     while (end < placements.size() && worker_of(end) == worker &&
            (end == at || bytes + bytes_of(end) <= kSlotBucketBytes))
       bytes += bytes_of(end++);
-    // The names, '\n'-separated and ended by '\0', then the values; or '!' and an error.
+    // The parts, '\n'-separated and ended by '\0', then the values; or '!' and an error.
     std::string names;
-    for (size_t k = at; k < end; ++k) names += placements[k].name + "\n";
+    for (size_t k = at; k < end; ++k)
+      names += detail::str_cat(placements[k].name, " [", placements[k].begin, ", ",
+                               placements[k].end, ")\n");
     std::vector<char> mine;
     if (me == worker) {
       for (size_t k = at; k < end && failure.empty(); ++k)
@@ -232,7 +261,7 @@ void gather_slots(const optim::Optimizer& optimizer, WorkerGroup& workers, Gathe
         }
       }
     }
-    const std::vector<char> got = workers.broadcast_from(worker, std::move(mine), label);
+    const std::vector<char> got = workers->broadcast_from(worker, std::move(mine), label);
     if (me == 0 && failure.empty()) {
       const auto nul = std::find(got.begin(), got.end(), '\0');
       const size_t header = static_cast<size_t>(nul - got.begin()) + 1;
@@ -248,18 +277,15 @@ void gather_slots(const optim::Optimizer& optimizer, WorkerGroup& workers, Gathe
       } else {
         size_t offset = header;
         for (size_t k = at; k < end; ++k) {
-          const Variable& variable = placements[k].variable;
-          Tensor value = Tensor::empty(variable.shape(), variable.dtype());
-          std::memcpy(value.raw_data(), got.data() + offset, value.nbytes());
-          offset += value.nbytes();
-          out.slots[placements[k].name] = std::move(value);
+          place(k, got.data() + offset);
+          offset += static_cast<size_t>(bytes_of(k));
         }
       }
     }
     at = end;
   }
   std::vector<double> failed = {failure.empty() ? 0.0 : 1.0};
-  workers.sum(failed, label);
+  workers->sum(failed, label);
   if (!failure.empty()) TANDEM_THROW(failure);
   if (failed[0] > 0)
     TANDEM_THROW("checkpoint: the optimizer slots other workers hold did not reach the chief (",
@@ -286,6 +312,8 @@ GatheredState gather_state(const Checkpoint& checkpoint, WorkerGroup* workers) {
   GatheredState mine = local_state(checkpoint.entries(), checkpoint.num_replicas());
   if (workers == nullptr || workers->num_workers() == 1) {
     aggregate_on_read(mine, checkpoint);
+    if (const optim::Optimizer* optimizer = tracked_optimizer(checkpoint.entries()))
+      gather_slots(*optimizer, workers, mine);
     return mine;
   }
   const std::vector<std::vector<char>> all = workers->all_gather(
@@ -303,7 +331,7 @@ GatheredState gather_state(const Checkpoint& checkpoint, WorkerGroup* workers) {
     add_bytes(total, all[static_cast<size_t>(w)], w, checkpoint.entries());
   aggregate_on_read(total, checkpoint);
   if (const optim::Optimizer* optimizer = tracked_optimizer(checkpoint.entries()))
-    gather_slots(*optimizer, *workers, total);
+    gather_slots(*optimizer, workers, total);
   return total;
 }
 

@@ -177,8 +177,8 @@ void load_optimizer(const h5::Group& root, const optim::Optimizer& optimizer,
   // The slots this optimizer has or will create for the model's trainable variables, by name,
   // with the shape each must have.
   std::unordered_map<std::string, Shape> expected;
-  for (const auto& [name, slot] : optimizer.slot_variables())
-    if (slot.defined()) expected[name] = slot.shape();  // undefined: another worker holds it
+  for (const optim::Optimizer::SlotPlacement& p : optimizer.slot_placements())
+    expected[p.name] = p.variable.copy(0).shape();  // a slot has its variable's shape
   if (model) {
     for (const Variable& v : model->trainable_variables())
       for (const std::string& kind : optimizer.slot_names())
@@ -476,24 +476,27 @@ void Checkpoint::restore(const std::string& path) const {
   }
   if (optimizer) {
     ensure_slots(*optimizer, model, loaded.slots);
-    std::unordered_map<std::string, Variable> slots;
-    for (const auto& [name, slot] : optimizer->slot_variables()) slots.emplace(name, slot);
+    // Each slot by name, with its variable's shape (a sharded slot's parts are set where they
+    // are held: each worker, each replica keeps its own).
+    std::map<std::string, Shape> shapes;
+    std::map<std::string, DType> dtypes;
+    for (const optim::Optimizer::SlotPlacement& p : optimizer->slot_placements()) {
+      shapes.emplace(p.name, p.variable.copy(0).shape());
+      dtypes.emplace(p.name, p.variable.copy(0).dtype());
+    }
     std::set<std::string> restored;
     for (const auto& [name, value] : loaded.slots) {
-      const auto it = slots.find(name);
-      TANDEM_CHECK(it != slots.end(), path, ": optimizer slot \"", name,
+      TANDEM_CHECK(optimizer->load_slot(name, value), path, ": optimizer slot \"", name,
                    "\" could not be created (is the model tracked by the checkpoint?)");
-      // Sharded across workers, each worker keeps the slots of its own replicas' variables.
-      if (it->second.defined()) assign_all_copies(it->second, value);
       restored.insert(name);
     }
     // Slots the file does not have start from zero, as they would have at that step.
-    for (const auto& [name, slot] : slots) {
-      if (restored.contains(name) || !slot.defined()) continue;
+    for (const auto& [name, shape] : shapes) {
+      if (restored.contains(name)) continue;
       if (loaded.iteration > 0)
         TANDEM_LOG_WARNING(path, ": optimizer slot \"", name, "\" is not in the checkpoint; it ",
                            "restarts from zero");
-      assign_all_copies(slot, Tensor::zeros_like(slot.copy(0)));
+      optimizer->load_slot(name, Tensor::zeros(shape, dtypes.at(name)));
     }
     optimizer->set_iterations(loaded.iteration);
     restore_accumulation(*optimizer, model, loaded);

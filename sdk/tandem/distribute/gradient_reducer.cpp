@@ -91,6 +91,7 @@ bool GradientReducer::begin(const std::vector<Tensor>& sources) {
     reset_step();
   }
   if (layout_ && same_tensors(sources, layout_->sources)) {
+    if (standing_by_) return false;
     // Gradient accumulation: nothing goes out before the last micro-step, which packs each
     // accumulator + gradient (the sum its apply_gradients makes, computed by the same op).
     if (next == Next::kNothing) return false;
@@ -404,6 +405,14 @@ void GradientReducer::finish_run(bool raise) {
   // together.
   if (!raise) layout_.reset();
   if (raise && error) std::rethrow_exception(error);
+}
+
+void GradientReducer::stand_by() {
+  standing_by_ = true;
+  if (!in_flight_) return;
+  const std::exception_ptr error = wait_all();
+  reset_step();
+  if (error) std::rethrow_exception(error);
 }
 
 void GradientReducer::forget_layout() {

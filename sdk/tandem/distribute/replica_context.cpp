@@ -173,70 +173,9 @@ void ReplicaContext::expect_micro_step(bool last, const std::vector<Tensor>& acc
   if (num_replicas_ > 1) reducer_->expect_micro_step(last, accumulators);
 }
 
-std::vector<Tensor> ReplicaContext::sum_to_owners(const std::vector<Tensor>& gradients,
-                                                  const std::vector<int>& owners) {
-  TANDEM_CHECK(gradients.size() == owners.size(), "sum_to_owners: ", gradients.size(),
-               " gradients but ", owners.size(), " owners");
-  if (num_replicas_ == 1) return gradients;
-  const auto batched = [&](const std::vector<Tensor>& values) {
-    const autograd::NoRecordGuard no_record;
-    // Compressed gradients travel as the all-reduce sends them (the owners keep theirs).
-    if (reducer_->wire_dtype(DType::kFloat32) != DType::kFloat32)
-      return all_reduce_gradients(values);
-    // Each gradient reduced to its owner alone: a flat reduce-scatter whose one nonempty range
-    // is the owner's (bitwise that range of the all-reduce), on the gradient itself, so no
-    // replica ever holds the sums of another's variables. Unowned ones are all-reduced.
-    std::vector<Tensor> out(values.size());
-    std::vector<Tensor> shared;
-    std::vector<size_t> shared_index;
-    std::vector<int64_t> offsets(static_cast<size_t>(num_replicas_) + 1);
-    for (size_t i = 0; i < values.size(); ++i) {
-      if (!values[i].defined()) continue;
-      if (owners[i] < 0) {
-        shared.push_back(values[i]);
-        shared_index.push_back(i);
-        continue;
-      }
-      const int64_t n = values[i].numel();
-      for (int r = 0; r <= num_replicas_; ++r)
-        offsets[static_cast<size_t>(r)] = r <= owners[i] ? 0 : n;
-      Tensor sum;
-      communicator_->reduce_scatter(ops::reshape(values[i], Shape{n}), sum, offsets)->wait();
-      if (owners[i] == replica_id_) out[i] = ops::reshape(sum, values[i].shape());
-    }
-    if (!shared.empty()) {
-      std::vector<Tensor> sums = all_reduce(ReduceOp::kSum, shared);
-      for (size_t k = 0; k < shared.size(); ++k) out[shared_index[k]] = std::move(sums[k]);
-    }
-    return out;
-  };
-  std::vector<Tensor> sums = reducer_->sum(gradients, nullptr, batched);
-  for (size_t i = 0; i < sums.size(); ++i)
-    if (owners[i] >= 0 && owners[i] != replica_id_) sums[i] = Tensor();
-  return sums;
-}
-
 Tensor ReplicaContext::sum_of_shards(const Tensor& value) {
   if (num_replicas_ == 1) return value;
   return all_reduce(ReduceOp::kSum, value);
-}
-
-void ReplicaContext::broadcast_from_owners(const std::vector<Tensor>& values,
-                                           const std::vector<int>& owners) {
-  TANDEM_CHECK(values.size() == owners.size(), "broadcast_from_owners: ", values.size(),
-               " values but ", owners.size(), " owners");
-  if (num_replicas_ == 1) return;
-  reducer_->wait_in_flight();
-  // One batched broadcast per owner, in replica order: exact copies of the owners' values.
-  for (int root = 0; root < num_replicas_; ++root) {
-    std::vector<Tensor> mine;
-    for (size_t i = 0; i < values.size(); ++i) {
-      TANDEM_CHECK(owners[i] >= 0 && owners[i] < num_replicas_, "broadcast_from_owners: owner ",
-                   owners[i], " is outside [0, ", num_replicas_, ")");
-      if (owners[i] == root) mine.push_back(values[i]);
-    }
-    if (!mine.empty()) communicator_->broadcast(mine, root)->wait();
-  }
 }
 
 void ReplicaContext::agree_before_first_update(

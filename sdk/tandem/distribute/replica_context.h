@@ -132,14 +132,16 @@ class ReplicaContext final : public optim::GradientSync, private autograd::Gradi
   std::vector<Tensor> sum_with_row_sparse(const std::vector<Tensor>& gradients,
                                           const std::vector<bool>& gather_candidate);
   void expect_micro_step(bool last, const std::vector<Tensor>& accumulators) override;
-  /// GradientSync: the buckets' sums, or each gradient reduce-scattered to its owner alone.
+  /// GradientSync: the owned shards packed by owner into flat chunks, each reduce-scattered
+  /// (sharded_sync.cpp); the gradient buckets are not used.
   std::vector<Tensor> sum_to_owners(const std::vector<Tensor>& gradients,
-                                    const std::vector<int>& owners) override;
+                                    const std::vector<Shard>& shards) override;
   /// GradientSync: all_reduce(kSum, value).
   Tensor sum_of_shards(const Tensor& value) override;
-  /// GradientSync: one broadcast per owner of its tensors (optimizer-state sharding).
-  void broadcast_from_owners(const std::vector<Tensor>& values,
-                             const std::vector<int>& owners) override;
+  /// GradientSync: the owned shards packed by owner into flat chunks, each all-gathered in
+  /// place (sharded_sync.cpp).
+  void gather_from_owners(const std::vector<Tensor>& values,
+                          const std::vector<Shard>& shards) override;
   /// Across workers: every replica's description (and the global batch it passed to
   /// compute_average_loss) against the chief's; raises on every replica at the first
   /// difference.

@@ -1,6 +1,7 @@
 // clip_by_global_norm and global_norm on ops (no host synchronisation).
 #include "tandem/optim/clip.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "tandem/core/error.h"
@@ -8,22 +9,48 @@
 
 namespace tandem::optim {
 
+namespace {
+
+/// sum(square(x)) of elements [begin, end) of the flattened `t`, as a [1] tensor of `dtype`.
+Tensor squared_term(const Tensor& t, int64_t begin, int64_t end, DType dtype) {
+  const Tensor part =
+      begin == 0 && end == t.numel()
+          ? t
+          : t.view_as(Shape{end - begin}, static_cast<size_t>(begin) * dtype_size(t.dtype()));
+  Tensor s = ops::sum(ops::square(part));
+  if (s.dtype() != dtype) s = ops::cast(s, dtype);
+  return ops::reshape(s, Shape{1});
+}
+
+/// The terms of elements [begin, end) of the flattened `t`: one per block.
+void add_terms(const Tensor& t, int64_t begin, int64_t end, DType dtype,
+               std::vector<Tensor>& terms) {
+  if (end - begin <= kNormBlock) {
+    terms.push_back(squared_term(t, begin, end, dtype));
+    return;
+  }
+  for (int64_t b = begin; b < end; b += kNormBlock)
+    terms.push_back(squared_term(t, b, std::min(b + kNormBlock, end), dtype));
+}
+
+}  // namespace
+
 Tensor global_norm(const std::vector<Tensor>& tensors) {
   std::vector<Tensor> squared;
   DType dtype = DType::kFloat32;
   Device device = Device::cpu();
+  bool any = false;
   for (const Tensor& t : tensors) {
     if (!t.defined()) continue;
-    if (squared.empty()) {
+    if (!any) {
       dtype = t.dtype();
       device = t.device();
+      any = true;
     }
-    Tensor s = ops::sum(ops::square(t));
-    if (s.dtype() != dtype) s = ops::cast(s, dtype);
-    squared.push_back(ops::reshape(s, Shape{1}));
+    add_terms(t, 0, t.numel(), dtype, squared);
   }
   if (squared.empty()) return Tensor::scalar(0.0, dtype, device);
-  // Keras: sum(stack([sum(square(t)) ...])) then sqrt.
+  // Keras: sum(stack([sum(square(t)) ...])) then sqrt (its terms are whole gradients).
   return ops::sqrt(ops::sum(squared.size() == 1 ? squared[0] : ops::concat(squared, 0)));
 }
 
@@ -63,28 +90,29 @@ ClippedGradients clip_by_global_norm(const std::vector<Tensor>& gradients, doubl
 }
 
 ClippedGradients clip_by_global_norm(
-    const std::vector<Tensor>& gradients, const std::vector<bool>& present, double clip_norm,
+    const std::vector<Tensor>& shards, const std::vector<ShardExtent>& extents, double clip_norm,
     const std::function<Tensor(const Tensor&)>& sum_across_replicas, DType dtype, Device device) {
   check_clip_norm(clip_norm);
-  TANDEM_CHECK(gradients.size() == present.size(), "clip_by_global_norm: ", gradients.size(),
-               " gradients but ", present.size(), " presence flags");
-  // global_norm's terms, one per present gradient in order: this replica's own, zero for the
-  // others'; summed across the replicas, every replica holds global_norm's vector exactly.
+  TANDEM_CHECK(shards.size() == extents.size(), "clip_by_global_norm: ", shards.size(),
+               " shards but ", extents.size(), " extents");
+  // global_norm's terms in order: this replica's own, zero for the others'; summed across the
+  // replicas, every replica holds global_norm's vector exactly.
   std::vector<Tensor> squared;
-  for (size_t i = 0; i < gradients.size(); ++i) {
-    if (!present[i]) continue;
-    if (!gradients[i].defined()) {
-      squared.push_back(Tensor::zeros(Shape{1}, dtype, device));
+  for (size_t k = 0; k < shards.size(); ++k) {
+    const ShardExtent& e = extents[k];
+    TANDEM_CHECK(e.begin % kNormBlock == 0 && e.begin <= e.end, "clip_by_global_norm: shard ", k,
+                 " covers [", e.begin, ", ", e.end, "), not from a block boundary");
+    if (e.counted && shards[k].defined()) {
+      add_terms(shards[k], 0, e.end - e.begin, dtype, squared);
       continue;
     }
-    Tensor s = ops::sum(ops::square(gradients[i]));
-    if (s.dtype() != dtype) s = ops::cast(s, dtype);
-    squared.push_back(ops::reshape(s, Shape{1}));
+    const int64_t blocks = std::max<int64_t>(1, (e.end - e.begin + kNormBlock - 1) / kNormBlock);
+    squared.push_back(Tensor::zeros(Shape{blocks}, dtype, device));
   }
-  if (squared.empty()) return scale_to(gradients, Tensor::scalar(0.0, dtype, device), clip_norm);
+  if (squared.empty()) return scale_to(shards, Tensor::scalar(0.0, dtype, device), clip_norm);
   const Tensor terms =
       sum_across_replicas(squared.size() == 1 ? squared[0] : ops::concat(squared, 0));
-  return scale_to(gradients, ops::sqrt(ops::sum(terms)), clip_norm);
+  return scale_to(shards, ops::sqrt(ops::sum(terms)), clip_norm);
 }
 
 }  // namespace tandem::optim

@@ -1,6 +1,7 @@
 // Gradient clipping by global norm (Keras/TensorFlow clip_by_global_norm).
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <vector>
 
@@ -9,7 +10,8 @@
 namespace tandem::optim {
 
 /// sqrt(sum over tensors of sum(t^2)) as a scalar tensor of the first defined tensor's dtype and
-/// device; undefined tensors are skipped; 0 when none is defined.
+/// device, the sums taken per block of kNormBlock elements; undefined tensors are skipped; 0
+/// when none is defined.
 Tensor global_norm(const std::vector<Tensor>& tensors);
 
 /// What clip_by_global_norm returns.
@@ -23,14 +25,28 @@ struct ClippedGradients {
 /// norm makes every gradient NaN. clip_norm must be > 0.
 ClippedGradients clip_by_global_norm(const std::vector<Tensor>& gradients, double clip_norm);
 
-/// clip_by_global_norm when each replica holds only its own gradients (optimizer-state
-/// sharding, stage 2), bitwise what clip_by_global_norm gives on the whole list: `present[i]`
-/// says whether gradient i exists at all (on some replica), `gradients[i]` is defined where it
-/// is this replica's; `sum_across_replicas` sums a tensor over the replicas (each replica's
-/// terms are zero where another holds the gradient, so the sum is exact); `dtype` and `device`
-/// are those of the first present gradient.
+/// global_norm's terms are the sums of squares of blocks of this many elements of each
+/// gradient (one term for a gradient of at most that many), summed in order: a gradient split
+/// among replicas on block boundaries (optimizer-state sharding) gives the same terms.
+inline constexpr int64_t kNormBlock = int64_t{1} << 16;
+
+/// Where a shard of a gradient lies, for the sharded clip_by_global_norm: its elements
+/// [begin, end) of the flattened gradient (begin a multiple of kNormBlock), and whether this
+/// replica adds its terms (it holds the shard; of a shard every replica holds, one of them).
+struct ShardExtent {
+  int64_t begin = 0;
+  int64_t end = 0;
+  bool counted = false;
+};
+
+/// clip_by_global_norm when each replica holds only its own shards of the gradients
+/// (optimizer-state sharding), bitwise what clip_by_global_norm gives on the whole gradients:
+/// `shards` are 1-D, in the order of the gradients and of their elements, defined where this
+/// replica holds them (those are scaled); `sum_across_replicas` sums a tensor over the replicas
+/// (each term is nonzero on one replica only, so the sum is exact); `dtype` and `device` are
+/// those of the first gradient.
 ClippedGradients clip_by_global_norm(
-    const std::vector<Tensor>& gradients, const std::vector<bool>& present, double clip_norm,
+    const std::vector<Tensor>& shards, const std::vector<ShardExtent>& extents, double clip_norm,
     const std::function<Tensor(const Tensor&)>& sum_across_replicas, DType dtype, Device device);
 
 }  // namespace tandem::optim

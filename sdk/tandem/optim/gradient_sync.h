@@ -38,31 +38,36 @@ class GradientSync {
   virtual void agree_before_first_update(
       const std::vector<std::pair<std::string, std::string>>& /*description*/) {}
 
-  /// Optimizer-state sharding, stage 2: the SUM over every replica in sync of each of
-  /// `gradients`, kept by its owner alone: entry i is the sum where owners[i] is this replica
-  /// (or -1: every replica), undefined elsewhere and where gradients[i] is undefined. Bitwise
-  /// the entries sum_across_replicas gives. The default sums everything and keeps the owned.
+  /// Optimizer-state sharding: elements [begin, end) of the flattened gradient (and variable)
+  /// `index`, owned by replica `owner` (its replica_id_in_sync_group; -1: every replica).
+  struct Shard {
+    size_t index = 0;
+    int64_t begin = 0;
+    int64_t end = 0;
+    int owner = -1;
+  };
+  /// Optimizer-state sharding: the SUM over every replica in sync of each shard of `gradients`,
+  /// delivered to its owner alone (a reduce-scatter): entry k is a 1-D tensor of
+  /// shards[k].end - shards[k].begin elements where shards[k].owner is this replica or -1,
+  /// undefined elsewhere; bitwise those elements of sum_across_replicas. Every replica calls it
+  /// with the same shards, of defined gradients. The default sums everything and keeps the
+  /// owned elements.
   virtual std::vector<Tensor> sum_to_owners(const std::vector<Tensor>& gradients,
-                                            const std::vector<int>& owners) {
-    std::vector<Tensor> sums = sum_across_replicas(gradients);
-    for (size_t i = 0; i < sums.size(); ++i)
-      if (owners[i] >= 0 && owners[i] != replica_id_in_sync_group()) sums[i] = Tensor();
-    return sums;
-  }
-  /// Optimizer-state sharding, stage 2: the element-wise SUM of `value` over every replica in
-  /// sync (what a replica's own gradients contribute to a decision every replica must take
-  /// alike: squared norms, non-finite counts). Exact where at most one replica's entry is
-  /// nonzero. The default (one replica) returns `value`.
+                                            const std::vector<Shard>& shards);
+  /// Optimizer-state sharding: the element-wise SUM of `value` over every replica in sync (what
+  /// a replica's own gradients contribute to a decision every replica must take alike: squared
+  /// norms, non-finite counts). Exact where at most one replica's entry is nonzero. The
+  /// default (one replica) returns `value`.
   virtual Tensor sum_of_shards(const Tensor& value) { return value; }
-
-  /// Optimizer-state sharding: copies each of `values` (this replica's tensors, updated by
-  /// their owner) from replica owners[i] into every other replica's tensor, in place. Every
-  /// replica calls it with the same shapes, dtypes and owners. The default (one replica) has
+  /// Optimizer-state sharding: copies each shard of `values` (this replica's tensors, the
+  /// shards updated by their owners) from its owner into the same elements of every other
+  /// replica's tensor, in place (an all-gather); shards of owner -1 stay as they are. Every
+  /// replica calls it with the same shapes, dtypes and shards. The default (one replica) has
   /// no one to send to.
-  virtual void broadcast_from_owners(const std::vector<Tensor>& values,
-                                     const std::vector<int>& owners) {
+  virtual void gather_from_owners(const std::vector<Tensor>& values,
+                                  const std::vector<Shard>& shards) {
     (void)values;
-    (void)owners;
+    (void)shards;
   }
 
   // Gradient accumulation (gradient_accumulation_steps = N > 1).

@@ -118,6 +118,8 @@ thread_local bool decay_group = true;
 
 bool Optimizer::weight_decay_applies() { return decay_group; }
 
+void Optimizer::set_weight_decay_group(bool applies) { decay_group = applies; }
+
 void Optimizer::exclude_from_weight_decay(const std::vector<Variable>& variables,
                                           const std::vector<std::string>& name_parts) {
   if (inner_ != nullptr) return inner_->exclude_from_weight_decay(variables, name_parts);
@@ -147,28 +149,37 @@ Optimizer::Entry& Optimizer::entry_for(const Variable& variable) {
   if (it != index_.end()) return *entries_[it->second];
   auto entry = std::make_unique<Entry>();
   entry->variable = variable;
-  const auto owner = owners_.find(variable.id());
-  if (owner != owners_.end()) {
-    // Sharded: the slots live on their owner alone, one copy each (none here when the owner is
-    // another worker's replica).
-    entry->owner = owner->second;
-    const int local = local_copy_of(entry->owner);
-    for (const std::string& slot : slot_names_) {
-      if (local < 0) {
-        entry->slots.emplace_back();
-        continue;
+  const Tensor& value = variable.value_untracked();
+  const auto layout = layout_parts_.find(variable.id());
+  if (layout != layout_parts_.end()) {
+    // Sharded: each part's slots live on its owner alone, one copy each (none here when the
+    // owner is another worker's replica).
+    for (const ParameterLayout::Part& p : layout->second) {
+      Part part{.owner = p.owner, .begin = p.begin, .end = p.end, .slots = {}};
+      const int local = local_copy_of(part.owner);
+      const bool whole = part.begin == 0 && part.end == value.numel();
+      for (const std::string& slot : slot_names_) {
+        if (local < 0) {
+          part.slots.emplace_back();
+          continue;
+        }
+        const Tensor& copy = variable.copy(local);
+        part.slots.emplace_back(
+            slot + "/" + variable.name(),
+            whole ? Tensor::zeros_like(copy)
+                  : Tensor::zeros(Shape{part.end - part.begin}, copy.dtype(), copy.device()),
+            /*trainable=*/false);
       }
-      entry->slots.emplace_back(slot + "/" + variable.name(),
-                                Tensor::zeros_like(variable.copy(local)), /*trainable=*/false);
+      entry->parts.push_back(std::move(part));
     }
   } else {
-    const Tensor& value = variable.value_untracked();
+    Part part{.owner = -1, .begin = 0, .end = value.numel(), .slots = {}};
     for (const std::string& slot : slot_names_) {
-      entry->slots.push_back(make_variable(slot + "/" + variable.name(), Tensor::zeros_like(value),
-                                           /*trainable=*/false));
+      part.slots.push_back(make_variable(slot + "/" + variable.name(), Tensor::zeros_like(value),
+                                         /*trainable=*/false));
     }
+    entry->parts.push_back(std::move(part));
   }
-  const Tensor& value = variable.value_untracked();
   if (accumulation_steps_ > 1) {
     entry->accumulator = make_variable("grad_accum/" + variable.name(), Tensor::zeros_like(value),
                                        /*trainable=*/false);
@@ -300,14 +311,23 @@ void Optimizer::apply_gradients(const std::vector<Tensor>& gradients,
     }
   }
   set_current_replica_binding(binding);
-  // Sharded: each copy updated its own variables only; the owners' values go to the others.
+  // Sharded: each copy updated its own parts only; the owners' values go to the others.
+  if (shard_stage_ == 0) return;
   for (size_t i = 0; i < variables.size(); ++i) {
-    const int owner = gradients[i].defined() ? local_copy_of(owner_of(variables[i])) : -1;
-    if (owner < 0) continue;
-    for (int r = 0; r < variables[i].num_copies(); ++r) {
-      if (r == owner) continue;
-      Tensor copy = variables[i].copy(r);
-      copy.copy_from(variables[i].copy(owner));
+    if (!gradients[i].defined()) continue;
+    const Tensor& whole = variables[i].copy(0);
+    const size_t element = dtype_size(whole.dtype());
+    for (const Part& part : entry_for(variables[i]).parts) {
+      const int owner = local_copy_of(part.owner);
+      if (owner < 0) continue;
+      const Shape shape{part.end - part.begin};
+      const size_t at = static_cast<size_t>(part.begin) * element;
+      const Tensor from = variables[i].copy(owner).view_as(shape, at);
+      for (int r = 0; r < variables[i].num_copies(); ++r) {
+        if (r == owner) continue;
+        Tensor to = variables[i].copy(r).view_as(shape, at);
+        to.copy_from(from);
+      }
     }
   }
 }
@@ -375,6 +395,10 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
   if (check_numerics_enabled())
     check_numerics(gradients, variables,
                    tandem::detail::str_cat("replica ", ctx.replica_id_in_sync_group()));
+  if (shard_stage_ > 0) {
+    apply_sharded(ctx, gradients, variables);
+    return;
+  }
   if (accumulation_steps_ == 1) {
     // One batched all-reduce (SUM) of every defined gradient: each replica divided its loss by
     // the global batch, so the sum is the global gradient. Every replica then holds the same
@@ -383,21 +407,7 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
     std::vector<bool> row_sparse(variables.size());
     for (size_t i = 0; i < variables.size(); ++i)
       row_sparse[i] = variables[i].row_sparse_gradient();
-    if (shard_stage_ == 2) {
-      // Each replica receives only its own variables' sums; the rest of the update agrees
-      // through ctx (the squared norms, the non-finite count).
-      std::vector<int> owners(variables.size());
-      std::vector<bool> present(variables.size());
-      for (size_t i = 0; i < variables.size(); ++i) {
-        owners[i] = owner_of(variables[i]);
-        present[i] = gradients[i].defined();
-      }
-      if (apply_update(ctx.sum_to_owners(gradients, owners), variables, &ctx, &present))
-        publish_updates(ctx, gradients, variables);
-      return;
-    }
-    if (apply_update(ctx.sum_across_replicas(gradients, row_sparse), variables) && shard_stage_ > 0)
-      publish_updates(ctx, gradients, variables);
+    apply_update(ctx.sum_across_replicas(gradients, row_sparse), variables);
     return;
   }
   // Micro-steps 1..N-1 only add into this replica's accumulators: no collective. Micro-step N
@@ -422,15 +432,7 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
   for (size_t i = 0; i < variables.size(); ++i)
     if (gradients[i].defined())
       accumulators[i] = entry_for(variables[i]).accumulator.value_untracked();
-  // Stage 2 keeps each replica's accumulators whole (the micro-steps add before the sum, as
-  // unsharded), and drops the sums of the others' variables before the update.
-  std::vector<bool> present(variables.size());
-  for (size_t i = 0; i < variables.size(); ++i) present[i] = gradients[i].defined();
-  GradientSync* shards = shard_stage_ == 2 ? &ctx : nullptr;
-  if (finish_accumulation(ctx.sum_accumulated(gradients, accumulators), variables, shards,
-                          &present) &&
-      shard_stage_ > 0)
-    publish_updates(ctx, gradients, variables);
+  finish_accumulation(ctx.sum_accumulated(gradients, accumulators), variables);
   ctx.expect_micro_step(false, {});  // micro-step 1 of the next update (N > 1)
 }
 
@@ -445,45 +447,40 @@ const std::vector<Tensor>& GradientSync::add_into(const std::vector<Tensor>& acc
   return accumulators;
 }
 
-bool Optimizer::apply_update(const std::vector<Tensor>& gradients,
-                             const std::vector<Variable>& variables, GradientSync* shards,
-                             const std::vector<bool>* present) {
-  autograd::NoRecordGuard no_record;  // updates are never differentiated
-  const profile::Span span(profile::Phase::kOptimizer);
-  std::vector<Tensor> grads = gradients;
+int Optimizer::updating_replica() {
   const ReplicaBinding binding = current_replica_binding();
   // Owners are global replica ids; outside strategy.run, this process's copies are numbered
   // from its first replica's.
-  const int replica =
-      (binding.num_replicas_in_sync > 1 ? binding.first_global_id : process_replica_offset()) +
-      binding.replica_id;
-  if (shards != nullptr) {
-    // Only this replica's own variables' gradients take part (a caller may hold all sums).
-    for (size_t i = 0; i < variables.size(); ++i) {
-      const int owner = owner_of(variables[i]);
-      if (owner >= 0 && owner != replica) grads[i] = Tensor();
+  return (binding.num_replicas_in_sync > 1 ? binding.first_global_id : process_replica_offset()) +
+         binding.replica_id;
+}
+
+bool Optimizer::apply_update(const std::vector<Tensor>& gradients,
+                             const std::vector<Variable>& variables) {
+  autograd::NoRecordGuard no_record;  // updates are never differentiated
+  if (shard_stage_ > 0) {
+    // Every gradient is here whole (cross-replica context): the shards are views of them.
+    std::vector<bool> present(variables.size());
+    for (size_t i = 0; i < variables.size(); ++i) present[i] = gradients[i].defined();
+    const std::vector<GradientSync::Shard> shards = shards_of(variables, present);
+    std::vector<Tensor> sums;
+    for (const GradientSync::Shard& shard : shards) {
+      const Tensor& g = gradients[shard.index];
+      sums.push_back(g.view_as(Shape{shard.end - shard.begin},
+                               static_cast<size_t>(shard.begin) * dtype_size(g.dtype())));
     }
+    return apply_shards(std::move(sums), shards, variables, nullptr);
   }
+  const profile::Span span(profile::Phase::kOptimizer);
+  std::vector<Tensor> grads = gradients;
   // The wrappers' transforms first, outermost first: a loss scale unscales the gradients (so
   // clipping sees the true ones), or skips the update when they are not finite: iterations()
   // does not count it (Keras 3).
   std::vector<Optimizer*> wrappers;
   for (Optimizer* w = wrapper_; w != nullptr; w = w->wrapper_) wrappers.push_back(w);
   for (auto w = wrappers.rbegin(); w != wrappers.rend(); ++w)
-    if (!(*w)->transform_gradients(grads, shards)) return false;
-  if (global_clipnorm_ && shards == nullptr) {
-    grads = clip_by_global_norm(grads, *global_clipnorm_).gradients;
-  } else if (global_clipnorm_) {
-    // global_norm's dtype and device: the first present gradient's (its variable's).
-    size_t first = 0;
-    while (first < variables.size() && !(*present)[first]) ++first;
-    const Tensor& like = variables[std::min(first, variables.size() - 1)].value_untracked();
-    grads = clip_by_global_norm(
-                grads, *present, *global_clipnorm_,
-                [&](const Tensor& terms) { return shards->sum_of_shards(terms); }, like.dtype(),
-                like.device())
-                .gradients;
-  }
+    if (!(*w)->transform_gradients(grads, nullptr)) return false;
+  if (global_clipnorm_) grads = clip_by_global_norm(grads, *global_clipnorm_).gradients;
 
   const int64_t done = iterations();
   const double rate = learning_rate_(done);
@@ -498,23 +495,22 @@ bool Optimizer::apply_update(const std::vector<Tensor>& gradients,
   for (size_t i = 0; i < variables.size(); ++i) {
     if (!grads[i].defined()) continue;
     Entry& entry = entry_for(variables[i]);
-    if (entry.owner >= 0 && entry.owner != replica) continue;  // another replica's to update
     Tensor value = variables[i].value_untracked();
     const std::pair<DType, bool> key{value.dtype(), use_weight_decay(variables[i])};
     auto it =
         std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
     if (it == groups.end()) {
       Group group;
-      group.slots.resize(entry.slots.size());
+      group.slots.resize(slot_names_.size());
       groups.emplace_back(key, std::move(group));
       it = std::prev(groups.end());
     }
     Group& group = it->second;
     group.gradients.push_back(grads[i]);
     group.values.push_back(std::move(value));
-    for (size_t k = 0; k < entry.slots.size(); ++k)
-      group.slots[k].push_back(entry.owner >= 0 ? entry.slots[k].copy(0)
-                                                : entry.slots[k].value_untracked());
+    const Part& part = entry.parts.front();
+    for (size_t k = 0; k < part.slots.size(); ++k)
+      group.slots[k].push_back(part.slots[k].value_untracked());
   }
   for (auto& [key, group] : groups) {
     // Keras casts the (float32) learning rate to the variable's dtype.
@@ -533,8 +529,9 @@ std::vector<std::pair<std::string, Variable>> Optimizer::slot_variables() const 
   std::lock_guard<std::mutex> lock(mutex_);
   std::vector<std::pair<std::string, Variable>> out;
   for (const auto& entry : entries_) {
-    for (size_t k = 0; k < entry->slots.size(); ++k)
-      out.emplace_back(slot_names_[k] + "/" + entry->variable.name(), entry->slots[k]);
+    for (size_t k = 0; k < slot_names_.size(); ++k)
+      out.emplace_back(slot_names_[k] + "/" + entry->variable.name(),
+                       entry->parts.size() == 1 ? entry->parts.front().slots[k] : Variable());
   }
   return out;
 }
@@ -545,8 +542,10 @@ Variable Optimizer::slot(const Variable& variable, const std::string& slot_name)
   const auto it = index_.find(variable.id());
   TANDEM_CHECK(it != index_.end(), name_, ": variable \"", variable.name(),
                "\" has no slots yet (build the optimizer or apply a gradient first)");
+  const Entry& entry = *entries_[it->second];
   for (size_t k = 0; k < slot_names_.size(); ++k) {
-    if (slot_names_[k] == slot_name) return entries_[it->second]->slots[k];
+    if (slot_names_[k] == slot_name)
+      return entry.parts.size() == 1 ? entry.parts.front().slots[k] : Variable();
   }
   std::string names;
   for (const std::string& s : slot_names_) {

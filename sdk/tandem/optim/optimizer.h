@@ -16,6 +16,7 @@
 
 #include "tandem/autograd/variable.h"
 #include "tandem/optim/gradient_sync.h"
+#include "tandem/optim/parameter_layout.h"
 #include "tandem/optim/schedules.h"
 #include "tandem/tensor/tensor.h"
 
@@ -129,28 +130,32 @@ class Optimizer {
   int gradient_accumulation_steps() const { return innermost().accumulation_steps_; }
 
   /// Optimizer-state sharding (the shard_optimizer_state option; ZeRO's stage): 0, every
-  /// replica holds every slot; 1, the mirrored variables are laid out end to end and split
-  /// among the replicas into contiguous runs of whole variables of about equal bytes
-  /// (ParameterLayout, made at the first build or update from that call's variables); each
-  /// replica holds the slots of its own run only (a slot variable then has one copy, on its
-  /// owner's device), updates only its own variables from the summed gradients, and the
-  /// replica-context apply_gradients then broadcasts each updated variable from its owner to
-  /// the other replicas. At stage 1 the gradients are still summed whole on every replica; at
-  /// stage 2 each gradient's sum goes to its owner alone (GradientSync::sum_to_owners: a
-  /// reduce-scatter, or the gradient buckets' sums with the others' dropped), and what every
-  /// replica must decide alike is summed across them: the squared norms for global_clipnorm,
-  /// the loss scale's non-finite count (exact, as every other replica adds zero). With
-  /// accumulation the accumulators stay whole per replica (the micro-steps add before the sum,
-  /// as unsharded). Each variable's update is the same arithmetic at every stage: training is
-  /// bitwise that of stage 0. Checkpoints are unchanged (a slot's one copy is the whole slot)
-  /// and restore at any replica count and stage. In a multi-worker job the layout spans every
-  /// worker's replicas (owners are global replica ids, alike on every worker); a worker holds
-  /// the slots of its own replicas' variables only (slot_variables() lists the others'
-  /// undefined), and CheckpointManager::save gathers them to the chief.
+  /// replica holds every slot; 1 and 2, the mirrored variables are laid out end to end and cut
+  /// into one contiguous range of about equal bytes per replica (ParameterLayout, made at the
+  /// first build or update from that call's variables); a range ends at a variable's start or
+  /// inside a large variable on a block boundary, so a variable's state may be split into
+  /// parts of several replicas. Each replica holds the slots of its own parts only (one copy
+  /// each, on its device; a part of a variable has a 1-D slot), and the replica-context
+  /// apply_gradients reduce-scatters the gradients so that each replica receives the sums of
+  /// its own parts alone (GradientSync::sum_to_owners), updates them, and all-gathers the
+  /// updated parts to every replica (GradientSync::gather_from_owners): together the traffic
+  /// of one all-reduce, and each replica holds its own parts' summed gradients only. Stages 1
+  /// and 2 run this same pipeline (stage 2's gradient saving comes with the reduce-scatter).
+  /// What every replica must decide alike is summed across them: the global norm's terms for
+  /// global_clipnorm (one per block of kNormBlock elements, so a split variable's terms are
+  /// those of the whole), the loss scale's non-finite count (exact, as every other replica
+  /// adds zero). With accumulation the accumulators stay whole per replica (the micro-steps add
+  /// before the sum, as unsharded). Each element's update is the same arithmetic at every
+  /// stage: training is bitwise that of stage 0. The gradient buckets are not used (the
+  /// reduce-scatter runs after the backward pass). Checkpoints are unchanged (whole slots,
+  /// assembled from their parts) and restore at any replica count and stage. In a multi-worker
+  /// job the layout spans every worker's replicas (owners are global replica ids, alike on
+  /// every worker); a worker holds the slots of its own replicas' parts only, and
+  /// CheckpointManager::save gathers the others' to the chief.
   int shard_optimizer_state() const { return innermost().shard_stage_; }
-  /// Under sharding, the replica that owns `variable` (holds its slots and updates it: its
-  /// replica_id_in_sync_group, a global id across workers), else -1 (every replica does:
-  /// stage 0, or a variable that is not mirrored).
+  /// Under sharding, the replica that owns `variable`'s first part (holds its slots and updates
+  /// it: its replica_id_in_sync_group, a global id across workers; slot_placements() has every
+  /// part), else -1 (every replica does: stage 0, or a variable that is not mirrored).
   int owner_of(const Variable& variable) const;
   /// What replica `replica` (replica_id_in_sync_group) holds for the variables built or updated
   /// so far (the largest of them is what a device must have room for).
@@ -169,21 +174,30 @@ class Optimizer {
   const std::vector<std::string>& slot_names() const { return innermost().slot_names_; }
   /// Every slot variable with its name, in canonical order: variables in the order they were
   /// first built, and for each its slots in slot_names() order (m/dense/kernel,
-  /// v/dense/kernel, m/dense/bias, ...), as Keras interleaves them. Sharded across workers, a
-  /// slot another worker holds is listed undefined (its shape and dtype are its variable's).
+  /// v/dense/kernel, m/dense/bias, ...), as Keras interleaves them. Sharded, a slot split into
+  /// parts of several replicas, or held by another worker's replica, is listed undefined (its
+  /// shape and dtype are its variable's; slot_placements() has the parts).
   std::vector<std::pair<std::string, Variable>> slot_variables() const;
-  /// The slot `slot_name` of `variable` (undefined when another worker holds it); raises when
-  /// it does not exist.
+  /// The slot `slot_name` of `variable` (undefined when it is split among replicas or another
+  /// worker holds it); raises when it does not exist.
   Variable slot(const Variable& variable, const std::string& slot_name) const;
-  /// A slot with what a checkpoint of a sharded optimizer needs to find it.
+  /// A slot, or the part of one that one replica holds, with what a checkpoint of a sharded
+  /// optimizer needs to find it.
   struct SlotPlacement {
     std::string name;   ///< as in slot_variables()
     Variable slot;      ///< undefined when another worker holds it
-    Variable variable;  ///< the variable it belongs to (the slot's shape and dtype)
-    int owner = -1;     ///< owner_of(variable): the replica holding it, -1 for every replica
+    Variable variable;  ///< the variable it belongs to (the whole slot's shape and dtype)
+    int owner = -1;     ///< the replica holding it, -1 for every replica
+    int64_t begin = 0;  ///< the elements of the flattened slot it holds: [begin, end); its
+    int64_t end = 0;    ///< shape is the variable's when that is all of them, else [end - begin]
   };
-  /// Every slot, in slot_variables() order, with its variable and owner.
+  /// Every slot, in slot_variables() order, with its variable and owner; a slot split among
+  /// replicas as one placement per part, in element order.
   std::vector<SlotPlacement> slot_placements() const;
+  /// Restore: sets slot `name` (as in slot_variables()) from `value`, its whole value (the
+  /// variable's shape): every copy of a mirrored slot, or the elements of each part held in this
+  /// process. Returns false when no such slot exists.
+  bool load_slot(const std::string& name, const Tensor& value);
 
   /// Hyper-parameters as Keras-style JSON (stored in checkpoints).
   virtual std::string config_json() const;
@@ -215,8 +229,8 @@ class Optimizer {
   /// divided by N): may replace them (a loss scale unscales them) or return false to skip the
   /// update (iterations() does not count it). Clipping comes after. Plain optimizers keep them.
   /// `shards` is null when every replica holds every gradient; under optimizer-state sharding
-  /// stage 2 each replica holds only its own variables' (the others undefined) and a decision
-  /// every replica must share is summed across them through shards->sum_of_shards.
+  /// the gradients are the shards (1-D parts) this replica holds, and a decision every replica
+  /// must share is summed across them through shards->sum_of_shards.
   virtual bool transform_gradients(std::vector<Tensor>& gradients, GradientSync* shards);
   /// Whether non-finite gradients are expected now and then (a dynamic loss scale skips those
   /// updates), so that TANDEM_CHECK_NUMERICS lets them through to transform_gradients.
@@ -240,12 +254,19 @@ class Optimizer {
   std::string base_config_json() const;
 
  private:
+  /// A variable's slots, or those of the elements [begin, end) of it that one replica owns.
+  struct Part {
+    int owner = -1;  // the (global) replica holding the slots; -1: every replica
+    int64_t begin = 0;
+    int64_t end = 0;
+    // Mirrored (owner -1), or one copy each (undefined when the owner is another worker's
+    // replica), of the variable's shape when the part is all of it, else 1-D.
+    std::vector<Variable> slots;
+  };
   struct Entry {
     Variable variable;
-    // One copy each when sharded (owner >= 0); undefined when the owner is another worker's.
-    std::vector<Variable> slots;
-    Variable accumulator;  // defined when accumulation_steps_ > 1
-    int owner = -1;        // the (global) replica holding the slots; -1: every replica
+    std::vector<Part> parts;  // in element order; one, of owner -1, unsharded
+    Variable accumulator;     // defined when accumulation_steps_ > 1
   };
   /// Under sharding, lays out those of `variables` (mirrored) that have no owner yet and gives
   /// each its owner (ParameterLayout), before their entries are made.
@@ -255,9 +276,27 @@ class Optimizer {
   static int local_copy_of(int owner);
   /// Whether a sharded layout made now spans several workers (a multi-worker strategy lives).
   static bool shards_across_workers();
-  /// Sends each variable updated from `gradients` (defined) from its owner to every replica.
-  void publish_updates(GradientSync& ctx, const std::vector<Tensor>& gradients,
-                       const std::vector<Variable>& variables);
+  /// Under sharding: every part of each variable whose gradient is present, in order.
+  std::vector<GradientSync::Shard> shards_of(const std::vector<Variable>& variables,
+                                             const std::vector<bool>& present);
+  /// The replica-context update under sharding: the gradients (with accumulation, on the last
+  /// micro-step, the accumulators) reduce-scattered to their owners, the owners' update, and
+  /// the updated parts gathered to every replica.
+  void apply_sharded(GradientSync& ctx, const std::vector<Tensor>& gradients,
+                     const std::vector<Variable>& variables);
+  /// One update under sharding: sums[k] is shard k's gradient (1-D), defined where this replica
+  /// holds it (all, when `sync` is null: every replica computes the whole decision itself).
+  /// The wrappers' transforms and clipping see every shard held, deciding alike through
+  /// `sync`; then this replica's own shards are updated; iterations + 1. Returns false when a
+  /// transform skipped the update.
+  bool apply_shards(std::vector<Tensor> sums, const std::vector<GradientSync::Shard>& shards,
+                    const std::vector<Variable>& variables, GradientSync* sync);
+  /// Sets what weight_decay_applies() says to the update_step calls that follow on this thread.
+  static void set_weight_decay_group(bool applies);
+  /// The global id of the replica the calling thread updates for.
+  static int updating_replica();
+  /// Zeroes this replica's accumulators and the micro-step counter (after an update).
+  void reset_accumulators();
   /// The entry of `variable`, created (with its slots) when missing.
   Entry& entry_for(const Variable& variable);
   /// Raises unless gradients and variables pair up (count, shape, dtype) and at least one
@@ -272,12 +311,9 @@ class Optimizer {
   void check_numerics(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
                       const std::string& replica) const;
   /// One update from gradients already combined (and checked): clip, update_step, iterations+1.
-  /// Under sharding only the calling replica's own variables. Returns false when a wrapper's
+  /// Under sharding only the calling replica's own parts. Returns false when a wrapper's
   /// transform skipped the update.
-  /// `shards` (stage 2): each replica holds only its own variables' gradients; `present` says
-  /// which gradients exist on some replica.
-  bool apply_update(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables,
-                    GradientSync* shards = nullptr, const std::vector<bool>* present = nullptr);
+  bool apply_update(const std::vector<Tensor>& gradients, const std::vector<Variable>& variables);
   /// apply_update, or with accumulation: add to the accumulators, updating on the N-th call (on
   /// the calling thread's copies).
   void update_or_accumulate(const std::vector<Tensor>& gradients,
@@ -290,9 +326,7 @@ class Optimizer {
                      std::vector<Tensor>& accumulated);
   /// Divides the combined accumulators by N, applies the update and resets this replica's
   /// accumulators and micro-step counter.
-  bool finish_accumulation(std::vector<Tensor> combined, const std::vector<Variable>& variables,
-                           GradientSync* shards = nullptr,
-                           const std::vector<bool>* present = nullptr);
+  bool finish_accumulation(std::vector<Tensor> combined, const std::vector<Variable>& variables);
 
   std::string name_;
   LearningRate learning_rate_;
@@ -303,11 +337,12 @@ class Optimizer {
   Variable iterations_;
   Variable micro_step_;  // defined when accumulation_steps_ > 1
   mutable std::mutex
-      mutex_;  // guards entries_, index_, warned_, owners_, layout_replicas_, agreed_
+      mutex_;  // guards entries_, index_, warned_, layout_parts_, layout_replicas_, agreed_
   std::vector<std::unique_ptr<Entry>> entries_;
   std::unordered_map<const void*, size_t> index_;
   std::unordered_set<const void*> warned_;
-  std::unordered_map<const void*, int> owners_;  // under sharding: variable -> owning replica
+  // Under sharding: variable -> its parts and their owners.
+  std::unordered_map<const void*, std::vector<ParameterLayout::Part>> layout_parts_;
   int layout_replicas_ = 0;         // under sharding: the replicas the layout spans (0: none yet)
   std::unordered_set<int> agreed_;  // replicas (in sync) that described this optimizer's updates
   std::unordered_set<const void*> no_decay_;  // exclude_from_weight_decay's variables

@@ -25,8 +25,7 @@ int64_t Optimizer::accumulate(const std::vector<Tensor>& gradients,
 }
 
 bool Optimizer::finish_accumulation(std::vector<Tensor> combined,
-                                    const std::vector<Variable>& variables, GradientSync* shards,
-                                    const std::vector<bool>* present) {
+                                    const std::vector<Variable>& variables) {
   autograd::NoRecordGuard no_record;
   // The mean over micro-steps, divided as Keras does: (sum of N gradients) / N.
   for (Tensor& g : combined) {
@@ -34,8 +33,13 @@ bool Optimizer::finish_accumulation(std::vector<Tensor> combined,
     g = ops::div(g,
                  Tensor::scalar(static_cast<double>(accumulation_steps_), g.dtype(), g.device()));
   }
-  const bool updated = apply_update(combined, variables, shards, present);
-  // Reset every accumulator of this replica, also of variables without a gradient this time.
+  const bool updated = apply_update(combined, variables);
+  reset_accumulators();
+  return updated;
+}
+
+void Optimizer::reset_accumulators() {
+  // Every accumulator of this replica, also of variables without a gradient this time.
   std::vector<Variable> to_reset;
   {
     std::lock_guard<std::mutex> lock(mutex_);
@@ -46,7 +50,6 @@ bool Optimizer::finish_accumulation(std::vector<Tensor> combined,
     value.fill_(0.0);
   }
   micro_step_.assign(Tensor::scalar(0, DType::kInt64));
-  return updated;
 }
 
 std::vector<std::pair<std::string, Variable>> Optimizer::accumulator_variables() const {

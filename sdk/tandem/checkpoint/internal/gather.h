@@ -31,8 +31,9 @@ struct GatheredState {
   /// Model variable name -> the aggregate over every replica of every worker of a variable
   /// synchronized on read with aggregation kSum or kMean (what the checkpoint stores).
   std::map<std::string, Tensor> on_read;
-  /// Slot name -> value, on the chief: the optimizer slots that other workers' replicas hold
-  /// (optimizer-state sharding across workers), gathered bucket by bucket.
+  /// Slot name -> whole value, on the chief: the optimizer slots it cannot write as they are
+  /// (optimizer-state sharding): split among replicas, or held by other workers' replicas
+  /// (gathered bucket by bucket).
   std::map<std::string, Tensor> slots;
 };
 

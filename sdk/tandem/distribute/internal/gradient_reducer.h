@@ -71,6 +71,7 @@ class GradientReducer final {
   template <typename Batched>
   std::vector<Tensor> sum(const std::vector<Tensor>& gradients,
                           const std::vector<Tensor>* accumulated, Batched&& batched) {
+    standing_by_ = false;
     std::vector<Tensor> reduced;
     if (take(gradients, accumulated, reduced)) return reduced;
     reduced = batched(accumulated != nullptr ? *accumulated : gradients);
@@ -81,6 +82,11 @@ class GradientReducer final {
   /// nothing (`last` false) or accumulator + gradient (`last`; one accumulator per source).
   void expect_micro_step(bool last, const std::vector<Tensor>& accumulators);
 
+  /// The gradients are summed otherwise (optimizer-state sharding reduce-scatters them after
+  /// the backward pass): buckets in flight are waited for and dropped, and backward passes pack
+  /// nothing until the next sum() (the layout is kept for it; without one, they still note
+  /// the order their gradients come in, so that the next sum() can lay the buckets out).
+  void stand_by();
   /// Waits until no bucket is in flight (their results are kept for sum()). Every other
   /// collective of the replica calls it first, so collectives keep one order on every replica.
   void wait_in_flight();
@@ -146,6 +152,7 @@ class GradientReducer final {
 
   std::optional<Layout> layout_;
   bool layout_refused_ = false;  // the replicas made different layouts: buckets stay off
+  bool standing_by_ = false;     // stand_by() until the next sum()
   // The last backward pass (learning): its sources, the order its gradients became final, and
   // what it returned.
   std::vector<Tensor> last_sources_;
