@@ -445,22 +445,44 @@ void SharedMemoryWorld::all_reduce(std::vector<Tensor>& tensors, ReduceOp op, co
 void SharedMemoryWorld::reduce_scatter(Tensor& buffer, std::span<const int64_t> offsets,
                                        ReduceOp op, const char* label) {
   check_worker_ranges(buffer, offsets, size(), "shm", label, /*reduce=*/true);
-  if (size() == 1) return;
-  std::vector<Tensor> whole = {buffer};
+  const auto w = static_cast<size_t>(rank_);
+  // In place: this worker's range is written only after each piece went into the slots.
+  Tensor range = buffer.view_as({offsets[w + 1] - offsets[w]},
+                                static_cast<size_t>(offsets[w]) * dtype_size(buffer.dtype()));
+  reduce_scatter(static_cast<const Tensor&>(buffer), range, offsets, op, label);
+}
+
+void SharedMemoryWorld::reduce_scatter(const Tensor& input, Tensor& output,
+                                       std::span<const int64_t> offsets, ReduceOp op,
+                                       const char* label) {
+  check_worker_ranges(input, offsets, size(), "shm", label, /*reduce=*/true);
+  const auto first = static_cast<size_t>(offsets[static_cast<size_t>(rank_)]);
+  const auto last = static_cast<size_t>(offsets[static_cast<size_t>(rank_) + 1]);
+  TANDEM_CHECK(output.defined() && output.dtype() == input.dtype() &&
+                   output.numel() == static_cast<int64_t>(last - first) && output.device().is_cpu(),
+               "shm ", label, ": the output must be a CPU tensor of ", last - first, " ",
+               input.dtype(), " elements");
+  if (size() == 1) {
+    if (output.raw_data() !=
+        static_cast<const char*>(input.raw_data()) + first * dtype_size(input.dtype()))
+      output.copy_from(
+          input.view_as({static_cast<int64_t>(last - first)}, first * dtype_size(input.dtype())));
+    return;
+  }
+  std::vector<Tensor> whole = {input};
   std::vector<int64_t> signature = all_reduce_parameters(whole, op, "shm", label);
   signature.push_back(offsets_digest(offsets));
   begin(label, signature, 0);
-  const auto first = static_cast<size_t>(offsets[static_cast<size_t>(rank_)]);
-  const auto last = static_cast<size_t>(offsets[static_cast<size_t>(rank_) + 1]);
   profile::Span moving(profile::Phase::kCommData, profile::communicator_track());
-  moving.set_bytes(static_cast<int64_t>(buffer.nbytes()));
-  dispatch_any_numeric(buffer.dtype(), "reduce_scatter", [&]<typename T>() {
+  moving.set_bytes(static_cast<int64_t>(input.nbytes()));
+  dispatch_any_numeric(input.dtype(), "reduce_scatter", [&]<typename T>() {
     // all_reduce's steps for this worker's elements: in worker order, kMean summing here and
     // dividing once at the end.
     const ReduceOp combine_op = op == ReduceOp::kMax ? ReduceOp::kMax : ReduceOp::kSum;
-    T* data = buffer.data<T>();
+    const T* data = input.data<T>();
+    T* out = output.data<T>();
     const size_t per_chunk = chunk_bytes_ / sizeof(T);
-    const auto n = static_cast<size_t>(buffer.numel());
+    const auto n = static_cast<size_t>(input.numel());
     for (size_t at = 0; at < n; at += per_chunk) {
       const size_t length = std::min(per_chunk, n - at);
       const int set = static_cast<int>(barriers_ % 2);
@@ -473,15 +495,12 @@ void SharedMemoryWorld::reduce_scatter(Tensor& buffer, std::span<const int64_t> 
       const auto in = [&](int64_t w) {
         return reinterpret_cast<const T*>(slot(static_cast<int>(w), set)) + (from - at);
       };
-      std::copy(in(0), in(0) + (to - from), data + from);
-      detail::reduce_in_order(data + from, static_cast<int64_t>(to - from), size(), combine_op, in);
+      T* into = out + (from - first);
+      std::copy(in(0), in(0) + (to - from), into);
+      detail::reduce_in_order(into, static_cast<int64_t>(to - from), size(), combine_op, in);
     }
   });
-  if (op == ReduceOp::kMean) {
-    Tensor mine =
-        buffer.view_as({static_cast<int64_t>(last - first)}, first * dtype_size(buffer.dtype()));
-    divide_elements(mine, size());
-  }
+  if (op == ReduceOp::kMean) divide_elements(output, size());
 }
 
 void SharedMemoryWorld::all_gather(Tensor& buffer, std::span<const int64_t> offsets,

@@ -48,6 +48,9 @@ class SharedMemoryWorld final : public WorkerCollectives {
   /// barrier per piece instead of two and 1/W of the reading).
   void reduce_scatter(Tensor& buffer, std::span<const int64_t> offsets, ReduceOp op,
                       const char* label) override;
+  /// The same, reading `input` and writing this worker's range into `output`.
+  void reduce_scatter(const Tensor& input, Tensor& output, std::span<const int64_t> offsets,
+                      ReduceOp op, const char* label) override;
   /// Each worker puts its range in its slot piece by piece and copies the others' out.
   void all_gather(Tensor& buffer, std::span<const int64_t> offsets, const char* label) override;
   void broadcast(std::vector<Tensor>& tensors, int root, const char* label) override;
