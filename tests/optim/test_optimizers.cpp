@@ -11,6 +11,7 @@
 
 #include "support/keras_fixtures.h"
 #include "tandem/autograd/variable.h"
+#include "tandem/ops/ops.h"
 #include "tandem/optim/adam.h"
 #include "tandem/optim/clip.h"
 #include "tandem/optim/lion.h"
@@ -363,6 +364,70 @@ TEST_CASE("clip_by_global_norm scales by clip_norm / max(norm, clip_norm)", "[cp
       {td::Tensor::from_vector<float>({std::numeric_limits<float>::infinity(), 1.0f})}, 1.0);
   CHECK(std::isnan(bad.gradients[0].to_vector<float>()[1]));
   CHECK_THROWS(optim::clip_by_global_norm({a}, 0.0));
+}
+
+TEST_CASE("clip_by_global_norm of shards held by different replicas gives the whole one's bits",
+          "[cpu][optim]") {
+  // A gradient of 20 blocks and a bit, split on block boundaries between two replicas (as
+  // optimizer-state sharding splits a large variable), and a small one on the first: the norm's
+  // terms are per block in both forms, so each replica's clipped shards are the whole result's.
+  constexpr int64_t kB = optim::kNormBlock;
+  td::Generator g(11);
+  const td::Tensor big = td::Tensor::normal({20 * kB + 100}, g);
+  const td::Tensor small = td::Tensor::normal({3, 5}, g);
+  const auto whole = optim::clip_by_global_norm({small, big}, 0.5);
+  const auto bytes = [](const td::Tensor& t) {
+    return std::string(static_cast<const char*>(t.raw_data()), t.nbytes());
+  };
+  const auto part = [](const td::Tensor& t, int64_t begin, int64_t end) {
+    return t.view_as(td::Shape{end - begin}, static_cast<size_t>(begin) * sizeof(float));
+  };
+  const int64_t cut = 7 * kB, n = big.numel();
+  const std::vector<optim::ShardExtent> extents0 = {{.begin = 0, .end = 15, .counted = true},
+                                                    {.begin = 0, .end = cut, .counted = true},
+                                                    {.begin = cut, .end = n, .counted = false}};
+  std::vector<optim::ShardExtent> extents1 = extents0;
+  for (optim::ShardExtent& e : extents1) e.counted = !e.counted;
+  const std::vector<td::Tensor> held0 = {td::ops::reshape(small, td::Shape{15}), part(big, 0, cut),
+                                         td::Tensor()};
+  const std::vector<td::Tensor> held1 = {td::Tensor(), td::Tensor(), part(big, cut, n)};
+  // The sum across the two replicas: each one's terms, zero where the other holds the shard.
+  std::vector<td::Tensor> terms(2);
+  const auto record = [&](int r) {
+    return [&, r](const td::Tensor& t) {
+      terms[static_cast<size_t>(r)] = t.clone();
+      return t;
+    };
+  };
+  optim::clip_by_global_norm(held0, extents0, 0.5, record(0), td::DType::kFloat32,
+                             td::Device::cpu());
+  optim::clip_by_global_norm(held1, extents1, 0.5, record(1), td::DType::kFloat32,
+                             td::Device::cpu());
+  REQUIRE(terms[0].numel() == 1 + 21);  // the small gradient's one term, the big one's 21
+  const td::Tensor sum = terms[0] + terms[1];
+  const auto summed = [&](const td::Tensor&) { return sum; };
+  const auto on0 = optim::clip_by_global_norm(held0, extents0, 0.5, summed, td::DType::kFloat32,
+                                              td::Device::cpu());
+  const auto on1 = optim::clip_by_global_norm(held1, extents1, 0.5, summed, td::DType::kFloat32,
+                                              td::Device::cpu());
+  CHECK(bytes(on0.global_norm) == bytes(whole.global_norm));
+  CHECK(bytes(on1.global_norm) == bytes(whole.global_norm));
+  CHECK(bytes(on0.gradients[0]) == bytes(whole.gradients[0]));
+  CHECK(bytes(on0.gradients[1]) == bytes(part(whole.gradients[1], 0, cut)));
+  CHECK(bytes(on1.gradients[2]) == bytes(part(whole.gradients[1], cut, n)));
+  CHECK_FALSE(on1.gradients[0].defined());
+  // The whole form's terms are the blocks' too: the norm is the square root of their sum.
+  std::vector<td::Tensor> block_terms = {
+      td::ops::reshape(td::ops::sum(td::ops::square(small)), td::Shape{1})};
+  for (int64_t b = 0; b < n; b += kB)
+    block_terms.push_back(td::ops::reshape(
+        td::ops::sum(td::ops::square(part(big, b, std::min(b + kB, n)))), td::Shape{1}));
+  CHECK(bytes(td::ops::sqrt(td::ops::sum(td::ops::concat(block_terms, 0)))) ==
+        bytes(optim::global_norm({small, big})));
+  CHECK_THROWS_WITH(
+      optim::clip_by_global_norm({part(big, 0, 10)}, {{.begin = 5, .end = 15, .counted = true}},
+                                 0.5, summed, td::DType::kFloat32, td::Device::cpu()),
+      Catch::Contains("not from a block boundary"));
 }
 
 TEST_CASE("global_clipnorm clips before the update", "[cpu][optim]") {

@@ -1,13 +1,15 @@
 // Optimizer-state sharding's collectives on a ReplicaContext: the owned shards of the gradients
 // reduce-scattered to their owners, and the updated shards of the variables all-gathered back.
-// Both pack the shards by owner into flat chunks of a bounded size, so that no replica holds
-// more than its own sums plus one chunk.
+// Across workers both pack the shards by owner into flat chunks of a bounded size (one
+// collective moves many shards, and no replica holds more than its own sums plus one chunk);
+// the replicas of one process reach each other's tensors, so there each shard goes alone.
 #include <algorithm>
 
 #include "tandem/autograd/tape.h"
 #include "tandem/core/error.h"
 #include "tandem/distribute/internal/gradient_reducer.h"
 #include "tandem/distribute/replica_context.h"
+#include "tandem/distribute/strategy.h"
 #include "tandem/ops/ops.h"
 
 namespace tandem {
@@ -162,6 +164,24 @@ std::vector<Tensor> ReplicaContext::sum_to_owners(const std::vector<Tensor>& gra
       out[shared_shards[j]] = flat_part(sums[j], s.begin, s.end);
     }
   }
+  if (strategy_->num_workers() <= 1) {
+    // Replicas of one process read each other's gradients where they lie: each shard reduced
+    // to its owner alone (a flat reduce-scatter whose one nonempty range is the owner's), no
+    // packing.
+    std::vector<int64_t> offsets(static_cast<size_t>(num_replicas_) + 1);
+    for (size_t k = 0; k < shards.size(); ++k) {
+      const Shard& s = shards[k];
+      if (s.owner < 0) continue;
+      const int64_t n = s.end - s.begin;
+      for (int r = 0; r <= num_replicas_; ++r)
+        offsets[static_cast<size_t>(r)] = r <= s.owner ? 0 : n;
+      Tensor sum;
+      communicator_->reduce_scatter(flat_part(gradients[s.index], s.begin, s.end), sum, offsets)
+          ->wait();
+      if (s.owner == replica_id_) out[k] = sum;
+    }
+    return out;
+  }
   for (const FlatLayout& f : flat_layouts(gradients, shards, num_replicas_)) {
     const Rounds rounds(f, num_replicas_);
     const Device device = gradients[shards[f.members.front().shard].index].device();
@@ -198,6 +218,19 @@ void ReplicaContext::gather_from_owners(const std::vector<Tensor>& values,
   if (num_replicas_ == 1) return;
   const autograd::NoRecordGuard no_record;
   reducer_->wait_in_flight();
+  if (strategy_->num_workers() <= 1) {
+    // Replicas of one process copy each shard from its owner's variable, no packing.
+    std::vector<int64_t> offsets(static_cast<size_t>(num_replicas_) + 1);
+    for (const Shard& s : shards) {
+      if (s.owner < 0) continue;
+      const int64_t n = s.end - s.begin;
+      for (int r = 0; r <= num_replicas_; ++r)
+        offsets[static_cast<size_t>(r)] = r <= s.owner ? 0 : n;
+      Tensor value = flat_part(values[s.index], s.begin, s.end);
+      communicator_->all_gather(value, offsets)->wait();
+    }
+    return;
+  }
   for (const FlatLayout& f : flat_layouts(values, shards, num_replicas_)) {
     const Rounds rounds(f, num_replicas_);
     const Device device = values[shards[f.members.front().shard].index].device();
