@@ -34,9 +34,9 @@ inline constexpr int64_t kNormBlock = int64_t{1} << 16;
 /// [begin, end) of the flattened gradient (begin a multiple of kNormBlock), and whether this
 /// replica adds its terms (it holds the shard; of a shard every replica holds, one of them).
 struct ShardExtent {
-  int64_t begin = 0;
-  int64_t end = 0;
-  bool counted = false;
+  int64_t begin = 0;     ///< the shard's first element of the flattened gradient
+  int64_t end = 0;       ///< one past its last
+  bool counted = false;  ///< whether this replica adds the shard's terms
 };
 
 /// clip_by_global_norm when each replica holds only its own shards of the gradients

@@ -41,10 +41,10 @@ class GradientSync {
   /// Optimizer-state sharding: elements [begin, end) of the flattened gradient (and variable)
   /// `index`, owned by replica `owner` (its replica_id_in_sync_group; -1: every replica).
   struct Shard {
-    size_t index = 0;
-    int64_t begin = 0;
-    int64_t end = 0;
-    int owner = -1;
+    size_t index = 0;   ///< which gradient (and variable)
+    int64_t begin = 0;  ///< its first element, flattened
+    int64_t end = 0;    ///< one past its last
+    int owner = -1;     ///< the replica that receives its sum; -1: every replica
   };
   /// Optimizer-state sharding: the SUM over every replica in sync of each shard of `gradients`,
   /// delivered to its owner alone (a reduce-scatter): entry k is a 1-D tensor of

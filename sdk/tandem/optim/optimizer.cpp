@@ -118,8 +118,6 @@ thread_local bool decay_group = true;
 
 bool Optimizer::weight_decay_applies() { return decay_group; }
 
-void Optimizer::set_weight_decay_group(bool applies) { decay_group = applies; }
-
 void Optimizer::exclude_from_weight_decay(const std::vector<Variable>& variables,
                                           const std::vector<std::string>& name_parts) {
   if (inner_ != nullptr) return inner_->exclude_from_weight_decay(variables, name_parts);
@@ -473,30 +471,44 @@ bool Optimizer::apply_update(const std::vector<Tensor>& gradients,
   }
   const profile::Span span(profile::Phase::kOptimizer);
   std::vector<Tensor> grads = gradients;
-  // The wrappers' transforms first, outermost first: a loss scale unscales the gradients (so
-  // clipping sees the true ones), or skips the update when they are not finite: iterations()
-  // does not count it (Keras 3).
+  if (!run_transforms(grads, nullptr)) return false;
+  if (global_clipnorm_) grads = clip_by_global_norm(grads, *global_clipnorm_).gradients;
+  std::vector<UpdateItem> items;
+  for (size_t i = 0; i < variables.size(); ++i) {
+    if (!grads[i].defined()) continue;
+    UpdateItem item{.gradient = grads[i],
+                    .value = variables[i].value_untracked(),
+                    .slots = {},
+                    .decay = use_weight_decay(variables[i])};
+    for (const Variable& slot : entry_for(variables[i]).parts.front().slots)
+      item.slots.push_back(slot.value_untracked());
+    items.push_back(std::move(item));
+  }
+  update_items(std::move(items));
+  return true;
+}
+
+bool Optimizer::run_transforms(std::vector<Tensor>& gradients, GradientSync* sync) {
+  // Outermost first: a loss scale unscales the gradients (so clipping sees the true ones), or
+  // skips the update when they are not finite: iterations() does not count it (Keras 3).
   std::vector<Optimizer*> wrappers;
   for (Optimizer* w = wrapper_; w != nullptr; w = w->wrapper_) wrappers.push_back(w);
   for (auto w = wrappers.rbegin(); w != wrappers.rend(); ++w)
-    if (!(*w)->transform_gradients(grads, nullptr)) return false;
-  if (global_clipnorm_) grads = clip_by_global_norm(grads, *global_clipnorm_).gradients;
+    if (!(*w)->transform_gradients(gradients, sync)) return false;
+  return true;
+}
 
+void Optimizer::update_items(std::vector<UpdateItem> items) {
   const int64_t done = iterations();
   const double rate = learning_rate_(done);
-  // The variables with a gradient, one group per dtype (the update's scalars are rounded to
-  // it), each group updated by one update_step call.
   struct Group {
     std::vector<Tensor> gradients, values;
     std::vector<std::vector<Tensor>> slots;
   };
-  // Variables excluded from weight decay form groups of their own.
+  // One group per dtype; tensors excluded from weight decay form groups of their own.
   std::vector<std::pair<std::pair<DType, bool>, Group>> groups;
-  for (size_t i = 0; i < variables.size(); ++i) {
-    if (!grads[i].defined()) continue;
-    Entry& entry = entry_for(variables[i]);
-    Tensor value = variables[i].value_untracked();
-    const std::pair<DType, bool> key{value.dtype(), use_weight_decay(variables[i])};
+  for (UpdateItem& item : items) {
+    const std::pair<DType, bool> key{item.value.dtype(), item.decay};
     auto it =
         std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
     if (it == groups.end()) {
@@ -506,11 +518,10 @@ bool Optimizer::apply_update(const std::vector<Tensor>& gradients,
       it = std::prev(groups.end());
     }
     Group& group = it->second;
-    group.gradients.push_back(grads[i]);
-    group.values.push_back(std::move(value));
-    const Part& part = entry.parts.front();
-    for (size_t k = 0; k < part.slots.size(); ++k)
-      group.slots[k].push_back(part.slots[k].value_untracked());
+    group.gradients.push_back(std::move(item.gradient));
+    group.values.push_back(std::move(item.value));
+    for (size_t k = 0; k < item.slots.size(); ++k)
+      group.slots[k].push_back(std::move(item.slots[k]));
   }
   for (auto& [key, group] : groups) {
     // Keras casts the (float32) learning rate to the variable's dtype.
@@ -521,7 +532,6 @@ bool Optimizer::apply_update(const std::vector<Tensor>& gradients,
   }
   decay_group = true;
   iterations_.assign(Tensor::scalar(static_cast<double>(done + 1), DType::kInt64));
-  return true;
 }
 
 std::vector<std::pair<std::string, Variable>> Optimizer::slot_variables() const {

@@ -291,8 +291,19 @@ class Optimizer {
   /// transform skipped the update.
   bool apply_shards(std::vector<Tensor> sums, const std::vector<GradientSync::Shard>& shards,
                     const std::vector<Variable>& variables, GradientSync* sync);
-  /// Sets what weight_decay_applies() says to the update_step calls that follow on this thread.
-  static void set_weight_decay_group(bool applies);
+  /// The wrappers' transform_gradients, outermost first; false when one skips the update.
+  bool run_transforms(std::vector<Tensor>& gradients, GradientSync* sync);
+  /// What one update changes in one tensor: its gradient, its value and slots (this replica's
+  /// tensors or views of them), and whether its variable gets weight decay.
+  struct UpdateItem {
+    Tensor gradient;
+    Tensor value;
+    std::vector<Tensor> slots;
+    bool decay = true;
+  };
+  /// update_step over `items`, one call per dtype and weight decay (the update's scalars are
+  /// rounded to the dtype), at the learning rate of iterations(); then iterations() + 1.
+  void update_items(std::vector<UpdateItem> items);
   /// The global id of the replica the calling thread updates for.
   static int updating_replica();
   /// Zeroes this replica's accumulators and the micro-step counter (after an update).

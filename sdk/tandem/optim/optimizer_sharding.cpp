@@ -1,7 +1,6 @@
 // Optimizer-state sharding: which replica owns which part of each variable (ParameterLayout),
 // the update of the owned parts, and how it reaches the other replicas.
 #include <algorithm>
-#include <iterator>
 
 #include "tandem/autograd/tape.h"
 #include "tandem/core/error.h"
@@ -155,12 +154,9 @@ bool Optimizer::apply_shards(std::vector<Tensor> sums,
   autograd::NoRecordGuard no_record;  // updates are never differentiated
   const profile::Span span(profile::Phase::kOptimizer);
   const int replica = updating_replica();
-  // The wrappers' transforms first, outermost first (a loss scale's decision agreed through
-  // `sync`), then clipping, on every shard held here.
-  std::vector<Optimizer*> wrappers;
-  for (Optimizer* w = wrapper_; w != nullptr; w = w->wrapper_) wrappers.push_back(w);
-  for (auto w = wrappers.rbegin(); w != wrappers.rend(); ++w)
-    if (!(*w)->transform_gradients(sums, sync)) return false;
+  // The wrappers' transforms first (a loss scale's decision agreed through `sync`), then
+  // clipping, on every shard held here.
+  if (!run_transforms(sums, sync)) return false;
   if (global_clipnorm_ && !shards.empty()) {
     std::vector<ShardExtent> extents;
     for (const GradientSync::Shard& s : shards) {
@@ -177,15 +173,9 @@ bool Optimizer::apply_shards(std::vector<Tensor> sums,
                .gradients;
   }
 
-  const int64_t done = iterations();
-  const double rate = learning_rate_(done);
-  // This replica's shards, one group per dtype and weight decay, 1-D views of the variables
-  // and slots: the update is element-wise, so each element gets stage 0's arithmetic.
-  struct Group {
-    std::vector<Tensor> gradients, values;
-    std::vector<std::vector<Tensor>> slots;
-  };
-  std::vector<std::pair<std::pair<DType, bool>, Group>> groups;
+  // This replica's shards as 1-D views of the variables and slots: the update is element-wise,
+  // so each element gets stage 0's arithmetic.
+  std::vector<UpdateItem> items;
   for (size_t k = 0; k < shards.size(); ++k) {
     const GradientSync::Shard& s = shards[k];
     if (!sums[k].defined() || (s.owner >= 0 && s.owner != replica)) continue;
@@ -194,34 +184,16 @@ bool Optimizer::apply_shards(std::vector<Tensor> sums,
                                    [&](const Part& p) { return p.begin == s.begin; });
     TANDEM_CHECK(part != entry.parts.end() && part->end == s.end, name_, ": variable \"",
                  variables[s.index].name(), "\" has no part [", s.begin, ", ", s.end, ")");
-    const Tensor value = variables[s.index].value_untracked();
-    const std::pair<DType, bool> key{value.dtype(), use_weight_decay(variables[s.index])};
-    auto it =
-        std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == key; });
-    if (it == groups.end()) {
-      Group group;
-      group.slots.resize(slot_names_.size());
-      groups.emplace_back(key, std::move(group));
-      it = std::prev(groups.end());
-    }
-    Group& group = it->second;
-    group.gradients.push_back(sums[k]);
-    group.values.push_back(flat_part(value, s.begin, s.end));
-    for (size_t j = 0; j < part->slots.size(); ++j) {
-      const Tensor slot =
-          part->owner >= 0 ? part->slots[j].copy(0) : part->slots[j].value_untracked();
-      group.slots[j].push_back(flat_part(slot, 0, s.end - s.begin));
-    }
+    UpdateItem item{.gradient = sums[k],
+                    .value = flat_part(variables[s.index].value_untracked(), s.begin, s.end),
+                    .slots = {},
+                    .decay = use_weight_decay(variables[s.index])};
+    for (const Variable& slot : part->slots)
+      item.slots.push_back(
+          flat_part(part->owner >= 0 ? slot.copy(0) : slot.value_untracked(), 0, s.end - s.begin));
+    items.push_back(std::move(item));
   }
-  for (auto& [key, group] : groups) {
-    // Keras casts the (float32) learning rate to the variable's dtype.
-    const double lr =
-        key.first == DType::kFloat32 ? static_cast<double>(static_cast<float>(rate)) : rate;
-    set_weight_decay_group(key.second);
-    update_step(group.gradients, group.values, group.slots, lr, done + 1);
-  }
-  set_weight_decay_group(true);
-  iterations_.assign(Tensor::scalar(static_cast<double>(done + 1), DType::kInt64));
+  update_items(std::move(items));
   return true;
 }
 

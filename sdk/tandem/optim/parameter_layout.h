@@ -23,9 +23,10 @@ class ParameterLayout {
 
   /// Elements [begin, end) of a variable, owned by replica `owner`.
   struct Part {
-    int owner = 0;
-    int64_t begin = 0;
-    int64_t end = 0;
+    int owner = 0;      ///< the replica holding the part
+    int64_t begin = 0;  ///< its first element, flattened
+    int64_t end = 0;    ///< one past its last
+    /// Equal owners and ranges.
     bool operator==(const Part&) const = default;
   };
 
