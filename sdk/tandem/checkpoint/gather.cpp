@@ -5,6 +5,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <set>
+#include <string>
 
 #include "tandem/checkpoint/internal/layout.h"
 #include "tandem/nn/module.h"
@@ -214,12 +216,20 @@ void gather_slots(const optim::Optimizer& optimizer, WorkerGroup* workers, Gathe
     std::memcpy(static_cast<char*>(it->second.raw_data()) + static_cast<size_t>(p.begin) * element,
                 bytes, static_cast<size_t>(bytes_of(k)));
   };
-  // The chief's own parts of split slots.
+  // The chief's own parts of split slots. Without the other workers (Checkpoint::write alone),
+  // a slot some of whose parts are not here is left out: the writer then refuses it by name
+  // rather than writing zeros where the other parts belong.
   if (me == 0) {
+    std::set<std::string> incomplete;
+    if (!several)
+      for (const optim::Optimizer::SlotPlacement& p : placements)
+        if (!p.slot.defined()) incomplete.insert(p.name);
     for (size_t k = 0; k < placements.size(); ++k) {
       const bool split =
           placements[k].end - placements[k].begin != placements[k].variable.copy(0).numel();
-      if (!split || worker_of(k) != 0 || !placements[k].slot.defined()) continue;
+      if (!split || worker_of(k) != 0 || !placements[k].slot.defined() ||
+          incomplete.contains(placements[k].name))
+        continue;
       place(k, placements[k].slot.copy(0).to(Device::cpu()).raw_data());
     }
   }
