@@ -95,6 +95,10 @@ class Communicator {
   /// (workers over Gloo, one replica each). CPU strategies start with gradient buckets on only
   /// then.
   virtual bool waits_without_polling() const { return false; }
+  /// Whether the flat reduce_scatter of sums moves only each rank's share (a true
+  /// reduce-scatter, in the all-reduce's order), rather than running the whole all-reduce and
+  /// keeping the range (Note [flat ranges]).
+  virtual bool reduce_scatters_for_real() const { return false; }
 
   /// Reduces every tensor of `tensors` across ranks, in place, in ONE batched call. The list may
   /// mix shapes and numeric dtypes; every rank passes the same shapes and dtypes in the same order.

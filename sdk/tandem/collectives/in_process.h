@@ -37,6 +37,7 @@ class InProcessCommunicator final : public Communicator {
   int rank() const override { return rank_; }
   int size() const override;
   std::string name() const override { return "in_process"; }
+  bool reduce_scatters_for_real() const override { return true; }
 
   /// A barrier named `label` (static storage: a literal), used by strategies for merge_call and
   /// variable creation; mismatches and timeouts report the label. Not counted in stats().

@@ -481,6 +481,14 @@ void MpiWorld::reduce_scatter_two_workers(const Tensor& input, Tensor& output,
   const int peer = 1 - rank_;
   const auto first = [&](int worker) { return offsets[static_cast<size_t>(worker)]; };
   const auto length = [&](int worker) { return first(worker + 1) - first(worker); };
+  // Before arriving: a worker that raised here would leave its peer in MPI_Sendrecv.
+  TANDEM_CHECK(output.defined() && output.dtype() == dtype && output.numel() == length(rank_) &&
+                   output.device().is_cpu(),
+               "mpi ", label, ": the output must be a CPU tensor of ", length(rank_), " ", dtype,
+               " elements, got ",
+               output.defined() ? detail::str_cat(output.numel(), " ", output.dtype(),
+                                                  " elements on ", output.device())
+                                : std::string("an undefined tensor"));
   // all_reduce's signature, so that a worker making another call is named as there.
   const profile::Track track = profile::communicator_track();
   profile::Span waiting(profile::Phase::kCommWait, track);
@@ -494,10 +502,6 @@ void MpiWorld::reduce_scatter_two_workers(const Tensor& input, Tensor& output,
     TANDEM_THROW(label, " #", call, ": a range of ", std::max(bytes(rank_), bytes(peer)),
                  " bytes exceeds MPI's limit of ", std::numeric_limits<int>::max(),
                  " bytes for one reduce-scatter");
-  TANDEM_CHECK(output.defined() && output.dtype() == dtype && output.numel() == length(rank_) &&
-                   output.device().is_cpu(),
-               "mpi ", label, ": the output must be a CPU tensor of ", length(rank_), " ", dtype,
-               " elements");
   const char* data = static_cast<const char*>(input.raw_data());
   const char* mine = data + static_cast<size_t>(first(rank_)) * element;
   char* out = static_cast<char*>(output.raw_data());

@@ -31,6 +31,10 @@ class HierarchicalCommunicator final : public Communicator {
   int rank() const override;
   int size() const override;
   std::string name() const override { return world_->name() + "+in_process"; }
+  /// In process alone, or the workers' transport's.
+  bool reduce_scatters_for_real() const override {
+    return world_->size() == 1 || world_->reduce_scatters_for_real();
+  }
   /// The workers' transport's, when this worker has one replica (the in-process step spins).
   bool waits_without_polling() const override {
     return local_->size() == 1 && world_->waits_without_polling();

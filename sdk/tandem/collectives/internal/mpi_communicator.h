@@ -37,6 +37,8 @@ class MpiWorld final : public WorkerCollectives {
   /// are packed into one buffer unless there is only one), waited for with a timeout. kMean
   /// divides the sum by size().
   void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) override;
+  /// Two workers (reduce_scatter_two_workers).
+  bool reduce_scatters_for_real() const override { return size_ <= 2; }
   /// Two workers, for a buffer larger than an arrival message and an op whose two pieces
   /// combine to the same bits in either order (sums of every numeric dtype, maxima of
   /// integers), reduce-scatter for real (reduce_scatter_two_workers): each sends the other its

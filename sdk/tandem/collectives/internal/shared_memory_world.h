@@ -41,6 +41,7 @@ class SharedMemoryWorld final : public WorkerCollectives {
   /// moves by the workers' own copies: a communication thread would only take cycles from the
   /// backward pass, so gradient buckets start off, as under mpirun.
   bool waits_without_polling() const override { return false; }
+  bool reduce_scatters_for_real() const override { return true; }
 
   void all_reduce(std::vector<Tensor>& tensors, ReduceOp op, const char* label) override;
   /// A true reduce-scatter: every worker puts its buffer in its slots piece by piece, and each

@@ -27,6 +27,8 @@ class WorkerCollectives {
   /// True when a thread waiting on a collective sleeps in the kernel until its data arrives
   /// (Gloo: its TCP transport waits on its sockets); false when it polls (Open MPI).
   virtual bool waits_without_polling() const { return false; }
+  /// Whether reduce_scatter of sums moves only each worker's share (Communicator's namesake).
+  virtual bool reduce_scatters_for_real() const { return false; }
 
   /// In place: every worker's tensors reduced element-wise, the same result everywhere (kMean
   /// divides the sum by size()).
