@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <set>
 #include <string>
 
@@ -204,8 +205,10 @@ void gather_slots(const optim::Optimizer& optimizer, WorkerGroup* workers, Gathe
            static_cast<int64_t>(dtype_size(placements[k].variable.copy(0).dtype()));
   };
   // The whole slot on the chief, made at its first part; each part copied into its elements.
+  std::map<std::string, int64_t> placed;  // elements per slot
   const auto place = [&](size_t k, const void* bytes) {
     const optim::Optimizer::SlotPlacement& p = placements[k];
+    placed[p.name] += p.end - p.begin;
     auto it = out.slots.find(p.name);
     if (it == out.slots.end())
       it = out.slots
@@ -233,7 +236,24 @@ void gather_slots(const optim::Optimizer& optimizer, WorkerGroup* workers, Gathe
       place(k, placements[k].slot.copy(0).to(Device::cpu()).raw_data());
     }
   }
-  if (!several) return;
+  // Every element of every slot assembled (what the layout promises), else nothing is written.
+  const auto check_placed = [&]() -> std::string {
+    for (const optim::Optimizer::SlotPlacement& p : placements) {
+      const auto it = placed.find(p.name);
+      if (it != placed.end() && it->second != p.variable.copy(0).numel())
+        return detail::str_cat("checkpoint: optimizer slot \"", p.name, "\" has ", it->second,
+                               " of its ", p.variable.copy(0).numel(),
+                               " elements on the chief; nothing was written");
+    }
+    return {};
+  };
+  if (!several) {
+    if (me == 0) {
+      const std::string missing = check_placed();
+      TANDEM_CHECK(missing.empty(), missing);
+    }
+    return;
+  }
   const char* label = "checkpoint save (the optimizer slots other workers hold)";
   std::string failure;  // this worker's, the first
   size_t at = 0;
@@ -294,6 +314,7 @@ void gather_slots(const optim::Optimizer& optimizer, WorkerGroup* workers, Gathe
     }
     at = end;
   }
+  if (me == 0 && failure.empty()) failure = check_placed();
   std::vector<double> failed = {failure.empty() ? 0.0 : 1.0};
   workers->sum(failed, label);
   if (!failure.empty()) TANDEM_THROW(failure);

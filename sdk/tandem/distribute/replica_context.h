@@ -132,14 +132,18 @@ class ReplicaContext final : public optim::GradientSync, private autograd::Gradi
   std::vector<Tensor> sum_with_row_sparse(const std::vector<Tensor>& gradients,
                                           const std::vector<bool>& gather_candidate);
   void expect_micro_step(bool last, const std::vector<Tensor>& accumulators) override;
-  /// GradientSync: the owned shards packed by owner into flat chunks, each reduce-scattered
-  /// (sharded_sync.cpp); the gradient buckets are not used.
+  /// GradientSync: across workers the shards packed by owner into flat chunks, each
+  /// reduce-scattered; in one process each shard reduced to its owner where it lies
+  /// (sharded_sync.cpp). The gradient buckets stand by.
   std::vector<Tensor> sum_to_owners(const std::vector<Tensor>& gradients,
                                     const std::vector<Shard>& shards) override;
+  /// GradientSync: one replica, or a communicator that reduce-scatters for real and gradients
+  /// that travel uncompressed.
+  bool reduces_to_owners() const override;
   /// GradientSync: all_reduce(kSum, value).
   Tensor sum_of_shards(const Tensor& value) override;
-  /// GradientSync: the owned shards packed by owner into flat chunks, each all-gathered in
-  /// place (sharded_sync.cpp).
+  /// GradientSync: across workers the shards packed by owner into flat chunks, each
+  /// all-gathered in place; in one process each shard copied from its owner (sharded_sync.cpp).
   void gather_from_owners(const std::vector<Tensor>& values,
                           const std::vector<Shard>& shards) override;
   /// Across workers: every replica's description (and the global batch it passed to

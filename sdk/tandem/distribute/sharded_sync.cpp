@@ -132,6 +132,11 @@ void check_shards(const std::vector<Tensor>& tensors, const std::vector<Shard>& 
 
 }  // namespace
 
+bool ReplicaContext::reduces_to_owners() const {
+  return num_replicas_ == 1 || (communicator_->reduce_scatters_for_real() &&
+                                reducer_->wire_dtype(DType::kFloat32) == DType::kFloat32);
+}
+
 std::vector<Tensor> ReplicaContext::sum_to_owners(const std::vector<Tensor>& gradients,
                                                   const std::vector<Shard>& shards) {
   check_shards(gradients, shards, num_replicas_, "sum_to_owners");

@@ -46,6 +46,10 @@ class GradientSync {
     int64_t end = 0;    ///< one past its last
     int owner = -1;     ///< the replica that receives its sum; -1: every replica
   };
+  /// Optimizer-state sharding: whether sum_to_owners moves only each owner's share (a true
+  /// reduce-scatter). Where it would run the whole all-reduce anyway, an optimizer sums as
+  /// unsharded (the same call, the same bits) and keeps its shards. The default: true.
+  virtual bool reduces_to_owners() const { return true; }
   /// Optimizer-state sharding: the SUM over every replica in sync of each shard of `gradients`,
   /// delivered to its owner alone (a reduce-scatter): entry k is a 1-D tensor of
   /// shards[k].end - shards[k].begin elements where shards[k].owner is this replica or -1,

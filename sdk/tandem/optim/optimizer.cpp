@@ -353,9 +353,15 @@ std::vector<std::pair<std::string, std::string>> Optimizer::describe_update(
   out.emplace_back("number of variables", std::to_string(variables.size()));
   for (size_t i = 0; i < variables.size(); ++i) {
     const Tensor& value = variables[i].value_untracked();
-    out.emplace_back(tandem::detail::str_cat("variable ", i),
-                     tandem::detail::str_cat("\"", variables[i].name(), "\" ", value.shape(), " ",
-                                             value.dtype()));
+    std::string text = tandem::detail::str_cat("\"", variables[i].name(), "\" ", value.shape(), " ",
+                                               value.dtype());
+    // Sharded: who owns which elements (every worker must lay the state out alike).
+    std::lock_guard<std::mutex> lock(mutex_);
+    const auto it = layout_parts_.find(variables[i].id());
+    if (it != layout_parts_.end())
+      for (const ParameterLayout::Part& p : it->second)
+        text += tandem::detail::str_cat(" [", p.begin, ", ", p.end, ") on replica ", p.owner);
+    out.emplace_back(tandem::detail::str_cat("variable ", i), std::move(text));
   }
   return out;
 }
@@ -393,10 +399,12 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
   if (check_numerics_enabled())
     check_numerics(gradients, variables,
                    tandem::detail::str_cat("replica ", ctx.replica_id_in_sync_group()));
-  if (shard_stage_ > 0) {
+  if (shard_stage_ > 0 && ctx.reduces_to_owners()) {
     apply_sharded(ctx, gradients, variables);
     return;
   }
+  // Otherwise the sums are unsharded's (sharded, each replica then updates its own parts and
+  // they are gathered).
   if (accumulation_steps_ == 1) {
     // One batched all-reduce (SUM) of every defined gradient: each replica divided its loss by
     // the global batch, so the sum is the global gradient. Every replica then holds the same
@@ -405,7 +413,8 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
     std::vector<bool> row_sparse(variables.size());
     for (size_t i = 0; i < variables.size(); ++i)
       row_sparse[i] = variables[i].row_sparse_gradient();
-    apply_update(ctx.sum_across_replicas(gradients, row_sparse), variables);
+    if (apply_update(ctx.sum_across_replicas(gradients, row_sparse), variables))
+      gather_updated(ctx, gradients, variables);
     return;
   }
   // Micro-steps 1..N-1 only add into this replica's accumulators: no collective. Micro-step N
@@ -430,7 +439,8 @@ void Optimizer::apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gr
   for (size_t i = 0; i < variables.size(); ++i)
     if (gradients[i].defined())
       accumulators[i] = entry_for(variables[i]).accumulator.value_untracked();
-  finish_accumulation(ctx.sum_accumulated(gradients, accumulators), variables);
+  if (finish_accumulation(ctx.sum_accumulated(gradients, accumulators), variables))
+    gather_updated(ctx, gradients, variables);
   ctx.expect_micro_step(false, {});  // micro-step 1 of the next update (N > 1)
 }
 

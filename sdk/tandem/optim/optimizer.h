@@ -26,9 +26,9 @@ namespace tandem::optim {
 struct ReplicaMemory {
   /// The variables the optimizer updates: one replica's copy of each.
   int64_t parameters = 0;
-  /// The summed gradients the replica's updates read (stage 2: its own variables' only).
+  /// The summed gradients the replica's updates read (sharded: its own parts' only).
   int64_t gradients = 0;
-  /// Its slots (sharded: its own variables') and gradient accumulators.
+  /// Its slots (sharded: its own parts') and gradient accumulators.
   int64_t optimizer_state = 0;
 };
 
@@ -104,7 +104,8 @@ class Optimizer {
   /// The replica-context form (inside strategy.run, `ctx` being the ReplicaContext): all-reduces
   /// (SUM) the gradients across replicas in one batched call, then runs the update above
   /// (clipping after the reduction) on this replica's copies, identically everywhere. With
-  /// gradient accumulation, only micro-step N all-reduces (the accumulators).
+  /// gradient accumulation, only micro-step N all-reduces (the accumulators). Under
+  /// shard_optimizer_state, a reduce-scatter, the owners' updates and an all-gather instead.
   void apply_gradients(GradientSync& ctx, const std::vector<Tensor>& gradients,
                        const std::vector<Variable>& variables);
 
@@ -139,8 +140,12 @@ class Optimizer {
   /// apply_gradients reduce-scatters the gradients so that each replica receives the sums of
   /// its own parts alone (GradientSync::sum_to_owners), updates them, and all-gathers the
   /// updated parts to every replica (GradientSync::gather_from_owners): together the traffic
-  /// of one all-reduce, and each replica holds its own parts' summed gradients only. Stages 1
-  /// and 2 run this same pipeline (stage 2's gradient saving comes with the reduce-scatter).
+  /// of one all-reduce, and each replica holds its own parts' summed gradients only. Where the
+  /// transport's reduce-scatter would be its whole all-reduce (GradientSync::reduces_to_owners
+  /// false: Gloo, NCCL, Open MPI beyond two workers, compressed gradients), the gradients are
+  /// summed as unsharded (the same bits; every replica holds the sums) and only the update and
+  /// the all-gather are sharded. Stages 1 and 2 run this same pipeline (stage 2's gradient
+  /// saving comes with the reduce-scatter).
   /// What every replica must decide alike is summed across them: the global norm's terms for
   /// global_clipnorm (one per block of kNormBlock elements, so a split variable's terms are
   /// those of the whole), the loss scale's non-finite count (exact, as every other replica
@@ -304,6 +309,10 @@ class Optimizer {
   /// update_step over `items`, one call per dtype and weight decay (the update's scalars are
   /// rounded to the dtype), at the learning rate of iterations(); then iterations() + 1.
   void update_items(std::vector<UpdateItem> items);
+  /// Under sharding, after an update from whole sums: the parts of the variables updated from
+  /// `gradients` (defined) gathered from their owners to every replica.
+  void gather_updated(GradientSync& ctx, const std::vector<Tensor>& gradients,
+                      const std::vector<Variable>& variables);
   /// The global id of the replica the calling thread updates for.
   static int updating_replica();
   /// Zeroes this replica's accumulators and the micro-step counter (after an update).

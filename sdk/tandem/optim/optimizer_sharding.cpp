@@ -141,11 +141,20 @@ void Optimizer::apply_sharded(GradientSync& ctx, const std::vector<Tensor>& grad
   }
   const bool updated = apply_shards(std::move(sums), shards, variables, &ctx);
   if (accumulation_steps_ > 1) reset_accumulators();
-  if (!updated) return;
+  if (updated) gather_updated(ctx, gradients, variables);
+}
+
+void Optimizer::gather_updated(GradientSync& ctx, const std::vector<Tensor>& gradients,
+                               const std::vector<Variable>& variables) {
+  if (shard_stage_ == 0) return;
+  std::vector<bool> present(variables.size());
   std::vector<Tensor> values;
   values.reserve(variables.size());
-  for (const Variable& v : variables) values.push_back(v.value_untracked());
-  ctx.gather_from_owners(values, shards);
+  for (size_t i = 0; i < variables.size(); ++i) {
+    present[i] = gradients[i].defined();
+    values.push_back(variables[i].value_untracked());
+  }
+  ctx.gather_from_owners(values, shards_of(variables, present));
 }
 
 bool Optimizer::apply_shards(std::vector<Tensor> sums,
