@@ -373,27 +373,30 @@ TEST_CASE("fashion_mnist_mlp with TANDEM_CHECK_NUMERICS=1 stops at the first NaN
 
 TEST_CASE(
     "fashion_mnist_resnet --sync-bn --shard-optimizer-state 2 writes the unsharded checkpoint's "
-    "bits",
+    "bits, on 2 and 4 replicas",
     "[cpu][samples]") {
   if (!sample_built()) return;
-  std::vector<std::map<std::string, std::string>> files;
-  for (const char* stage : {"0", "2"}) {
-    TempDir dir;
-    const Result result =
-        run(kResnet + " --replicas 2 --sync-bn --epochs 1 --max-steps 6 --fresh " +
-            "--shard-optimizer-state " + stage + " --checkpoint-dir '" + dir.path.string() + "'");
-    INFO(result.output);
-    REQUIRE(result.exit_code == 0);
-    files.push_back(tandem::testing::datasets_of((dir.path / "ckpt-6.h5").string()));
-  }
-  // Weights, batch-norm statistics, Adam's slots, counters and data positions, to the bit.
-  CHECK(files[0].size() > 20);
-  CHECK(files[0].contains("/optimizer_weights/iteration:0"));
-  REQUIRE(files[0].size() == files[1].size());
-  for (const auto& [name, bytes] : files[0]) {
-    INFO(name);
-    REQUIRE(files[1].contains(name));
-    CHECK(files[1].at(name) == bytes);
+  for (const char* replicas : {"2", "4"}) {
+    INFO(replicas << " replicas");
+    std::vector<std::map<std::string, std::string>> files;
+    for (const char* stage : {"0", "2"}) {
+      TempDir dir;
+      const Result result =
+          run(kResnet + " --replicas " + replicas + " --sync-bn --epochs 1 --max-steps 6 --fresh " +
+              "--shard-optimizer-state " + stage + " --checkpoint-dir '" + dir.path.string() + "'");
+      INFO(result.output);
+      REQUIRE(result.exit_code == 0);
+      files.push_back(tandem::testing::datasets_of((dir.path / "ckpt-6.h5").string()));
+    }
+    // Weights, batch-norm statistics, Adam's slots, counters and data positions, to the bit.
+    CHECK(files[0].size() > 20);
+    CHECK(files[0].contains("/optimizer_weights/iteration:0"));
+    REQUIRE(files[0].size() == files[1].size());
+    for (const auto& [name, bytes] : files[0]) {
+      INFO(name);
+      REQUIRE(files[1].contains(name));
+      CHECK(files[1].at(name) == bytes);
+    }
   }
 }
 
