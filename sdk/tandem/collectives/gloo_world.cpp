@@ -13,6 +13,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <algorithm>
 #include <cctype>
 #include <chrono>
 #include <cmath>
@@ -129,6 +130,7 @@ std::string GlooWorld::who_is_missing() {
     for (;;) {
       const std::vector<std::pair<int, double>> gone = store_->departed();
       if (!gone.empty()) {
+        if (rank_ == 0) keep_store_for_survivors(gone);
         std::string out;
         for (const auto& [worker, seconds] : gone)
           out += detail::str_cat(out.empty() ? "" : "; ", describe(worker),
@@ -157,6 +159,26 @@ std::string GlooWorld::who_is_missing() {
                            ", is gone: its store does not answer (it exited, crashed or was "
                            "killed)");
   }
+}
+
+void GlooWorld::keep_store_for_survivors(const std::vector<std::pair<int, double>>& gone) {
+  // The chief raises next, and its program may end at once, taking the store with it: a
+  // survivor still on its way to ask (a busy machine) would then name the chief. Every other
+  // survivor says it stopped before it asks; wait for that (at most 2 s), then a moment for
+  // the answer.
+  using Clock = std::chrono::steady_clock;
+  const auto deadline = Clock::now() + std::chrono::seconds(2);
+  const auto departed = [&](int w) {
+    return std::any_of(gone.begin(), gone.end(), [&](const auto& g) { return g.first == w; });
+  };
+  for (;;) {
+    bool asked = true;
+    for (int w = 1; w < size() && asked; ++w)
+      asked = departed(w) || store_->try_get(detail::str_cat("stopped/", w)).has_value();
+    if (asked || Clock::now() >= deadline) break;
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
 }
 
 std::vector<char> GlooWorld::agree(const char* label, const std::vector<int64_t>& parameters,

@@ -62,6 +62,9 @@ class GlooWorld final : public WorkerCollectives {
   /// Why a collective failed, by name: the workers whose connection to the chief's store
   /// closed (they are gone), or those that did not reach this point (they are stuck).
   std::string who_is_missing();
+  /// On the chief, once `gone` (worker, seconds ago) left: keeps its store up until every other
+  /// survivor has said it stopped (at most 2 s), so that each learns who left from it.
+  void keep_store_for_survivors(const std::vector<std::pair<int, double>>& gone);
   template <typename Fn>
   void run(const char* what, const char* label, Fn&& fn);
   /// Before each collective: every worker shares the call's signature (its number, `label` and
