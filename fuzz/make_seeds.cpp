@@ -8,7 +8,10 @@
 #include <cstdint>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
+#include <iterator>
+#include <utility>
 
 #include "fuzz_support.h"
 #include "tandem/io/internal/hdf5_file.h"
@@ -29,7 +32,8 @@ Bytes gunzip_file(const std::string& path) {
   Bytes bytes;
   uint8_t buffer[1 << 16];
   int n = 0;
-  while ((n = gzread(file, buffer, sizeof(buffer))) > 0) bytes.insert(bytes.end(), buffer, buffer + n);
+  while ((n = gzread(file, buffer, sizeof(buffer))) > 0)
+    bytes.insert(bytes.end(), buffer, buffer + n);
   gzclose(file);
   if (n < 0) throw tandem::Error("make_seeds: cannot read " + path);
   return bytes;
@@ -108,7 +112,8 @@ void write_hdf5_seeds(const fs::path& out) {
   // 7 rows: chunks of 3, 3 and 1 in the harness.
   write("f32_rows_u8_labels.h5", Tensor::normal({7, 4}, g),
         Tensor::from_vector(std::vector<uint8_t>{0, 1, 2, 3, 4, 5, 6}));
-  write("f64_images_i64_labels.h5", tandem::ops::cast(Tensor::normal({4, 2, 3}, g), DType::kFloat64),
+  write("f64_images_i64_labels.h5",
+        tandem::ops::cast(Tensor::normal({4, 2, 3}, g), DType::kFloat64),
         Tensor::from_vector(std::vector<int64_t>{9, 8, 7, 6}));
 }
 
@@ -124,12 +129,34 @@ void write_checkpoint_seeds(const fs::path& restore_out, const fs::path& inspect
   };
   fz::TrainingState fresh;  // nothing trained: empty metrics, iterator at the start
   save(fresh, "ckpt-0.h5");
-  fz::TrainingState trained;  // mid-epoch: 5 steps per epoch (20 examples, batches of 4)
+  fz::TrainingState trained;   // mid-epoch: 5 steps per epoch (20 examples, batches of 4)
   trained.train(/*steps=*/7);  // epoch 1, step 2
   save(trained, "ckpt-7.h5");
 }
 
 }  // namespace
+
+/// fuzz_tfrecord: TensorFlow's fixture files (tests/fixtures/tfrecord) behind each options byte
+/// that fits them; fuzz_example: the records of its plain file.
+void write_tfrecord_seeds(const fs::path& tfrecord_out, const fs::path& example_out) {
+  const std::string fixtures = std::string(TANDEM_SOURCE_DIR) + "/tests/fixtures/tfrecord/";
+  const std::pair<const char*, uint8_t> files[] = {
+      {"examples", 0}, {"examples.gz", 1}, {"examples.zlib", 2}};
+  for (const auto& [name, compression] : files) {
+    const std::string path = fixtures + name + ".tfrecord";
+    for (const uint8_t skip : {0, 4}) {
+      Bytes input = {static_cast<uint8_t>(compression | skip)};
+      std::ifstream in(path, std::ios::binary);
+      input.insert(input.end(), std::istreambuf_iterator<char>(in), {});
+      write_bytes(tfrecord_out / (std::string(name) + "-" + std::to_string(compression | skip)),
+                  input);
+    }
+  }
+  tandem::io::TFRecordReader reader(fixtures + "examples.tfrecord");
+  std::string record;
+  for (int i = 0; reader.next(record); ++i)
+    write_bytes(example_out / ("record-" + std::to_string(i)), Bytes(record.begin(), record.end()));
+}
 
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3) {
@@ -143,6 +170,7 @@ int main(int argc, char** argv) {
     write_idx_seeds(out / "fuzz_idx", fashion_dir);
     write_hdf5_seeds(out / "fuzz_hdf5_dataset");
     write_checkpoint_seeds(out / "fuzz_checkpoint_restore", out / "fuzz_checkpoint_inspect");
+    write_tfrecord_seeds(out / "fuzz_tfrecord", out / "fuzz_example");
   } catch (const std::exception& e) {
     std::cerr << "fuzz_make_seeds: " << e.what() << "\n";
     return 1;

@@ -16,6 +16,8 @@
 #include <string>
 #include <vector>
 
+#include "tandem/io/internal/proto_wire.h"
+#include "tandem/io/tfrecord.h"
 #include "tandem/summary/internal/event_file.h"
 #include "tandem/tandem.h"
 
@@ -104,19 +106,19 @@ std::string py_repr(double value) {
 
 TEST_CASE("CRC-32C, TFRecord framing and protocol buffer fields", "[cpu][summary]") {
   // The CRC-32C check value, and RFC 3720's 32 zero bytes.
-  CHECK(ev::crc32c("123456789") == 0xE3069283u);
-  CHECK(ev::crc32c(std::string(32, '\0')) == 0x8A9136AAu);
-  const uint32_t crc = ev::crc32c("abc");
-  CHECK(ev::masked_crc32c("abc") == ((crc >> 15) | (crc << 17)) + 0xa282ead8u);
+  CHECK(tandem::io::crc32c("123456789") == 0xE3069283u);
+  CHECK(tandem::io::crc32c(std::string(32, '\0')) == 0x8A9136AAu);
+  const uint32_t crc = tandem::io::crc32c("abc");
+  CHECK(tandem::io::masked_crc32c("abc") == ((crc >> 15) | (crc << 17)) + 0xa282ead8u);
   const std::string record = ev::tfrecord("hello");
   REQUIRE(record.size() == 8 + 4 + 5 + 4);
   CHECK(hex(record.substr(0, 8)) == "0500000000000000");
   CHECK(record.substr(12, 5) == "hello");
   // Field 1 varint 150 (the protocol buffer documentation's example), field 2 string "testing".
-  ev::ProtoWriter p;
+  tandem::io::detail::ProtoWriter p;
   p.varint(1, 150).bytes(2, "testing");
   CHECK(hex(p.data()) == "089601120774657374696e67");
-  ev::ProtoWriter f;
+  tandem::io::detail::ProtoWriter f;
   f.fixed32_float(2, 1.0f).fixed64_double(1, 2.0);
   CHECK(hex(f.data()) == "150000803f090000000000000040");
 }

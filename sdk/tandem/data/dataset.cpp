@@ -6,6 +6,7 @@
 #include <cstring>
 #include <sstream>
 
+#include "tandem/core/threading.h"
 #include "tandem/data/internal/node.h"
 
 namespace tandem::data {
@@ -202,6 +203,17 @@ Dataset::Dataset(std::shared_ptr<const detail::Node> node)
 Dataset Dataset::map(std::function<Element(Element)> fn) const {
   TANDEM_CHECK(fn != nullptr, "Dataset::map: the function is empty");
   return Dataset(detail::make_map_node(node_, std::move(fn)));
+}
+
+Dataset Dataset::map(std::function<Element(Element)> fn, int64_t num_parallel_calls) const {
+  TANDEM_CHECK(fn != nullptr, "Dataset::map: the function is empty");
+  TANDEM_CHECK(num_parallel_calls >= 1 || num_parallel_calls == kAutotune,
+               "Dataset::map: num_parallel_calls must be at least 1 or kAutotune, got ",
+               num_parallel_calls);
+  const int64_t threads =
+      num_parallel_calls == kAutotune ? std::max(1, compute_threads()) : num_parallel_calls;
+  TANDEM_CHECK(threads <= 1024, "Dataset::map: num_parallel_calls ", threads, " is too many");
+  return Dataset(detail::make_map_node(node_, std::move(fn), static_cast<int>(threads)));
 }
 
 Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {

@@ -32,7 +32,8 @@ struct TensorSpec {
 
 /// Cardinality of a dataset that repeats forever.
 inline constexpr int64_t kInfiniteCardinality = -1;
-/// prefetch(kAutotune) picks a small default buffer (2 elements).
+/// prefetch(kAutotune) picks a small default buffer (2 elements); map(fn, kAutotune) one
+/// thread per core.
 inline constexpr int64_t kAutotune = -1;
 
 /// Which part of a dataset to read: the training or the test examples.
@@ -118,6 +119,12 @@ class Dataset {
   /// a prefetch thread, and saved iterator positions are restored by recomputation); it
   /// receives its own copy of the element's tensors.
   Dataset map(std::function<Element(Element)> fn) const;
+  /// map(fn) on `num_parallel_calls` threads (tf.data's map(fn, num_parallel_calls)); kAutotune
+  /// uses one per core of this process's compute budget. The output order is the input's.
+  /// Before a batch of a random-access source, each batch's elements are read and mapped in
+  /// parallel; otherwise a window of 2 x num_parallel_calls elements is read ahead and mapped.
+  /// A position saved with one parallelism restores with any other.
+  Dataset map(std::function<Element(Element)> fn, int64_t num_parallel_calls) const;
   /// tf.data shuffle: a buffer of `buffer_size` elements; each output is a uniformly chosen
   /// buffer element, replaced by the next input. Randomness is Philox(seed) with the epoch
   /// folded into the stream, so every epoch differs (unless reshuffle_each_iteration is

@@ -7,6 +7,7 @@
 
 #include "tandem/data/internal/iterators.h"
 #include "tandem/data/internal/node.h"
+#include "tandem/data/internal/worker_pool.h"
 
 namespace tandem::data::detail {
 namespace {
@@ -85,33 +86,56 @@ using MapFn = std::function<Element(Element)>;
 
 class MappedReader final : public SourceReader {
  public:
-  MappedReader(std::unique_ptr<SourceReader> base, std::shared_ptr<const MapFn> fn)
-      : base_(std::move(base)), fn_(std::move(fn)) {}
+  MappedReader(const Source& base, std::shared_ptr<const MapFn> fn, int parallel)
+      : fn_(std::move(fn)) {
+    // One reader of the base source per worker: readers are not shared between threads.
+    for (int w = 0; w < parallel; ++w) bases_.push_back(base.reader());
+    if (parallel > 1) pool_ = std::make_unique<WorkerPool>(parallel);
+  }
   void read(int64_t index, Element& out) override {
     Element element;
-    base_->read(index, element);
+    bases_[0]->read(index, element);
     out = (*fn_)(std::move(element));
+  }
+  // With num_parallel_calls, a batch's elements are read and mapped on the pool's workers,
+  // then stacked in the batch's order.
+  void gather(const std::vector<int64_t>& indices, Element& out) override {
+    if (!pool_) {
+      SourceReader::gather(indices, out);
+      return;
+    }
+    std::vector<Element> elements(indices.size());
+    pool_->run(static_cast<int64_t>(indices.size()), [&](int64_t k, int worker) {
+      Element element;
+      bases_[static_cast<size_t>(worker)]->read(indices[static_cast<size_t>(k)], element);
+      elements[static_cast<size_t>(k)] = (*fn_)(std::move(element));
+    });
+    Stacker stacker;
+    stacker.start(elements[0], static_cast<int64_t>(elements.size()));
+    for (size_t k = 1; k < elements.size(); ++k) stacker.append(elements[k]);
+    out = stacker.finish();
   }
 
  private:
-  std::unique_ptr<SourceReader> base_;
+  std::vector<std::unique_ptr<SourceReader>> bases_;
   std::shared_ptr<const MapFn> fn_;
+  std::unique_ptr<WorkerPool> pool_;
 };
 
 /// A random-access source seen through a map function.
 class MappedSource final : public Source {
  public:
-  MappedSource(std::shared_ptr<const Source> base, std::shared_ptr<const MapFn> fn)
-      : base_(std::move(base)), fn_(std::move(fn)) {}
+  MappedSource(std::shared_ptr<const Source> base, std::shared_ptr<const MapFn> fn, int parallel)
+      : base_(std::move(base)), fn_(std::move(fn)), parallel_(parallel) {}
   int64_t size() const override { return base_->size(); }
   bool cheap_random_access() const override { return base_->cheap_random_access(); }
   std::unique_ptr<SourceReader> reader() const override {
-    return std::make_unique<MappedReader>(base_->reader(), fn_);
+    return std::make_unique<MappedReader>(*base_, fn_, parallel_);
   }
   std::vector<TensorSpec> element_spec() const override {
     TANDEM_CHECK(size() > 0, "element_spec of a map over an empty dataset is unknown");
     Element element;
-    reader()->read(0, element);
+    MappedReader(*base_, fn_, 1).read(0, element);
     return spec_of(element);
   }
   std::string describe() const override { return "map(" + base_->describe() + ")"; }
@@ -119,6 +143,7 @@ class MappedSource final : public Source {
  private:
   std::shared_ptr<const Source> base_;
   std::shared_ptr<const MapFn> fn_;
+  int parallel_;
 };
 
 class MapIterator final : public IteratorImpl {
@@ -144,29 +169,36 @@ class MapIterator final : public IteratorImpl {
 
 class MapNode final : public Node {
  public:
-  MapNode(NodePtr input, std::shared_ptr<const MapFn> fn)
-      : Node(std::move(input), "map"), fn_(std::move(fn)) {
-    if (auto base = this->input()->source()) mapped_ = std::make_shared<MappedSource>(base, fn_);
+  MapNode(NodePtr input, std::shared_ptr<const MapFn> fn, int parallel)
+      : Node(std::move(input), "map"), fn_(std::move(fn)), parallel_(parallel) {
+    if (auto base = this->input()->source())
+      mapped_ = std::make_shared<MappedSource>(base, fn_, parallel_);
   }
-  std::string describe() const override { return "map"; }
+  std::string describe() const override {
+    return parallel_ > 1 ? "map(num_parallel_calls=" + std::to_string(parallel_) + ")" : "map";
+  }
+  // A position saved with one parallelism restores with another: it is the input's.
+  std::string signature_text() const override { return "map"; }
   std::shared_ptr<const Source> source() const override { return mapped_; }
   std::unique_ptr<IteratorImpl> make_iterator(uint64_t epoch) const override {
+    if (parallel_ > 1) return make_parallel_map_iterator(input(), epoch, fn_, parallel_);
     return std::make_unique<MapIterator>(input()->make_iterator(epoch), fn_);
   }
   int64_t cardinality() const override { return input()->cardinality(); }
   std::vector<TensorSpec> element_spec() const override {
     if (mapped_) return mapped_->element_spec();
     Element element;
-    TANDEM_CHECK(make_iterator(0)->next(element),
+    TANDEM_CHECK(std::make_unique<MapIterator>(input()->make_iterator(0), fn_)->next(element),
                  "element_spec of a map over an empty dataset is unknown");
     return spec_of(element);
   }
   NodePtr with_input(NodePtr input) const override {
-    return std::make_shared<MapNode>(std::move(input), fn_);
+    return std::make_shared<MapNode>(std::move(input), fn_, parallel_);
   }
 
  private:
   std::shared_ptr<const MapFn> fn_;
+  int parallel_;
   std::shared_ptr<const Source> mapped_;
 };
 
@@ -373,8 +405,9 @@ std::shared_ptr<const Node> make_source_node(std::shared_ptr<const Source> sourc
   return std::make_shared<SourceNode>(std::move(source), std::move(kind));
 }
 std::shared_ptr<const Node> make_map_node(std::shared_ptr<const Node> input,
-                                          std::function<Element(Element)> fn) {
-  return std::make_shared<MapNode>(std::move(input), std::make_shared<const MapFn>(std::move(fn)));
+                                          std::function<Element(Element)> fn, int parallel) {
+  return std::make_shared<MapNode>(std::move(input), std::make_shared<const MapFn>(std::move(fn)),
+                                   parallel);
 }
 std::shared_ptr<const Node> make_batch_node(std::shared_ptr<const Node> input, int64_t batch_size,
                                             bool drop_remainder) {

@@ -1,26 +1,14 @@
 // TensorBoard's file format (internal/event_file.h).
 #include "tandem/summary/internal/event_file.h"
 
-#include <array>
-#include <cstring>
+#include "tandem/io/internal/proto_wire.h"
+#include "tandem/io/tfrecord.h"
 
 namespace tandem::summary::detail {
 
 namespace {
 
-std::array<uint32_t, 256> crc32c_table() {
-  std::array<uint32_t, 256> table{};
-  for (uint32_t i = 0; i < 256; ++i) {
-    uint32_t crc = i;
-    for (int bit = 0; bit < 8; ++bit) crc = (crc >> 1) ^ ((crc & 1) ? 0x82F63B78u : 0u);
-    table[i] = crc;
-  }
-  return table;
-}
-
-void append_le(std::string& out, uint64_t value, int bytes) {
-  for (int i = 0; i < bytes; ++i) out.push_back(static_cast<char>((value >> (8 * i)) & 0xff));
-}
+using io::detail::ProtoWriter;
 
 // event.proto: Event { double wall_time = 1; int64 step = 2; string file_version = 3;
 // Summary summary = 5; }. summary.proto: Summary { repeated Value value = 1; } and
@@ -36,78 +24,7 @@ std::string event(double wall_time, int64_t step, const std::string& value) {
 
 }  // namespace
 
-uint32_t crc32c(std::string_view data) {
-  static const std::array<uint32_t, 256> table = crc32c_table();
-  uint32_t crc = 0xFFFFFFFFu;
-  for (const char c : data) crc = table[(crc ^ static_cast<uint8_t>(c)) & 0xff] ^ (crc >> 8);
-  return crc ^ 0xFFFFFFFFu;
-}
-
-uint32_t masked_crc32c(std::string_view data) {
-  const uint32_t crc = crc32c(data);
-  return ((crc >> 15) | (crc << 17)) + 0xa282ead8u;
-}
-
-std::string tfrecord(std::string_view payload) {
-  std::string out, length;
-  append_le(length, payload.size(), 8);
-  out += length;
-  append_le(out, masked_crc32c(length), 4);
-  out.append(payload);
-  append_le(out, masked_crc32c(payload), 4);
-  return out;
-}
-
-void ProtoWriter::raw_varint(uint64_t value) {
-  while (value >= 0x80) {
-    data_.push_back(static_cast<char>((value & 0x7f) | 0x80));
-    value >>= 7;
-  }
-  data_.push_back(static_cast<char>(value));
-}
-
-void ProtoWriter::key(int field, int wire_type) {
-  raw_varint((static_cast<uint64_t>(field) << 3) | static_cast<uint64_t>(wire_type));
-}
-
-ProtoWriter& ProtoWriter::varint(int field, uint64_t value) {
-  key(field, 0);
-  raw_varint(value);
-  return *this;
-}
-
-ProtoWriter& ProtoWriter::fixed64_double(int field, double value) {
-  key(field, 1);
-  uint64_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(bits));
-  append_le(data_, bits, 8);
-  return *this;
-}
-
-ProtoWriter& ProtoWriter::fixed32_float(int field, float value) {
-  key(field, 5);
-  uint32_t bits = 0;
-  std::memcpy(&bits, &value, sizeof(bits));
-  append_le(data_, bits, 4);
-  return *this;
-}
-
-ProtoWriter& ProtoWriter::bytes(int field, std::string_view value) {
-  key(field, 2);
-  raw_varint(value.size());
-  data_.append(value);
-  return *this;
-}
-
-ProtoWriter& ProtoWriter::packed_doubles(int field, const std::vector<double>& values) {
-  std::string packed;
-  for (const double v : values) {
-    uint64_t bits = 0;
-    std::memcpy(&bits, &v, sizeof(bits));
-    append_le(packed, bits, 8);
-  }
-  return bytes(field, packed);
-}
+std::string tfrecord(std::string_view payload) { return io::tfrecord_frame(payload); }
 
 std::string file_version_event(double wall_time) {
   ProtoWriter e;

@@ -102,8 +102,15 @@ class Node {
 // ---- node factories ----------------------------------------------------------------------
 std::shared_ptr<const Node> make_source_node(std::shared_ptr<const Source> source,
                                              std::string kind);
+/// map(fn) on `parallel` threads (1: the caller's only).
 std::shared_ptr<const Node> make_map_node(std::shared_ptr<const Node> input,
-                                          std::function<Element(Element)> fn);
+                                          std::function<Element(Element)> fn, int parallel = 1);
+/// The iterator of a map on `parallel` > 1 threads over elements (not indices): it reads
+/// ahead of the consumer and maps the elements read on a WorkerPool, keeping their order
+/// (parallel_map.cpp).
+std::unique_ptr<IteratorImpl> make_parallel_map_iterator(
+    std::shared_ptr<const Node> input, uint64_t epoch,
+    std::shared_ptr<const std::function<Element(Element)>> fn, int parallel);
 std::shared_ptr<const Node> make_shuffle_node(std::shared_ptr<const Node> input,
                                               int64_t buffer_size, uint64_t seed,
                                               bool reshuffle_each_iteration);

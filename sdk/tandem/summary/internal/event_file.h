@@ -11,28 +11,8 @@
 
 namespace tandem::summary::detail {
 
-/// CRC-32C (Castagnoli) of `data`, and TFRecord's masked form of a CRC.
-uint32_t crc32c(std::string_view data);
-uint32_t masked_crc32c(std::string_view data);
-
 /// `payload` framed as one TFRecord.
 std::string tfrecord(std::string_view payload);
-
-/// A protocol buffer message under construction (proto3 wire format).
-class ProtoWriter {
- public:
-  ProtoWriter& varint(int field, uint64_t value);
-  ProtoWriter& fixed64_double(int field, double value);
-  ProtoWriter& fixed32_float(int field, float value);
-  ProtoWriter& bytes(int field, std::string_view value);  ///< strings, nested messages
-  ProtoWriter& packed_doubles(int field, const std::vector<double>& values);
-  const std::string& data() const { return data_; }
-
- private:
-  void key(int field, int wire_type);
-  void raw_varint(uint64_t value);
-  std::string data_;
-};
 
 /// tensorflow.HistogramProto's fields.
 struct Histogram {
