@@ -140,6 +140,10 @@ thread_local int t_compute_threads = 0;
 void set_compute_threads(int threads) {
   t_compute_threads = std::max(1, threads);
 #ifdef _OPENMP
+  // No team of this thread can be larger than OpenMP's thread limit (OMP_THREAD_LIMIT).
+  t_compute_threads = std::min(t_compute_threads, std::max(1, omp_get_thread_limit()));
+#endif
+#ifdef _OPENMP
   omp_set_num_threads(t_compute_threads);
 #endif
 }

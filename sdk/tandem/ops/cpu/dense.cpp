@@ -114,7 +114,7 @@ void onednn_matmul(dnnl::memory::data_type type, bool transpose_a, bool transpos
                    void* y, int64_t ldw = 0) {
   static onednn::PrimitiveCache<MatmulKey, MatmulPrimitive, MatmulKeyHash> cache;
   const MatmulKey key{
-      m,    n,           k,           bias != nullptr,      relu, omp_get_max_threads(),
+      m,    n,           k,           bias != nullptr,      relu, onednn::team_threads(),
       type, transpose_a, transpose_b, transpose_b ? 0 : ldw};
   try {
     const std::shared_ptr<const MatmulPrimitive> mm = cache.get(key, create_matmul);

@@ -175,8 +175,10 @@ void gemm(bool transpose_a, bool transpose_b, int64_t m, int64_t n, int64_t k, f
   }
 #if TANDEM_WITH_ONEDNN
   // oneDNN (OpenMP runtime) uses omp_get_max_threads() of the calling thread, which
-  // tandem::set_compute_threads sets; so each replica's GEMM keeps to its share of the cores.
+  // tandem::set_compute_threads sets; so each replica's GEMM keeps to its share of the cores
+  // (and to OpenMP's thread limit: team_threads).
   onednn::apply_cpu_isa_cap();
+  onednn::team_threads();
   if (const int64_t stride = gemm_b_copy_stride(transpose_b, m, ldb); stride > 0) {
     const FloatBuffer copy(k * stride);
     copy_rows(k, n, b, ldb, copy.data(), stride);

@@ -3,6 +3,7 @@
 #include "tandem/ops/cpu/onednn.h"
 
 #include <dnnl_debug.h>
+#include <omp.h>
 
 #include <vector>
 
@@ -59,6 +60,16 @@ void apply_cpu_isa_cap() {
     return status == dnnl_success;
   }();
   (void)applied;
+}
+
+int team_threads() {
+  const int threads = omp_get_max_threads();
+  const int limit = omp_get_thread_limit();
+  if (limit >= 1 && threads > limit) {
+    omp_set_num_threads(limit);
+    return limit;
+  }
+  return threads;
 }
 
 const dnnl::engine& engine() {

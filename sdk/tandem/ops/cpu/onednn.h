@@ -26,6 +26,13 @@ const dnnl::engine& engine();
 /// GEMMs call it.
 void apply_cpu_isa_cap();
 
+/// The threads oneDNN splits work into on the calling thread: omp_get_max_threads(), first
+/// lowered (omp_set_num_threads) to the thread limit of OpenMP (OMP_THREAD_LIMIT) where that is
+/// smaller. oneDNN fixes a primitive's (and dnnl_sgemm's) split for omp_get_max_threads()
+/// threads and runs it in a team OpenMP may make smaller: the threads that never start would
+/// leave their share of the output unwritten. Called before every oneDNN call.
+int team_threads();
+
 /// Attributes of a primitive whose caller passes the scratchpad (so concurrent executions on
 /// replica threads never share one, whatever the library's build options), with a ReLU applied
 /// to the accumulator when `relu`.

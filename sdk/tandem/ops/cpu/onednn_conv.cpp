@@ -68,7 +68,7 @@ struct ConvKeyHash {
 bool winograd_applies(dt type, const ConvGeometry& g, int64_t filters);
 
 ConvKey make_key(dt type, const ConvGeometry& g, int64_t filters, bool bias, bool relu) {
-  return {g, filters, bias, relu, omp_get_max_threads(), type, winograd_applies(type, g, filters)};
+  return {g, filters, bias, relu, onednn::team_threads(), type, winograd_applies(type, g, filters)};
 }
 
 /// Padding after the input that makes oneDNN's output size the op's: TensorFlow's SAME puts the
