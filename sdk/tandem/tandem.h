@@ -27,6 +27,7 @@
 #include "tandem/data/dataset.h"
 #include "tandem/data/distributed_dataset.h"
 #include "tandem/data/example.h"
+#include "tandem/data/image.h"
 #include "tandem/data/iterator_state.h"
 #include "tandem/data/text.h"
 #include "tandem/data/tfrecord.h"
