@@ -7,13 +7,9 @@
 
 #include "fuzz_support.h"
 
-namespace fz = tandem::fuzzing;
 namespace data = tandem::data;
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  fz::quiet_logging();
-  return 0;
-}
+TANDEM_FUZZ_QUIET_INITIALIZE()
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* input, size_t size) {
   const std::string_view record(reinterpret_cast<const char*>(input), size);
@@ -25,8 +21,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* input, size_t size) {
       {"names", data::VarLenFeature{tandem::DType::kUInt8, 16}},
       {"weights", data::VarLenFeature{tandem::DType::kFloat32, 2, -1.0}},
       {"small", data::VarLenFeature{tandem::DType::kInt32}}};
-  fz::run_expecting_errors([&] { (void)data::parse_example(record, spec); });
-  fz::run_expecting_errors([&] {
+  tandem::fuzzing::run_expecting_errors([&] { (void)data::parse_example(record, spec); });
+  tandem::fuzzing::run_expecting_errors([&] {
     const data::Example example = data::Example::parse(record);
     // What decodes, re-encodes to the same features (TensorFlow's map semantics: the last
     // entry of a name wins).

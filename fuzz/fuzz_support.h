@@ -73,6 +73,13 @@ inline void quiet_logging() {
   ::setenv("TANDEM_HDF5_READ_TIMEOUT", "1", /*overwrite=*/0);
 }
 
+/// Defines libFuzzer's LLVMFuzzerInitialize as quiet_logging() (at file scope of a harness).
+#define TANDEM_FUZZ_QUIET_INITIALIZE()                 \
+  extern "C" int LLVMFuzzerInitialize(int*, char***) { \
+    ::tandem::fuzzing::quiet_logging();                \
+    return 0;                                          \
+  }
+
 /// Runs `body` on one input. tandem::Error (bad input, reported with a message) and the other
 /// std::exceptions Tandem lets through for bad input (std::out_of_range from a parse, a
 /// std::filesystem_error) are expected outcomes. std::bad_alloc and std::length_error are not:
@@ -152,8 +159,8 @@ struct TrainingState {
     auto step = [&](ReplicaContext& ctx, const data::Batch& batch) {
       GradientTape tape;
       const Tensor logits = (*model)(batch.features(), /*training=*/true);
-      const Tensor per_example = losses::sparse_categorical_crossentropy(
-          batch.labels(), logits, /*from_logits=*/true);
+      const Tensor per_example =
+          losses::sparse_categorical_crossentropy(batch.labels(), logits, /*from_logits=*/true);
       const Tensor loss = compute_average_loss(per_example, kGlobalBatch);
       optimizer->apply_gradients(ctx, tape.gradient(loss, variables), variables);
       train_loss.update_state(per_example);

@@ -6,13 +6,9 @@
 
 #include "fuzz_support.h"
 
-namespace fz = tandem::fuzzing;
 namespace data = tandem::data;
 
-extern "C" int LLVMFuzzerInitialize(int*, char***) {
-  fz::quiet_logging();
-  return 0;
-}
+TANDEM_FUZZ_QUIET_INITIALIZE()
 
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* input, size_t size) {
   if (size < 1) return 0;
@@ -21,26 +17,26 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* input, size_t size) {
   const tandem::io::TFRecordReadOptions options{
       .compression = static_cast<tandem::io::Compression>(compression),
       .skip_damaged = (input[0] & 4) != 0};
-  const std::string path = fz::scratch().file("records.tfrecord");
-  fz::write_file(path, input + 1, size - 1);
+  const std::string path = tandem::fuzzing::scratch().file("records.tfrecord");
+  tandem::fuzzing::write_file(path, input + 1, size - 1);
   const data::FeatureSpec spec = {
       {"image", data::FixedLenFeature{{}, tandem::DType::kUInt8}},
       {"label", data::FixedLenFeature{{}, tandem::DType::kInt64, std::vector<double>{0}}},
       {"values", data::VarLenFeature{tandem::DType::kFloat32, 4}},
       {"tokens", data::VarLenFeature{tandem::DType::kInt32}}};
-  fz::run_expecting_errors([&] {
+  tandem::fuzzing::run_expecting_errors([&] {
     tandem::io::TFRecordReader reader(path, options);
     std::string record;
     for (int n = 0; n < 256 && reader.next(record); ++n)
-      fz::run_expecting_errors([&] { (void)data::parse_example(record, spec); });
+      tandem::fuzzing::run_expecting_errors([&] { (void)data::parse_example(record, spec); });
   });
-  fz::run_expecting_errors([&] {
+  tandem::fuzzing::run_expecting_errors([&] {
     const data::Dataset dataset = data::tfrecord({path}, options);
     (void)dataset.describe();
     data::Iterator it = dataset.take(64).iterator();
     data::Element element;
     while (it.next(element))
-      fz::run_expecting_errors([&] {
+      tandem::fuzzing::run_expecting_errors([&] {
         (void)data::Example::parse(std::string_view(static_cast<const char*>(element[0].raw_data()),
                                                     static_cast<size_t>(element[0].numel())));
       });

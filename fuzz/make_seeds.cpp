@@ -158,6 +158,17 @@ void write_tfrecord_seeds(const fs::path& tfrecord_out, const fs::path& example_
     write_bytes(example_out / ("record-" + std::to_string(i)), Bytes(record.begin(), record.end()));
 }
 
+/// fuzz_image: the JPEG and PNG files of tests/fixtures/images (TensorFlow wrote them).
+void write_image_seeds(const fs::path& out) {
+  const fs::path tree = fs::path(TANDEM_SOURCE_DIR) / "tests/fixtures/images/tree";
+  for (const auto& entry : fs::recursive_directory_iterator(tree)) {
+    if (!entry.is_regular_file()) continue;
+    std::ifstream in(entry.path(), std::ios::binary);
+    const Bytes bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    write_bytes(out / entry.path().filename(), bytes);
+  }
+}
+
 int main(int argc, char** argv) {
   if (argc < 2 || argc > 3) {
     std::cerr << "usage: fuzz_make_seeds OUT_DIR [FASHION_MNIST_DIR]\n";
@@ -171,6 +182,7 @@ int main(int argc, char** argv) {
     write_hdf5_seeds(out / "fuzz_hdf5_dataset");
     write_checkpoint_seeds(out / "fuzz_checkpoint_restore", out / "fuzz_checkpoint_inspect");
     write_tfrecord_seeds(out / "fuzz_tfrecord", out / "fuzz_example");
+    write_image_seeds(out / "fuzz_image");
   } catch (const std::exception& e) {
     std::cerr << "fuzz_make_seeds: " << e.what() << "\n";
     return 1;

@@ -360,7 +360,7 @@ TEST_CASE("shard_optimizer_state 1 and 2 train bitwise like every replica holdin
 TEST_CASE(
     "a stage-2 run's checkpoint on 4 replicas restores at 1, 2 and 3 replicas, at every "
     "stage, and training continues bitwise",
-    "[optim][distribute][checkpoint]") {
+    "[cpu][optim][distribute][checkpoint]") {
   const td::checkpoint_testing::TempDir dir;
   const std::string path = dir.file("ckpt.h5");
   Setup four{

@@ -65,7 +65,7 @@ struct ImageDirectoryOptions {
   std::vector<std::string> class_names = {};
 };
 
-/// Images in `directory`/<class>/... (jpg, jpeg, png; sub-folders of a class included) as
+/// Images in `directory/CLASS/...` (jpg, jpeg, png; sub-folders of a class included) as
 /// elements {float32 [height, width, channels] in [0, 255], int64 label}, labels numbered in
 /// class order, files in Keras's order and split. Unbatched: add .shuffle/.batch as needed.
 /// Decoding runs when an element is read (use map(fn, num_parallel_calls) after it, or batch

@@ -74,7 +74,9 @@ class TFRecordReader {
   /// Opens `path`; raises naming it when it cannot be opened.
   explicit TFRecordReader(const std::string& path, TFRecordReadOptions options = {});
   ~TFRecordReader();
+  /// Takes over the other reader's file and position.
   TFRecordReader(TFRecordReader&&) noexcept;
+  /// Closes this reader's file, then takes over the other's file and position.
   TFRecordReader& operator=(TFRecordReader&&) noexcept;
 
   /// Reads the next record into `record`; false at the end of the file. A damaged record
