@@ -8,6 +8,7 @@
 #include <jpeglib.h>
 #include <png.h>
 
+#include <algorithm>
 #include <csetjmp>
 #include <cstring>
 #include <memory>
@@ -19,8 +20,10 @@ namespace tandem::data {
 
 namespace {
 
-/// Decoded images larger than this raise (a damaged header cannot ask for gigabytes).
-constexpr uint64_t kMaxImageBytes = uint64_t{1} << 28;
+/// Decoded images larger than this raise, from their header's size, before the decoder
+/// allocates (a damaged header cannot ask for gigabytes; a progressive JPEG's coefficients take
+/// twice the decoded bytes).
+constexpr uint64_t kMaxImageBytes = uint64_t{1} << 27;
 
 void check_size(const char* what, uint64_t height, uint64_t width, uint64_t channels) {
   TANDEM_CHECK(height > 0 && width > 0, what, ": the image is ", height, "x", width);
@@ -60,6 +63,15 @@ bool run_jpeg(JpegJob& job, const unsigned char* data, unsigned long size, int c
   job.created = true;
   jpeg_mem_src(&job.cinfo, data, size);
   jpeg_read_header(&job.cinfo, TRUE);
+  if (uint64_t{job.cinfo.image_width} * job.cinfo.image_height *
+          static_cast<uint64_t>(std::max(job.cinfo.num_components, 3)) >
+      kMaxImageBytes) {
+    std::snprintf(job.errors.message, sizeof job.errors.message,
+                  "a %ux%u image of %d components is larger than %llu bytes decoded",
+                  job.cinfo.image_width, job.cinfo.image_height, job.cinfo.num_components,
+                  static_cast<unsigned long long>(kMaxImageBytes));
+    return false;
+  }
   const int stored = job.cinfo.num_components == 1 ? 1 : 3;
   const int want = channels == 0 ? stored : channels;
   job.cinfo.out_color_space = want == 1 ? JCS_GRAYSCALE : JCS_RGB;
