@@ -333,6 +333,17 @@ TEST_CASE(
       CHECK_THAT(ds.describe(), Catch::Contains("1 damaged skipped"));
     }
   }
+  // A length near 2^64 with a correct CRC: refused as running past the end, not wrapped
+  // around to a small one (reading and skipping alike).
+  std::string huge(8, '\xff');
+  huge[0] = '\xfe';
+  const uint32_t crc = io::masked_crc32c(huge);
+  for (int i = 0; i < 4; ++i) huge.push_back(static_cast<char>(crc >> (8 * i)));
+  const std::string huge_path = damaged("huge.tfrecord", huge + std::string(40, 'x'));
+  std::string record;
+  CHECK_THROWS_WITH(io::TFRecordReader(huge_path).next(record),
+                    Catch::Contains("truncated record") && Catch::Contains("offset 0"));
+  CHECK_THROWS_WITH(io::TFRecordReader(huge_path).skip_next(), Catch::Contains("truncated record"));
   // Compressed: damaged and truncated streams.
   const std::string gz = dir.file("g.tfrecord.gz");
   {
@@ -346,7 +357,6 @@ TEST_CASE(
   const std::string cut_path = damaged("cut.gz", packed.substr(0, packed.size() - 10));
   for (const std::string& path : {corrupt_path, cut_path}) {
     io::TFRecordReader reader(path, {.compression = io::Compression::kGzip});
-    std::string record;
     try {
       while (reader.next(record)) {
       }

@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <limits>
 #include <vector>
 
 #include "tandem/core/error.h"
@@ -403,7 +404,11 @@ bool TFRecordReader::read_frame(uint64_t& length) {
     problem = "length CRC mismatch";
   } else {
     length = load_le64(header);
-    if (!source_->compressed() && length + 4 > source_->size() - source_->offset())
+    // Compared without overflow: a length near 2^64 must not wrap around to a small one.
+    const uint64_t left = source_->compressed()
+                              ? std::numeric_limits<uint64_t>::max()
+                              : source_->size() - std::min(source_->size(), source_->offset());
+    if (left < 4 || length > left - 4)
       problem = "truncated record (its length runs past the end of the file)";
   }
   if (problem == nullptr) return true;
