@@ -6,6 +6,7 @@
 #include <optional>
 #include <utility>
 
+#include "tandem/data/internal/iterators.h"
 #include "tandem/data/internal/node.h"
 #include "tandem/data/internal/worker_pool.h"
 
@@ -23,13 +24,14 @@ class ParallelMapIterator final : public IteratorImpl {
         fn_(std::move(fn)),
         window_(2 * static_cast<size_t>(parallel)),
         input_(input_node_->make_iterator(epoch)),
-        pool_(parallel) {}
+        pool_(parallel),
+        position_(input_node_, epoch, "map(num_parallel_calls)") {}
 
   bool next(Element& out) override {
     if (ready_.empty() && !refill()) return false;
     Mapped front = std::move(ready_.front());
     ready_.pop_front();
-    ++consumed_;
+    position_.consumed();
     // The function's exception for this element, in its place (the next call goes on with the
     // element after it, as without the pool).
     if (front.error) std::rethrow_exception(front.error);
@@ -41,7 +43,7 @@ class ParallelMapIterator final : public IteratorImpl {
     TANDEM_CHECK(ready_.empty(), "internal error: map(num_parallel_calls) read both elements ",
                  "and indices");
     if (!input_->next_index(index)) return false;
-    ++consumed_;
+    position_.consumed();
     return true;
   }
   int64_t skip(int64_t n) override {
@@ -51,37 +53,24 @@ class ParallelMapIterator final : public IteratorImpl {
       ++passed;
     }
     passed += input_->skip(n - passed);  // the function is pure: skipped elements need no call
-    consumed_ += passed;
+    position_.consumed(passed);
     return passed;
   }
   void save(IteratorState& state) const override {
-    if (ready_.empty()) {  // the input is at the consumer's position
-      IteratorState input_state;
-      input_->save(input_state);
-      state.merge(input_state);
-      base_state_ = std::move(input_state);
-      base_position_ = consumed_;
+    if (!ready_.empty()) {  // the window runs ahead: recomputed at the consumer's position
+      position_.save(state);
       return;
     }
-    std::unique_ptr<IteratorImpl> replica = input_node_->make_iterator(epoch_);
-    if (base_state_) replica->restore(*base_state_);
-    const int64_t behind = consumed_ - base_position_;
-    TANDEM_CHECK(replica->skip(behind) == behind, "map(num_parallel_calls): the input ended ",
-                 "while recomputing the saved position; is the pipeline not deterministic?");
-    IteratorState input_state;
-    replica->save(input_state);
-    state.merge(input_state);
-    base_state_ = std::move(input_state);
-    base_position_ = consumed_;
+    IteratorState input_state;  // the input is at the consumer's position
+    input_->save(input_state);
+    position_.saved(state, std::move(input_state));
   }
   void restore(const IteratorState& state) override {
     ready_.clear();
     error_ = nullptr;
     input_ = input_node_->make_iterator(epoch_);
     input_->restore(state);
-    base_state_ = state;
-    base_position_ = 0;
-    consumed_ = 0;
+    position_.restored(state);
   }
 
  private:
@@ -123,9 +112,7 @@ class ParallelMapIterator final : public IteratorImpl {
   };
   std::deque<Mapped> ready_;
   std::exception_ptr error_;
-  int64_t consumed_ = 0;
-  mutable std::optional<IteratorState> base_state_;  // input state at base_position_
-  mutable int64_t base_position_ = 0;
+  ConsumerPosition position_;
 };
 
 }  // namespace

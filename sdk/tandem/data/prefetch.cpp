@@ -8,6 +8,7 @@
 #include <optional>
 #include <thread>
 
+#include "tandem/data/internal/iterators.h"
 #include "tandem/data/internal/node.h"
 
 namespace tandem::data::detail {
@@ -19,7 +20,8 @@ class PrefetchIterator final : public IteratorImpl {
       : input_node_(node.input()),
         epoch_(epoch),
         capacity_(static_cast<size_t>(buffer_size)),
-        input_(input_node_->make_iterator(epoch)) {}
+        input_(input_node_->make_iterator(epoch)),
+        position_(input_node_, epoch, "prefetch") {}
 
   // Stops the producer even mid-epoch: it finishes the element it is making and exits.
   ~PrefetchIterator() override { stop(); }
@@ -34,7 +36,7 @@ class PrefetchIterator final : public IteratorImpl {
     if (!queue_.empty()) {
       out = std::move(queue_.front());
       queue_.pop_front();
-      ++consumed_;
+      position_.consumed();
       not_full_.notify_one();
       return true;
     }
@@ -43,23 +45,9 @@ class PrefetchIterator final : public IteratorImpl {
     return false;
   }
 
-  void save(IteratorState& state) const override {
-    // input_ is ahead of the consumer (and in use by the producer thread), so the state at
-    // the consumer's position is recomputed: a fresh input for this epoch, moved to the last
-    // known position (the epoch start or the last save/restore) and advanced by the
-    // elements consumed since. Pipelines are deterministic, so this is the same position;
-    // in index mode the advance reads no data.
-    std::unique_ptr<IteratorImpl> replica = input_node_->make_iterator(epoch_);
-    if (base_state_) replica->restore(*base_state_);
-    const int64_t behind = consumed_ - base_position_;
-    TANDEM_CHECK(replica->skip(behind) == behind, "prefetch: the input ended while recomputing ",
-                 "the saved position; is a map function not deterministic?");
-    IteratorState input_state;
-    replica->save(input_state);
-    state.merge(input_state);
-    base_state_ = std::move(input_state);
-    base_position_ = consumed_;
-  }
+  // input_ runs ahead of the consumer (and is in use by the producer thread): the position is
+  // recomputed at the consumer's.
+  void save(IteratorState& state) const override { position_.save(state); }
 
   void restore(const IteratorState& state) override {
     stop();
@@ -70,9 +58,7 @@ class PrefetchIterator final : public IteratorImpl {
     started_ = false;
     input_ = input_node_->make_iterator(epoch_);
     input_->restore(state);
-    base_state_ = state;
-    base_position_ = 0;
-    consumed_ = 0;
+    position_.restored(state);
   }
 
  private:
@@ -129,10 +115,7 @@ class PrefetchIterator final : public IteratorImpl {
   bool stop_requested_ = false;
   std::exception_ptr error_;
 
-  // Consumer-side bookkeeping (only the consumer thread touches these).
-  int64_t consumed_ = 0;
-  mutable std::optional<IteratorState> base_state_;  // input state at base_position_
-  mutable int64_t base_position_ = 0;
+  ConsumerPosition position_;  // only the consumer thread touches it
 };
 
 class PrefetchNode final : public Node {

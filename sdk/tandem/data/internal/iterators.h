@@ -5,10 +5,12 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <utility>
 
+#include "tandem/core/error.h"
 #include "tandem/data/internal/node.h"
 
 namespace tandem::data::detail {
@@ -79,6 +81,53 @@ class CountingIterator : public IteratorImpl {
 
  private:
   SavedCounter counter_;
+};
+
+/// The input's position at a consumer that runs behind the input (prefetch's queue, a
+/// parallel map's window): the input's state at the last save or restore, and the elements
+/// consumed since. save() recomputes it on a fresh input of the same epoch, moved to that state
+/// and advanced by what was consumed: pipelines are deterministic, so this is the same
+/// position (in index mode the advance reads no data).
+class ConsumerPosition {
+ public:
+  /// `what` names the node in the error raised when the recomputation runs out of input.
+  ConsumerPosition(std::shared_ptr<const Node> input, uint64_t epoch, std::string what)
+      : input_(std::move(input)), epoch_(epoch), what_(std::move(what)) {}
+
+  /// Counts elements handed to the consumer (or skipped past).
+  void consumed(int64_t n = 1) { consumed_ += n; }
+  /// Adds the input's entries at the consumer's position to `state`.
+  void save(IteratorState& state) const {
+    std::unique_ptr<IteratorImpl> replica = input_->make_iterator(epoch_);
+    if (base_state_) replica->restore(*base_state_);
+    const int64_t behind = consumed_ - base_position_;
+    TANDEM_CHECK(replica->skip(behind) == behind, what_, ": the input ended while recomputing ",
+                 "the saved position; is a map function not deterministic?");
+    IteratorState input_state;
+    replica->save(input_state);
+    saved(state, std::move(input_state));
+  }
+  /// Adds `input_state`, the input's entries at the consumer's position (when the caller has
+  /// them without recomputing), to `state`.
+  void saved(IteratorState& state, IteratorState input_state) const {
+    state.merge(input_state);
+    base_state_ = std::move(input_state);
+    base_position_ = consumed_;
+  }
+  /// The input was restored to `state`: nothing consumed since.
+  void restored(const IteratorState& state) {
+    base_state_ = state;
+    base_position_ = 0;
+    consumed_ = 0;
+  }
+
+ private:
+  std::shared_ptr<const Node> input_;
+  uint64_t epoch_;
+  std::string what_;
+  int64_t consumed_ = 0;                             // consumer side only
+  mutable std::optional<IteratorState> base_state_;  // the input's state at base_position_
+  mutable int64_t base_position_ = 0;
 };
 
 }  // namespace tandem::data::detail
