@@ -216,6 +216,24 @@ Dataset Dataset::map(std::function<Element(Element)> fn, int64_t num_parallel_ca
   return Dataset(detail::make_map_node(node_, std::move(fn), static_cast<int>(threads)));
 }
 
+Dataset Dataset::interleave(std::function<Dataset(const Element&)> fn, int64_t cycle_length,
+                            int64_t block_length, int64_t num_parallel_calls) const {
+  TANDEM_CHECK(fn != nullptr, "Dataset::interleave: the function is empty");
+  const auto resolve = [](const char* name, int64_t value) {
+    TANDEM_CHECK(value >= 1 || value == kAutotune, "Dataset::interleave: ", name,
+                 " must be at least 1 or kAutotune, got ", value);
+    const int64_t resolved = value == kAutotune ? std::max(1, compute_threads()) : value;
+    TANDEM_CHECK(resolved <= 1024, "Dataset::interleave: ", name, " ", resolved, " is too many");
+    return resolved;
+  };
+  const int64_t cycle = resolve("cycle_length", cycle_length);
+  const int64_t threads = resolve("num_parallel_calls", num_parallel_calls);
+  TANDEM_CHECK(block_length >= 1, "Dataset::interleave: block_length must be at least 1, got ",
+               block_length);
+  return Dataset(detail::make_interleave_node(node_, std::move(fn), cycle, block_length,
+                                              static_cast<int>(std::min(threads, cycle))));
+}
+
 Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
   TANDEM_CHECK(buffer_size >= 1, "Dataset::shuffle: buffer_size must be at least 1, got ",
                buffer_size);

@@ -32,6 +32,8 @@ struct TensorSpec {
 
 /// Cardinality of a dataset that repeats forever.
 inline constexpr int64_t kInfiniteCardinality = -1;
+/// Cardinality of a dataset whose length is known only by reading it (an interleave).
+inline constexpr int64_t kUnknownCardinality = -2;
 /// prefetch(kAutotune) picks a small default buffer (2 elements); map(fn, kAutotune) one
 /// thread per core.
 inline constexpr int64_t kAutotune = -1;
@@ -125,6 +127,16 @@ class Dataset {
   /// parallel; otherwise a window of 2 x num_parallel_calls elements is read ahead and mapped.
   /// A position saved with one parallelism restores with any other.
   Dataset map(std::function<Element(Element)> fn, int64_t num_parallel_calls) const;
+  /// tf.data interleave: `fn` makes a dataset of every input element (a file name, say), and
+  /// the elements of `cycle_length` such datasets are taken in turn, `block_length` at a time
+  /// from each; when one ends, the next input element opens in its place. The order is
+  /// tf.data's (deterministic). With `num_parallel_calls` > 1 the open datasets are read ahead
+  /// on that many threads (order unchanged). kAutotune for cycle_length or num_parallel_calls:
+  /// one per core of the compute budget. `fn` must be deterministic: a saved position holds
+  /// each open dataset's position and the input element that made it, and a restore calls `fn`
+  /// again on that element. The cardinality is kUnknownCardinality.
+  Dataset interleave(std::function<Dataset(const Element&)> fn, int64_t cycle_length,
+                     int64_t block_length = 1, int64_t num_parallel_calls = 1) const;
   /// tf.data shuffle: a buffer of `buffer_size` elements; each output is a uniformly chosen
   /// buffer element, replaced by the next input. Randomness is Philox(seed) with the epoch
   /// folded into the stream, so every epoch differs (unless reshuffle_each_iteration is
@@ -156,7 +168,7 @@ class Dataset {
   /// See begin().
   std::default_sentinel_t end() const { return {}; }
 
-  /// Number of elements in one iteration, or kInfiniteCardinality.
+  /// Number of elements in one iteration, kInfiniteCardinality or kUnknownCardinality.
   int64_t cardinality() const;
   /// Shapes and dtypes of the components (a map may be evaluated on one element for this).
   std::vector<TensorSpec> element_spec() const;

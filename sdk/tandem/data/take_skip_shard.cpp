@@ -103,7 +103,8 @@ class TakeNode final : public Node {
   int64_t cardinality() const override {
     const int64_t n = input()->cardinality();
     if (count_ < 0) return n;
-    return n < 0 ? count_ : std::min(n, count_);
+    if (n == kInfiniteCardinality) return count_;
+    return n < 0 ? n : std::min(n, count_);
   }
   NodePtr with_input(NodePtr input) const override {
     return std::make_shared<TakeNode>(std::move(input), count_);

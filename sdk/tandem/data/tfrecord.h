@@ -28,4 +28,14 @@ Dataset tfrecord(std::vector<std::string> files, io::TFRecordReadOptions options
 std::vector<std::string> list_files(const std::string& pattern, bool shuffle = false,
                                     uint64_t seed = 0);
 
+/// The file names as a dataset (tf.data.Dataset.list_files' elements): element i is
+/// {uint8 [bytes of files[i]]} (as_string() turns it back into a name). The files are the
+/// dataset's for AutoShardPolicy::kFile, so
+/// `file_names(list_files(...)).interleave(fn, ...)` deals whole files to the workers.
+Dataset file_names(std::vector<std::string> files);
+
+/// The bytes of a uint8 tensor of rank 1 (a file name of file_names, a record of tfrecord) as
+/// a string; raises naming the dtype or shape of anything else.
+std::string as_string(const Tensor& bytes);
+
 }  // namespace tandem::data

@@ -109,12 +109,66 @@ std::unique_ptr<SourceReader> TFRecordSource::reader() const {
   return std::make_unique<TFRecordSourceReader>(shared_from_this());
 }
 
+Tensor bytes_tensor(const std::string& text) {
+  Tensor out = Tensor::empty(Shape{static_cast<int64_t>(text.size())}, DType::kUInt8);
+  if (!text.empty()) std::memcpy(out.raw_data(), text.data(), text.size());
+  return out;
+}
+
+class FileNamesSource final : public Source {
+ public:
+  explicit FileNamesSource(std::vector<std::string> files) : files_(std::move(files)) {
+    TANDEM_CHECK(!files_.empty(), "data::file_names: no files given");
+  }
+  int64_t size() const override { return static_cast<int64_t>(files_.size()); }
+  bool cheap_random_access() const override { return true; }
+  std::vector<TensorSpec> element_spec() const override { return {{Shape{-1}, DType::kUInt8}}; }
+  std::string describe() const override {
+    return "file_names(" + std::to_string(files_.size()) + " file(s))";
+  }
+  std::vector<std::string> files() const override { return files_; }
+  std::shared_ptr<const Source> with_files(std::vector<std::string> files) const override {
+    return std::make_shared<FileNamesSource>(std::move(files));
+  }
+  std::unique_ptr<SourceReader> reader() const override {
+    class Reader final : public SourceReader {
+     public:
+      explicit Reader(const std::vector<std::string>& files) : files_(files) {}
+      void read(int64_t index, Element& out) override {
+        TANDEM_CHECK(index >= 0 && index < static_cast<int64_t>(files_.size()),
+                     "data::file_names: index ", index, " out of range [0, ", files_.size(), ")");
+        out = {bytes_tensor(files_[static_cast<size_t>(index)])};
+      }
+
+     private:
+      std::vector<std::string> files_;
+    };
+    return std::make_unique<Reader>(files_);
+  }
+
+ private:
+  std::vector<std::string> files_;
+};
+
 }  // namespace
 }  // namespace detail
 
 Dataset tfrecord(std::vector<std::string> files, io::TFRecordReadOptions options) {
   return Dataset(detail::make_source_node(
       std::make_shared<detail::TFRecordSource>(std::move(files), options), "tfrecord"));
+}
+
+Dataset file_names(std::vector<std::string> files) {
+  return Dataset(detail::make_source_node(
+      std::make_shared<detail::FileNamesSource>(std::move(files)), "file_names"));
+}
+
+std::string as_string(const Tensor& bytes) {
+  TANDEM_CHECK(bytes.defined() && bytes.dtype() == DType::kUInt8 && bytes.rank() == 1,
+               "data::as_string: expected a uint8 tensor of rank 1, got ",
+               bytes.defined() ? bytes.to_string(0) : std::string("an undefined tensor"));
+  const Tensor host = bytes.to(Device::cpu());
+  return std::string(static_cast<const char*>(host.raw_data()), host.nbytes());
 }
 
 std::vector<std::string> list_files(const std::string& pattern, bool shuffle, uint64_t seed) {

@@ -111,6 +111,12 @@ std::shared_ptr<const Node> make_map_node(std::shared_ptr<const Node> input,
 std::unique_ptr<IteratorImpl> make_parallel_map_iterator(
     std::shared_ptr<const Node> input, uint64_t epoch,
     std::shared_ptr<const std::function<Element(Element)>> fn, int parallel);
+/// interleave(fn, cycle_length, block_length) with `parallel` reading threads
+/// (interleave.cpp).
+std::shared_ptr<const Node> make_interleave_node(std::shared_ptr<const Node> input,
+                                                 std::function<Dataset(const Element&)> fn,
+                                                 int64_t cycle_length, int64_t block_length,
+                                                 int parallel);
 std::shared_ptr<const Node> make_shuffle_node(std::shared_ptr<const Node> input,
                                               int64_t buffer_size, uint64_t seed,
                                               bool reshuffle_each_iteration);
