@@ -234,6 +234,8 @@ Dataset Dataset::interleave(std::function<Dataset(const Element&)> fn, int64_t c
                                               static_cast<int>(std::min(threads, cycle))));
 }
 
+Dataset Dataset::cache() const { return Dataset(detail::make_cache_node(node_)); }
+
 Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
   TANDEM_CHECK(buffer_size >= 1, "Dataset::shuffle: buffer_size must be at least 1, got ",
                buffer_size);

@@ -137,6 +137,14 @@ class Dataset {
   /// again on that element. The cardinality is kUnknownCardinality.
   Dataset interleave(std::function<Dataset(const Element&)> fn, int64_t cycle_length,
                      int64_t block_length = 1, int64_t num_parallel_calls = 1) const;
+  /// tf.data cache() in memory: the first time an element is read it is kept, and later
+  /// epochs read the kept copy instead of the input (decoding, parsing and maps before the
+  /// cache run once). Over a random-access input each element is kept by its index as it is
+  /// read (a shuffle above still shuffles indices); otherwise a pass is kept whole when it
+  /// reaches the end from the beginning (a pass cut short or restored in the middle keeps
+  /// nothing). What is kept stays until the last copy of this dataset goes; everything kept
+  /// must fit in memory. Positions save and restore as without the cache.
+  Dataset cache() const;
   /// tf.data shuffle: a buffer of `buffer_size` elements; each output is a uniformly chosen
   /// buffer element, replaced by the next input. Randomness is Philox(seed) with the epoch
   /// folded into the stream, so every epoch differs (unless reshuffle_each_iteration is
