@@ -103,8 +103,10 @@ int64_t IteratorImpl::skip(int64_t n) {
   return passed;
 }
 
-Node::Node(std::shared_ptr<const Node> input, std::string kind)
-    : input_(std::move(input)), kind_(std::move(kind)), depth_(input_ ? input_->depth() + 1 : 0) {}
+Node::Node(std::shared_ptr<const Node> input, std::string kind, bool adds_depth)
+    : input_(std::move(input)),
+      kind_(std::move(kind)),
+      depth_(input_ ? input_->depth() + (adds_depth ? 1 : 0) : 0) {}
 
 std::string Node::state_prefix() const { return std::to_string(depth_) + "_" + kind_ + "/"; }
 
@@ -120,7 +122,9 @@ namespace {
 int64_t pipeline_signature(const Node& node) {
   uint64_t hash = 1469598103934665603ull;
   for (const Node* n = &node; n != nullptr; n = n->input().get()) {
-    for (const char ch : n->signature_text() + "|") {
+    const std::string text = n->signature_text();
+    if (text.empty()) continue;
+    for (const char ch : text + "|") {
       hash ^= static_cast<unsigned char>(ch);
       hash *= 1099511628211ull;
     }

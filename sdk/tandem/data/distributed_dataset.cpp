@@ -66,6 +66,23 @@ void check_workers(int64_t num_workers, int64_t worker_index) {
                num_workers, " workers");
 }
 
+/// The files of the pipeline's source (none when it reads no files).
+std::vector<std::string> source_files(const Dataset& dataset) {
+  const detail::Node* n = dataset.node().get();
+  while (n->input() != nullptr) n = n->input().get();
+  const auto source = n->source();
+  return source ? source->files() : std::vector<std::string>{};
+}
+
+/// The policy auto_shard applies (kOff with one worker).
+AutoShardPolicy effective_policy(const Dataset& dataset, AutoShardPolicy policy,
+                                 int64_t num_workers) {
+  if (num_workers == 1) return AutoShardPolicy::kOff;
+  if (policy != AutoShardPolicy::kAuto) return policy;
+  return source_files(dataset).size() >= static_cast<size_t>(num_workers) ? AutoShardPolicy::kFile
+                                                                          : AutoShardPolicy::kData;
+}
+
 }  // namespace
 
 Dataset auto_shard(const Dataset& dataset, AutoShardPolicy policy, int64_t num_workers,
@@ -77,12 +94,10 @@ Dataset auto_shard(const Dataset& dataset, AutoShardPolicy policy, int64_t num_w
   for (auto n = dataset.node(); n != nullptr; n = n->input()) chain.push_back(n);
   const std::shared_ptr<const Node>& source_node = chain.back();
   const auto source = source_node->source();
-  const std::vector<std::string> files = source ? source->files() : std::vector<std::string>{};
+  const std::vector<std::string> files = source_files(dataset);
   const auto workers = static_cast<size_t>(num_workers);
 
-  AutoShardPolicy effective = policy;
-  if (policy == AutoShardPolicy::kAuto)
-    effective = files.size() >= workers ? AutoShardPolicy::kFile : AutoShardPolicy::kData;
+  const AutoShardPolicy effective = effective_policy(dataset, policy, num_workers);
   if (effective == AutoShardPolicy::kFile) {
     TANDEM_CHECK(!files.empty(), "AutoShardPolicy::kFile: the dataset reads no files (",
                  dataset.describe(), "); use kData or kAuto");
@@ -107,17 +122,18 @@ Dataset auto_shard(const Dataset& dataset, AutoShardPolicy policy, int64_t num_w
     const Node& node = *chain[static_cast<size_t>(k)];
     if (k == batch_at) {
       if (effective == AutoShardPolicy::kData)
-        rebuilt = detail::make_shard_node(rebuilt, num_workers, worker_index);
+        rebuilt = detail::make_worker_shard_node(rebuilt, num_workers, worker_index);
       const int64_t global = node.batch_size();
       TANDEM_CHECK(global % num_workers == 0, "auto-sharding (", policy_name(policy), "): the ",
                    "global batch size ", global, " is not divisible by ", num_workers, " workers");
-      rebuilt = detail::make_batch_node(rebuilt, global / num_workers, node.drop_remainder());
+      rebuilt = detail::make_batch_node(rebuilt, global / num_workers, node.drop_remainder(),
+                                        effective == AutoShardPolicy::kData ? global : 0);
     } else {
       rebuilt = node.with_input(rebuilt);
     }
   }
   if (effective == AutoShardPolicy::kData && batch_at < 0)
-    rebuilt = detail::make_shard_node(rebuilt, num_workers, worker_index);
+    rebuilt = detail::make_worker_shard_node(rebuilt, num_workers, worker_index);
   return Dataset(rebuilt);
 }
 
@@ -149,6 +165,8 @@ struct DistributedDataset::State {
   // workers x share examples in all.
   int64_t workers = 1;
   int64_t full_share = 0;
+  // AutoShardPolicy::kFile with several workers: each worker's position is in its own files.
+  bool file_sharded = false;
 };
 
 namespace {
@@ -259,6 +277,8 @@ DistributedDataset::DistributedDataset(Dataset dataset, int64_t num_replicas,
                         ? options.num_workers
                         : 0;
   state_->speeds.assign(static_cast<size_t>(num_replicas), 0.0);
+  state_->file_sharded = effective_policy(dataset, options.auto_shard_policy,
+                                          options.num_workers) == AutoShardPolicy::kFile;
 }
 
 DistributedDataset DistributedDataset::from_function(std::function<Dataset(const InputContext&)> fn,
@@ -434,7 +454,16 @@ void DistributedDataset::restore(const IteratorState& state) {
   TANDEM_CHECK(epoch >= 0, "DistributedDataset::restore: negative epoch ", epoch);
   if (state.get_scalar("distributed/in_epoch") != 0) {
     Iterator iterator = s.dataset.iterator(static_cast<uint64_t>(epoch));
-    iterator.restore(state);
+    try {
+      iterator.restore(state);
+    } catch (const Error& error) {
+      if (!s.file_sharded) throw;
+      TANDEM_THROW(error.what(), "; this worker reads its own files (AutoShardPolicy::kFile), ",
+                   "and a saved position is the saving worker's: it restores on a worker whose ",
+                   "files hold as many records, at the same number of workers. Use ",
+                   "AutoShardPolicy::kData (each worker reads its share of every global batch) ",
+                   "for a position that restores on every worker and at any number of workers");
+    }
     s.iterator.emplace(std::move(iterator));
   } else {
     s.iterator.reset();

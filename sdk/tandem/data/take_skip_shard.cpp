@@ -60,10 +60,11 @@ class SkipIterator final : public CountingIterator<SkipIterator> {
 class ShardIterator final : public CountingIterator<ShardIterator> {
  public:
   ShardIterator(const Node& node, std::unique_ptr<IteratorImpl> input, int64_t num_shards,
-                int64_t index)
+                int64_t index, bool worker)
       : CountingIterator(node, "position", std::move(input)),
         num_shards_(num_shards),
-        index_(index) {}
+        index_(index),
+        worker_(worker) {}
   // Whole rounds: each element this shard keeps consumes the W input elements of its round
   // (passing index_ before it and the rest after it). So between elements every shard of the
   // same input has consumed the same count, and a position saved by one shard (one worker) is
@@ -86,10 +87,26 @@ class ShardIterator final : public CountingIterator<ShardIterator> {
     }
     return n;
   }
+  // The worker shard's position is its input's alone (see make_worker_shard_node).
+  void save(IteratorState& state) const override {
+    if (worker_) {
+      input_->save(state);
+    } else {
+      CountingIterator::save(state);
+    }
+  }
+  void restore(const IteratorState& state) override {
+    if (worker_) {
+      input_->restore(state);
+    } else {
+      CountingIterator::restore(state);
+    }
+  }
 
  private:
   int64_t num_shards_;
   int64_t index_;
+  bool worker_;
 };
 
 class TakeNode final : public Node {
@@ -137,19 +154,22 @@ class SkipNode final : public Node {
 
 class ShardNode final : public Node {
  public:
-  ShardNode(NodePtr input, int64_t num_shards, int64_t index)
-      : Node(std::move(input), "shard"), num_shards_(num_shards), index_(index) {}
+  ShardNode(NodePtr input, int64_t num_shards, int64_t index, bool worker)
+      : Node(std::move(input), "shard", /*adds_depth=*/!worker),
+        num_shards_(num_shards),
+        index_(index),
+        worker_(worker) {}
   std::string describe() const override {
     return "shard(" + std::to_string(num_shards_) + ", " + std::to_string(index_) + ")";
   }
   // Positions are whole rounds (see ShardIterator): the same state serves every index.
   std::string signature_text() const override {
-    return "shard(" + std::to_string(num_shards_) + ")";
+    return worker_ ? std::string() : "shard(" + std::to_string(num_shards_) + ")";
   }
   std::shared_ptr<const Source> source() const override { return input()->source(); }
   std::unique_ptr<IteratorImpl> make_iterator(uint64_t epoch) const override {
     return std::make_unique<ShardIterator>(*this, input()->make_iterator(epoch), num_shards_,
-                                           index_);
+                                           index_, worker_);
   }
   int64_t cardinality() const override {
     const int64_t n = input()->cardinality();
@@ -157,12 +177,13 @@ class ShardNode final : public Node {
     return n <= index_ ? 0 : (n - index_ + num_shards_ - 1) / num_shards_;
   }
   NodePtr with_input(NodePtr input) const override {
-    return std::make_shared<ShardNode>(std::move(input), num_shards_, index_);
+    return std::make_shared<ShardNode>(std::move(input), num_shards_, index_, worker_);
   }
 
  private:
   int64_t num_shards_;
   int64_t index_;
+  bool worker_;
 };
 
 }  // namespace
@@ -175,7 +196,11 @@ std::shared_ptr<const Node> make_skip_node(std::shared_ptr<const Node> input, in
 }
 std::shared_ptr<const Node> make_shard_node(std::shared_ptr<const Node> input, int64_t num_shards,
                                             int64_t index) {
-  return std::make_shared<ShardNode>(std::move(input), num_shards, index);
+  return std::make_shared<ShardNode>(std::move(input), num_shards, index, /*worker=*/false);
+}
+std::shared_ptr<const Node> make_worker_shard_node(std::shared_ptr<const Node> input,
+                                                   int64_t num_workers, int64_t worker_index) {
+  return std::make_shared<ShardNode>(std::move(input), num_workers, worker_index, /*worker=*/true);
 }
 
 }  // namespace tandem::data::detail

@@ -256,12 +256,19 @@ class BatchIterator final : public IteratorImpl {
 
 class BatchNode final : public Node {
  public:
-  BatchNode(NodePtr input, int64_t batch_size, bool drop_remainder)
-      : Node(std::move(input), "batch"), batch_size_(batch_size), drop_remainder_(drop_remainder) {}
+  BatchNode(NodePtr input, int64_t batch_size, bool drop_remainder, int64_t signature_batch_size)
+      : Node(std::move(input), "batch"),
+        batch_size_(batch_size),
+        drop_remainder_(drop_remainder),
+        signature_batch_size_(signature_batch_size) {}
   std::string describe() const override {
     std::ostringstream out;
     out << "batch(" << batch_size_ << (drop_remainder_ ? ", drop_remainder=true" : "") << ")";
     return out.str();
+  }
+  std::string signature_text() const override {
+    if (signature_batch_size_ <= 0) return describe();
+    return BatchNode(input(), signature_batch_size_, drop_remainder_, 0).describe();
   }
   std::unique_ptr<IteratorImpl> make_iterator(uint64_t epoch) const override {
     return std::make_unique<BatchIterator>(input()->make_iterator(epoch), input()->source(),
@@ -278,7 +285,8 @@ class BatchNode final : public Node {
     return spec;
   }
   NodePtr with_input(NodePtr input) const override {
-    return std::make_shared<BatchNode>(std::move(input), batch_size_, drop_remainder_);
+    return std::make_shared<BatchNode>(std::move(input), batch_size_, drop_remainder_,
+                                       signature_batch_size_);
   }
   int64_t batch_size() const override { return batch_size_; }
   bool drop_remainder() const override { return drop_remainder_; }
@@ -286,6 +294,7 @@ class BatchNode final : public Node {
  private:
   int64_t batch_size_;
   bool drop_remainder_;
+  int64_t signature_batch_size_;
 };
 
 // ---- repeat ----------------------------------------------------------------------------------
@@ -410,8 +419,9 @@ std::shared_ptr<const Node> make_map_node(std::shared_ptr<const Node> input,
                                    parallel);
 }
 std::shared_ptr<const Node> make_batch_node(std::shared_ptr<const Node> input, int64_t batch_size,
-                                            bool drop_remainder) {
-  return std::make_shared<BatchNode>(std::move(input), batch_size, drop_remainder);
+                                            bool drop_remainder, int64_t signature_batch_size) {
+  return std::make_shared<BatchNode>(std::move(input), batch_size, drop_remainder,
+                                     signature_batch_size);
 }
 std::shared_ptr<const Node> make_repeat_node(std::shared_ptr<const Node> input, int64_t count) {
   return std::make_shared<RepeatNode>(std::move(input), count);

@@ -65,7 +65,9 @@ class IteratorImpl {
 /// One step of a pipeline: a source (no input) or a transformation of its input. Immutable.
 class Node {
  public:
-  Node(std::shared_ptr<const Node> input, std::string kind);
+  /// `adds_depth` false: the node takes its input's depth (the shard auto-sharding inserts, so
+  /// that the nodes above keep the entry names of the unsharded pipeline).
+  Node(std::shared_ptr<const Node> input, std::string kind, bool adds_depth = true);
   virtual ~Node() = default;
 
   const std::shared_ptr<const Node>& input() const { return input_; }
@@ -78,7 +80,8 @@ class Node {
   /// "shuffle(buffer_size=60000, seed=42)".
   virtual std::string describe() const = 0;
   /// What the pipeline signature hashes (saved states restore only into a pipeline with the
-  /// same signature): describe(), except where a state is valid across variants (shard).
+  /// same signature): describe(), except where a state is valid across variants (shard); an
+  /// empty text leaves the node out (the shard auto-sharding inserts).
   virtual std::string signature_text() const { return describe(); }
   /// The random-access source whose indices this node's iterators yield (index mode), or
   /// nullptr when they yield only elements.
@@ -122,13 +125,22 @@ std::shared_ptr<const Node> make_cache_node(std::shared_ptr<const Node> input);
 std::shared_ptr<const Node> make_shuffle_node(std::shared_ptr<const Node> input,
                                               int64_t buffer_size, uint64_t seed,
                                               bool reshuffle_each_iteration);
+/// `signature_batch_size` > 0: the signature names that batch size instead (a worker's share of
+/// a global batch is signed as the global batch, so its position restores at any number of
+/// workers).
 std::shared_ptr<const Node> make_batch_node(std::shared_ptr<const Node> input, int64_t batch_size,
-                                            bool drop_remainder);
+                                            bool drop_remainder, int64_t signature_batch_size = 0);
 std::shared_ptr<const Node> make_repeat_node(std::shared_ptr<const Node> input, int64_t count);
 std::shared_ptr<const Node> make_take_node(std::shared_ptr<const Node> input, int64_t count);
 std::shared_ptr<const Node> make_skip_node(std::shared_ptr<const Node> input, int64_t count);
 std::shared_ptr<const Node> make_shard_node(std::shared_ptr<const Node> input, int64_t num_shards,
                                             int64_t index);
+/// The shard auto-sharding (kData) inserts: shard(num_workers, worker_index) that is left out
+/// of the signature and of the depths, and saves nothing of its own. Its position is the
+/// input's, in whole rounds, which is the same for every worker and every number of workers
+/// at a step boundary; so a worker's saved position restores at another number of workers.
+std::shared_ptr<const Node> make_worker_shard_node(std::shared_ptr<const Node> input,
+                                                   int64_t num_workers, int64_t worker_index);
 std::shared_ptr<const Node> make_prefetch_node(std::shared_ptr<const Node> input,
                                                int64_t buffer_size);
 
