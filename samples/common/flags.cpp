@@ -157,6 +157,10 @@ Flags parse(int argc, char** argv, const SampleInfo& info, bool& help) {
       const std::string_view v = value();
       if (v != "constant" && v != "cosine") bad_value(flag, v, "constant or cosine");
       flags.lr_schedule = std::string(v);
+    } else if (flag == "--tfrecords" && info.tfrecords) {
+      const std::string_view v = value();
+      if (v.empty()) bad_value(flag, v, "a directory");
+      flags.tfrecords = std::string(v);
     } else if (flag == "--max-steps") {
       flags.max_steps = parse_int<int64_t>(flag, value(), 1, INT64_MAX, "a whole number >= 1");
     } else {
@@ -231,6 +235,13 @@ std::string usage(const SampleInfo& info) {
       << (info.batch_norm
               ? "  --sync-bn                 batch normalization over the global batch (every\n"
                 "                            replica and worker: one all-reduce per layer)\n"
+              : "")
+      << (info.tfrecords
+              ? "  --tfrecords DIR           train from DIR/*.tfrecord: tf.train.Examples {image:\n"
+                "                            PNG or JPEG bytes of 28x28 gray, label: int64},\n"
+                "                            decoded on every core; a DIR without such files gets\n"
+                "                            Fashion-MNIST's training images written there first\n"
+                "                            (PNGs, 8 files)\n"
               : "")
       << "  --max-steps N             at most N training steps per epoch (smoke tests); the\n"
       << "                            whole test split is still evaluated\n"

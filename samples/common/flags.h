@@ -28,6 +28,8 @@ struct SampleInfo {
   std::string default_lr_schedule = {};
   /// --learning-rate's default.
   double default_learning_rate = 1e-3;
+  /// The sample can train from TFRecord files: --tfrecords is accepted.
+  bool tfrecords = false;
 };
 
 struct Flags {
@@ -66,6 +68,9 @@ struct Flags {
   /// "constant", or "cosine": Keras's CosineDecay from the learning rate to 0 over every update
   /// of --epochs (a function of the optimizer's update count, so a resumed run continues it).
   std::string lr_schedule = "constant";
+  /// --tfrecords DIR: train from DIR/*.tfrecord (tf.train.Examples {image: PNG or JPEG bytes,
+  /// label: int64}); empty: the Fashion-MNIST IDX files.
+  std::string tfrecords;
   /// Cap on training steps per epoch (smoke tests); unset: whole epochs.
   std::optional<int64_t> max_steps;
 

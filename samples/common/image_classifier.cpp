@@ -4,8 +4,10 @@
 #include "common/image_classifier.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdlib>
+#include <filesystem>
 #include <iomanip>
 #include <iostream>
 #include <optional>
@@ -27,6 +29,69 @@ td::data::Element add_channel_axis(td::data::Element batch) {
   return batch;
 }
 
+/// Writes Fashion-MNIST's training images into `directory` as TFRecord files of
+/// tf.train.Examples {image: PNG bytes, label: int64}, as a tf.data pipeline's input would come.
+void write_fashion_mnist_tfrecords(const std::string& directory, int files) {
+  std::filesystem::create_directories(directory);
+  const td::data::Dataset images = td::data::fashion_mnist(td::data::Split::kTrain);
+  const int64_t total = images.cardinality();
+  const int64_t per_file = (total + files - 1) / files;
+  std::cout << "writing Fashion-MNIST's " << total << " training images to " << directory
+            << " as PNGs in tf.train.Examples (" << files << " TFRecord files)" << std::endl;
+  td::data::Iterator it = images.iterator();
+  td::data::Element element;
+  for (int f = 0; f < files; ++f) {
+    const std::string name =
+        directory + "/train-" + std::to_string(f) + "-of-" + std::to_string(files) + ".tfrecord";
+    td::io::TFRecordWriter writer(name + ".part");
+    for (int64_t i = 0; i < per_file && it.next(element); ++i) {
+      const std::vector<float> pixels = element[0].to_vector<float>();  // in [0, 1]: k / 255
+      std::vector<uint8_t> bytes(pixels.size());
+      for (size_t p = 0; p < pixels.size(); ++p)
+        bytes[p] = static_cast<uint8_t>(std::lround(pixels[p] * 255.0f));
+      td::data::Example example;
+      example
+          .set_bytes("image", {td::data::encode_png(td::Tensor::from_vector(bytes, {28, 28, 1}))})
+          .set_int64s("label", {element[1].item<int64_t>()});
+      writer.write(example.serialize());
+    }
+    writer.close();
+    std::filesystem::rename(name + ".part", name);  // whole files only, should this be stopped
+  }
+}
+
+/// The training examples as global batches of {float32 [B, 28, 28] in [0, 1], int64 [B]}:
+/// Fashion-MNIST's IDX files, or (--tfrecords) TFRecord files of PNG/JPEG Examples, parsed and
+/// decoded on every core of the compute budget.
+td::data::Dataset training_batches(const Flags& flags, int64_t global_batch) {
+  if (flags.tfrecords.empty()) {
+    return td::data::fashion_mnist(td::data::Split::kTrain)
+        .shuffle(/*buffer_size=*/60000, flags.seed)
+        .batch(global_batch);
+  }
+  const std::string pattern = flags.tfrecords + "/*.tfrecord";
+  std::error_code ignored;
+  bool any = false;
+  for (const auto& entry : std::filesystem::directory_iterator(flags.tfrecords, ignored))
+    any = any || entry.path().extension() == ".tfrecord";
+  if (!any) write_fashion_mnist_tfrecords(flags.tfrecords, /*files=*/8);
+  const td::data::FeatureSpec spec = {{"image", td::data::FixedLenFeature{{}, td::DType::kUInt8}},
+                                      {"label", td::data::FixedLenFeature{{}, td::DType::kInt64}}};
+  auto decode = [spec](td::data::Element record) {
+    td::data::Element example = td::data::parse_example(record[0], spec);
+    const td::Tensor image = td::data::decode_image(example[0], /*channels=*/1);
+    TANDEM_CHECK(image.dim(0) == 28 && image.dim(1) == 28, "--tfrecords: an image is ",
+                 image.dim(0), "x", image.dim(1), ", not 28x28");
+    return td::data::Element{
+        td::data::normalize(image, {0.0f}, {1.0f}, td::DType::kFloat32).reshape({28, 28}),
+        example[1]};
+  };
+  const td::data::Dataset records = td::data::tfrecord(td::data::list_files(pattern));
+  return records.shuffle(/*buffer_size=*/records.cardinality(), flags.seed)
+      .map(decode, td::data::kAutotune)
+      .batch(global_batch);
+}
+
 }  // namespace
 
 int train_image_classifier(const SampleInfo& info, const Flags& flags,
@@ -42,11 +107,7 @@ int train_image_classifier(const SampleInfo& info, const Flags& flags,
   const double learning_rate = flags.scaled_learning_rate(num_replicas);
   print_setup(info, strategy, global_batch, learning_rate, flags.accumulation_steps);
 
-  auto train = td::data::fashion_mnist(td::data::Split::kTrain)
-                   .shuffle(/*buffer_size=*/60000, flags.seed)
-                   .batch(global_batch)
-                   .map(add_channel_axis)
-                   .prefetch(2);
+  auto train = training_batches(flags, global_batch).map(add_channel_axis).prefetch(2);
   auto dist_train = strategy.distribute_dataset(train);  // splits each global batch
   auto dist_test = strategy.distribute_dataset(td::data::fashion_mnist(td::data::Split::kTest)
                                                    .batch(eval_batch(strategy))

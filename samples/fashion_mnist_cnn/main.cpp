@@ -23,7 +23,8 @@ const samples::SampleInfo kInfo{
         "trains a CNN (Conv2D 32-MaxPool-Conv2D 64-MaxPool-Dense 1024-Dropout 0.4-Dense 10, "
         "Adam) on Fashion-MNIST with MirroredStrategy",
     .default_checkpoint_dir = "checkpoints/fashion_mnist_cnn",
-    .default_lr_schedule = "constant"};
+    .default_lr_schedule = "constant",
+    .tfrecords = true};
 
 /// TensorFlow's tutorial convnet: 28x28x1 -> 28x28x32 -> 14x14x32 -> 14x14x64 -> 7x7x64 -> 1024
 /// -> dropout (training only) -> 10 logits.

@@ -29,7 +29,8 @@ const samples::SampleInfo kInfo{
     // Measured at 10 epochs on 2 replicas with --sync-bn: constant 0.001 0.904, cosine from 0.001
     // 0.917, from 0.002 0.924, from 0.003 0.926, from 0.005 0.928 (bench/RESULTS.md).
     .default_lr_schedule = "cosine",
-    .default_learning_rate = 0.005};
+    .default_learning_rate = 0.005,
+    .tfrecords = true};
 
 /// 28x28x1 -> 28x28x16 -> (block) 28x28x16 -> (block) 14x14x32 -> (block) 7x7x64 -> 64 -> 10.
 td::nn::Sequential make_model(bool sync_bn) {

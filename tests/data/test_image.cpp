@@ -187,3 +187,22 @@ TEST_CASE("damaged images raise naming the problem and the file, crops, flips an
   CHECK(data::normalize(image, {0.0f}, {1.0f}, td::DType::kBFloat16).dtype() ==
         td::DType::kBFloat16);
 }
+
+TEST_CASE("encode_png: decode_png gives the pixels back, for 1 to 4 channels", "[cpu][data]") {
+  td::Generator generator(/*seed=*/3, /*stream=*/0);
+  for (int64_t channels = 1; channels <= 4; ++channels) {
+    INFO(channels << " channel(s)");
+    std::vector<uint8_t> pixels(static_cast<size_t>(5 * 7 * channels));
+    for (uint8_t& p : pixels) p = static_cast<uint8_t>(generator.uniform_int(256));
+    const td::Tensor image = td::Tensor::from_vector(pixels, td::Shape{5, 7, channels});
+    const std::string png = data::encode_png(image);
+    CHECK(png.substr(1, 3) == "PNG");
+    const td::Tensor back = data::decode_png(png);
+    CHECK(back.shape() == image.shape());
+    CHECK(back.to_vector<uint8_t>() == pixels);
+  }
+  CHECK_THROWS_WITH(data::encode_png(td::Tensor::zeros({4, 4, 1}, td::DType::kFloat32)),
+                    Catch::Contains("expected a uint8 [height, width, 1 to 4 channels]"));
+  CHECK_THROWS_WITH(data::encode_png(td::Tensor::zeros({4, 4, 5}, td::DType::kUInt8)),
+                    Catch::Contains("encode_png"));
+}

@@ -18,6 +18,7 @@
 #include "samples/run_program.h"
 #include "support/hdf5_datasets.h"
 #include "tandem/core/build_info.h"
+#include "tandem/tandem.h"
 
 namespace fs = std::filesystem;
 
@@ -463,4 +464,53 @@ TEST_CASE("api_tour fits its synthetic regression and a longer run resumes where
   CHECK(second.output.find("epoch 1/15") == std::string::npos);
   CHECK(second.output.find("epoch 15/15") != std::string::npos);
   CHECK(second.output.find("api_tour: OK") != std::string::npos);
+}
+
+TEST_CASE(
+    "fashion_mnist_cnn --tfrecords writes Fashion-MNIST as PNG Examples where there are "
+    "none, trains from them on 2 replicas and resumes",
+    "[cpu][samples][tfrecord]") {
+  if (!sample_built()) return;
+  TempDir records, checkpoints;
+  const std::string flags = " --max-steps 5 --replicas 2 --tfrecords '" + records.path.string() +
+                            "' --checkpoint-dir '" + checkpoints.path.string() + "'";
+  const Result first = run(kCnn + " --epochs 1 --fresh" + flags);
+  INFO(first.output);
+  REQUIRE(first.exit_code == 0);
+  CHECK(first.output.find("writing Fashion-MNIST's 60000 training images") != std::string::npos);
+  CHECK(fs::exists(checkpoints.path / "ckpt-5.h5"));
+  const std::vector<std::string> files =
+      tandem::data::list_files((records.path / "*.tfrecord").string());
+  CHECK(files.size() == 8);
+
+  // The first record is the first training image, as PNG bytes, with its label.
+  const tandem::data::FeatureSpec spec = {
+      {"image", tandem::data::FixedLenFeature{{}, tandem::DType::kUInt8}},
+      {"label", tandem::data::FixedLenFeature{{}, tandem::DType::kInt64}}};
+  tandem::io::TFRecordReader reader(files[0]);
+  std::string record;
+  REQUIRE(reader.next(record));
+  const tandem::data::Element example = tandem::data::parse_example(record, spec);
+  const tandem::data::Element original =
+      *tandem::data::fashion_mnist(tandem::data::Split::kTrain).begin();
+  const std::vector<uint8_t> pixels =
+      tandem::data::decode_image(example[0], 1).to_vector<uint8_t>();
+  const std::vector<float> expected = original[0].to_vector<float>();
+  REQUIRE(pixels.size() == expected.size());
+  size_t differing = 0;
+  for (size_t p = 0; p < pixels.size(); ++p)
+    differing += std::lround(expected[p] * 255.0f) != pixels[p] ? 1 : 0;
+  CHECK(differing == 0);
+  CHECK(example[1].item<int64_t>() == original[1].item<int64_t>());
+
+  const Result second = run(kCnn + " --epochs 2" + flags);
+  INFO(second.output);
+  REQUIRE(second.exit_code == 0);
+  CHECK(second.output.find("resumed from ") != std::string::npos);
+  CHECK(second.output.find("writing Fashion-MNIST") == std::string::npos);
+  CHECK(fs::exists(checkpoints.path / "ckpt-10.h5"));
+
+  const Result refused = run(kMlp + " --tfrecords '" + records.path.string() + "'");
+  CHECK(refused.exit_code == 2);
+  CHECK(refused.output.find("--tfrecords") != std::string::npos);
 }

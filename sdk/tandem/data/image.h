@@ -22,6 +22,9 @@ Tensor decode_jpeg(std::string_view bytes, int channels = 0);
 /// channels]. channels 0 keeps the file's (1 gray, 2 gray + alpha, 3 RGB, 4 RGBA; a palette
 /// gives 3 or 4); 1, 3 or 4 converts. Corrupt data raises with libpng's message.
 Tensor decode_png(std::string_view bytes, int channels = 0);
+/// Encodes a uint8 [height, width, channels] image (channels 1 to 4: gray, gray + alpha, RGB,
+/// RGBA) as a PNG (tf.io.encode_png); decode_png gives the same pixels back.
+std::string encode_png(const Tensor& image);
 /// decode_jpeg or decode_png, by the data's first bytes; anything else raises.
 Tensor decode_image(std::string_view bytes, int channels = 0);
 /// The same for bytes in a uint8 vector (a TFRecord record's bytes feature).

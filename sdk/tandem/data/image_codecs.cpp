@@ -166,4 +166,35 @@ Tensor decode_png(std::string_view bytes, int channels) {
   return out;
 }
 
+std::string encode_png(const Tensor& image) {
+  TANDEM_CHECK(image.defined() && image.dtype() == DType::kUInt8 && image.rank() == 3 &&
+                   image.dim(2) >= 1 && image.dim(2) <= 4 && image.dim(0) >= 1 && image.dim(1) >= 1,
+               "encode_png: expected a uint8 [height, width, 1 to 4 channels] image, got ",
+               image.defined() ? image.to_string(0) : std::string("an undefined tensor"));
+  check_size("encode_png", static_cast<uint64_t>(image.dim(0)), static_cast<uint64_t>(image.dim(1)),
+             static_cast<int>(image.dim(2)));
+  const Tensor host = image.to(Device::cpu());
+  png_image png;
+  std::memset(&png, 0, sizeof png);
+  png.version = PNG_IMAGE_VERSION;
+  png.width = static_cast<png_uint_32>(image.dim(1));
+  png.height = static_cast<png_uint_32>(image.dim(0));
+  const int64_t channels = image.dim(2);
+  png.format = channels == 1   ? PNG_FORMAT_GRAY
+               : channels == 2 ? PNG_FORMAT_GA
+               : channels == 3 ? PNG_FORMAT_RGB
+                               : PNG_FORMAT_RGBA;
+  const auto release = [](png_image* i) { png_image_free(i); };
+  const std::unique_ptr<png_image, decltype(release)> guard(&png, release);
+  png_alloc_size_t size = 0;  // first the size, then the bytes
+  TANDEM_CHECK(png_image_write_to_memory(&png, nullptr, &size, 0, host.raw_data(), 0, nullptr) != 0,
+               "encode_png: ", png.message);
+  std::string out(size, '\0');
+  TANDEM_CHECK(
+      png_image_write_to_memory(&png, out.data(), &size, 0, host.raw_data(), 0, nullptr) != 0,
+      "encode_png: ", png.message);
+  out.resize(size);
+  return out;
+}
+
 }  // namespace tandem::data

@@ -16,5 +16,6 @@ namespace {
 
 Tensor decode_jpeg(std::string_view, int) { not_built("decode_jpeg"); }
 Tensor decode_png(std::string_view, int) { not_built("decode_png"); }
+std::string encode_png(const Tensor&) { not_built("encode_png"); }
 
 }  // namespace tandem::data
