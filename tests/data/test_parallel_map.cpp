@@ -1,6 +1,7 @@
 // map(fn, num_parallel_calls): the sequential map's elements in the same order, on several
 // threads, in index mode (a batch's elements read and mapped together) and over elements (a
 // window read ahead); positions saved with one parallelism restore with another.
+#include <algorithm>
 #include <catch2/catch.hpp>
 #include <chrono>
 #include <mutex>
@@ -8,6 +9,7 @@
 #include <thread>
 
 #include "data/data_test_util.h"
+#include "tandem/data/internal/worker_pool.h"
 #include "tandem/tandem.h"
 
 namespace td = tandem;
@@ -90,4 +92,54 @@ TEST_CASE("map(num_parallel_calls): positions restore at any parallelism, errors
   CHECK(got.size() == 13);
   REQUIRE(failing.next(e));
   CHECK(e[0].to_vector<int64_t>()[0] == 14 * 3 + 1);
+}
+
+TEST_CASE("kAutotune: as many map workers as keep up with the consumer, from measured times",
+          "[cpu][data]") {
+  using tandem::data::detail::ParallelismTuner;
+  // Rounds of 8 elements of 1 ms each (on one worker).
+  ParallelismTuner tuner(8);
+  CHECK(tuner.workers() == 8);  // until a period is measured: every worker
+  tuner.record(8, 8e-3, 0);
+  CHECK(tuner.workers() == 8);
+  // A slow consumer (a round every 0.5 s): one worker keeps up.
+  for (int round = 0; round < 6; ++round) tuner.record(8, 8e-3, 0.5);
+  CHECK(tuner.workers() == 1);
+  // The consumer waits for the map (the period is the round itself): the count grows, a
+  // quarter (at least one) per round, to the maximum.
+  std::vector<int> counts;
+  for (int round = 0; round < 30; ++round) {
+    const int w = tuner.workers();
+    tuner.record(8, 8e-3, 8e-3 / w);
+    counts.push_back(tuner.workers());
+  }
+  INFO("workers per round: " << Catch::Detail::stringify(counts));
+  CHECK(std::is_sorted(counts.begin(), counts.end()));
+  CHECK(std::set<int>(counts.begin(), counts.end()).size() >= 4);  // step by step
+  CHECK(counts.back() == 8);
+  // A consumer that needs 3,333 elements/s of 1 ms each: 4.2 workers' worth within 80%: 5.
+  for (int round = 0; round < 20; ++round) tuner.record(8, 8e-3, 8 * 0.3e-3);
+  CHECK(tuner.workers() == 5);
+
+  // End to end: a consumer far slower than the map is served by the calling thread alone
+  // once the tuner measured it (index mode: the batch's elements are mapped in the gather).
+  Recorder recorder;
+  const data::Dataset ds = data::range(64).map(recorder.fn(), data::kAutotune).batch(4);
+  if (td::compute_threads() > 1)
+    CHECK_THAT(ds.describe(), Catch::Contains("map(num_parallel_calls=autotune, up to"));
+  data::Iterator it = ds.iterator();
+  data::Element batch;
+  for (int b = 0; b < 6; ++b) {
+    REQUIRE(it.next(batch));
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  }
+  {
+    std::lock_guard<std::mutex> lock(recorder.mutex);
+    recorder.threads.clear();
+  }
+  for (int b = 0; b < 6; ++b) {
+    REQUIRE(it.next(batch));
+    std::this_thread::sleep_for(std::chrono::milliseconds(40));
+  }
+  CHECK(recorder.threads == std::set<std::thread::id>{std::this_thread::get_id()});
 }

@@ -217,7 +217,9 @@ Dataset Dataset::map(std::function<Element(Element)> fn, int64_t num_parallel_ca
   const int64_t threads =
       num_parallel_calls == kAutotune ? std::max(1, compute_threads()) : num_parallel_calls;
   TANDEM_CHECK(threads <= 1024, "Dataset::map: num_parallel_calls ", threads, " is too many");
-  return Dataset(detail::make_map_node(node_, std::move(fn), static_cast<int>(threads)));
+  return Dataset(
+      detail::make_map_node(node_, std::move(fn), static_cast<int>(threads),
+                            /*autotune=*/num_parallel_calls == kAutotune && threads > 1));
 }
 
 Dataset Dataset::interleave(std::function<Dataset(const Element&)> fn, int64_t cycle_length,

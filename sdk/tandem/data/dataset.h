@@ -34,8 +34,8 @@ struct TensorSpec {
 inline constexpr int64_t kInfiniteCardinality = -1;
 /// Cardinality of a dataset whose length is known only by reading it (an interleave).
 inline constexpr int64_t kUnknownCardinality = -2;
-/// prefetch(kAutotune) picks a small default buffer (2 elements); map(fn, kAutotune) one
-/// thread per core.
+/// prefetch(kAutotune) picks a small default buffer (2 elements); map(fn, kAutotune) as many
+/// threads as keep up, up to one per core.
 inline constexpr int64_t kAutotune = -1;
 
 /// Which part of a dataset to read: the training or the test examples.
@@ -121,8 +121,10 @@ class Dataset {
   /// a prefetch thread, and saved iterator positions are restored by recomputation); it
   /// receives its own copy of the element's tensors.
   Dataset map(std::function<Element(Element)> fn) const;
-  /// map(fn) on `num_parallel_calls` threads (tf.data's map(fn, num_parallel_calls)); kAutotune
-  /// uses one per core of this process's compute budget. The output order is the input's.
+  /// map(fn) on `num_parallel_calls` threads (tf.data's map(fn, num_parallel_calls)). kAutotune
+  /// starts one thread per core of this process's compute budget and uses as many of them as
+  /// keep up with the consumer, from the measured time per element and the pipeline's pace (a
+  /// slow training step leaves the other cores to the step). The output order is the input's.
   /// Before a batch of a random-access source, each batch's elements are read and mapped in
   /// parallel; otherwise a window of 2 x num_parallel_calls elements is read ahead and mapped.
   /// A position saved with one parallelism restores with any other.

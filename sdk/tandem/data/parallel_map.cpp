@@ -18,14 +18,16 @@ using MapFn = std::function<Element(Element)>;
 class ParallelMapIterator final : public IteratorImpl {
  public:
   ParallelMapIterator(std::shared_ptr<const Node> input, uint64_t epoch,
-                      std::shared_ptr<const MapFn> fn, int parallel)
+                      std::shared_ptr<const MapFn> fn, int parallel, bool autotune)
       : input_node_(std::move(input)),
         epoch_(epoch),
         fn_(std::move(fn)),
         window_(2 * static_cast<size_t>(parallel)),
         input_(input_node_->make_iterator(epoch)),
         pool_(parallel),
-        position_(input_node_, epoch, "map(num_parallel_calls)") {}
+        position_(input_node_, epoch, "map(num_parallel_calls)") {
+    if (autotune) tuner_.emplace(parallel);
+  }
 
   bool next(Element& out) override {
     if (ready_.empty() && !refill()) return false;
@@ -88,14 +90,20 @@ class ParallelMapIterator final : public IteratorImpl {
     }
     if (window.empty()) return false;
     std::vector<Mapped> mapped(window.size());
-    pool_.run(static_cast<int64_t>(window.size()), [&](int64_t k, int) {
-      Mapped& m = mapped[static_cast<size_t>(k)];
-      try {
-        m.element = (*fn_)(std::move(window[static_cast<size_t>(k)]));
-      } catch (...) {
-        m.error = std::current_exception();
-      }
-    });
+    RoundTimer timer(tuner_ ? &*tuner_ : nullptr, pool_.workers(), last_start_);
+    pool_.run(
+        static_cast<int64_t>(window.size()),
+        [&](int64_t k, int worker) {
+          const RoundTimer::Task task(timer, worker);
+          Mapped& m = mapped[static_cast<size_t>(k)];
+          try {
+            m.element = (*fn_)(std::move(window[static_cast<size_t>(k)]));
+          } catch (...) {
+            m.error = std::current_exception();
+          }
+        },
+        tuner_ ? tuner_->workers() : 0);
+    timer.finish(static_cast<int64_t>(window.size()));
     for (Mapped& m : mapped) ready_.push_back(std::move(m));
     return true;
   }
@@ -106,6 +114,8 @@ class ParallelMapIterator final : public IteratorImpl {
   size_t window_;
   std::unique_ptr<IteratorImpl> input_;
   WorkerPool pool_;
+  std::optional<ParallelismTuner> tuner_;  // kAutotune
+  RoundTimer::Clock::time_point last_start_{};
   struct Mapped {
     Element element;
     std::exception_ptr error;
@@ -120,8 +130,9 @@ class ParallelMapIterator final : public IteratorImpl {
 std::unique_ptr<IteratorImpl> make_parallel_map_iterator(std::shared_ptr<const Node> input,
                                                          uint64_t epoch,
                                                          std::shared_ptr<const MapFn> fn,
-                                                         int parallel) {
-  return std::make_unique<ParallelMapIterator>(std::move(input), epoch, std::move(fn), parallel);
+                                                         int parallel, bool autotune) {
+  return std::make_unique<ParallelMapIterator>(std::move(input), epoch, std::move(fn), parallel,
+                                               autotune);
 }
 
 }  // namespace tandem::data::detail

@@ -3,6 +3,7 @@
 // Each node makes iterators; each iterator saves its position as a few counters under
 // "<depth>_<kind>/...".
 #include <algorithm>
+#include <optional>
 #include <sstream>
 
 #include "tandem/data/internal/iterators.h"
@@ -86,11 +87,12 @@ using MapFn = std::function<Element(Element)>;
 
 class MappedReader final : public SourceReader {
  public:
-  MappedReader(const Source& base, std::shared_ptr<const MapFn> fn, int parallel)
+  MappedReader(const Source& base, std::shared_ptr<const MapFn> fn, int parallel, bool autotune)
       : fn_(std::move(fn)) {
     // One reader of the base source per worker: readers are not shared between threads.
     for (int w = 0; w < parallel; ++w) bases_.push_back(base.reader());
     if (parallel > 1) pool_ = std::make_unique<WorkerPool>(parallel);
+    if (parallel > 1 && autotune) tuner_.emplace(parallel);
   }
   void read(int64_t index, Element& out) override {
     Element element;
@@ -105,11 +107,17 @@ class MappedReader final : public SourceReader {
       return;
     }
     std::vector<Element> elements(indices.size());
-    pool_->run(static_cast<int64_t>(indices.size()), [&](int64_t k, int worker) {
-      Element element;
-      bases_[static_cast<size_t>(worker)]->read(indices[static_cast<size_t>(k)], element);
-      elements[static_cast<size_t>(k)] = (*fn_)(std::move(element));
-    });
+    RoundTimer timer(tuner_ ? &*tuner_ : nullptr, pool_->workers(), last_start_);
+    pool_->run(
+        static_cast<int64_t>(indices.size()),
+        [&](int64_t k, int worker) {
+          const RoundTimer::Task task(timer, worker);
+          Element element;
+          bases_[static_cast<size_t>(worker)]->read(indices[static_cast<size_t>(k)], element);
+          elements[static_cast<size_t>(k)] = (*fn_)(std::move(element));
+        },
+        tuner_ ? tuner_->workers() : 0);
+    timer.finish(static_cast<int64_t>(indices.size()));
     Stacker stacker;
     stacker.start(elements[0], static_cast<int64_t>(elements.size()));
     for (size_t k = 1; k < elements.size(); ++k) stacker.append(elements[k]);
@@ -120,22 +128,25 @@ class MappedReader final : public SourceReader {
   std::vector<std::unique_ptr<SourceReader>> bases_;
   std::shared_ptr<const MapFn> fn_;
   std::unique_ptr<WorkerPool> pool_;
+  std::optional<ParallelismTuner> tuner_;  // kAutotune
+  RoundTimer::Clock::time_point last_start_{};
 };
 
 /// A random-access source seen through a map function.
 class MappedSource final : public Source {
  public:
-  MappedSource(std::shared_ptr<const Source> base, std::shared_ptr<const MapFn> fn, int parallel)
-      : base_(std::move(base)), fn_(std::move(fn)), parallel_(parallel) {}
+  MappedSource(std::shared_ptr<const Source> base, std::shared_ptr<const MapFn> fn, int parallel,
+               bool autotune)
+      : base_(std::move(base)), fn_(std::move(fn)), parallel_(parallel), autotune_(autotune) {}
   int64_t size() const override { return base_->size(); }
   bool cheap_random_access() const override { return base_->cheap_random_access(); }
   std::unique_ptr<SourceReader> reader() const override {
-    return std::make_unique<MappedReader>(*base_, fn_, parallel_);
+    return std::make_unique<MappedReader>(*base_, fn_, parallel_, autotune_);
   }
   std::vector<TensorSpec> element_spec() const override {
     TANDEM_CHECK(size() > 0, "element_spec of a map over an empty dataset is unknown");
     Element element;
-    MappedReader(*base_, fn_, 1).read(0, element);
+    MappedReader(*base_, fn_, 1, false).read(0, element);
     return spec_of(element);
   }
   std::string describe() const override { return "map(" + base_->describe() + ")"; }
@@ -144,6 +155,7 @@ class MappedSource final : public Source {
   std::shared_ptr<const Source> base_;
   std::shared_ptr<const MapFn> fn_;
   int parallel_;
+  bool autotune_;
 };
 
 class MapIterator final : public IteratorImpl {
@@ -169,19 +181,24 @@ class MapIterator final : public IteratorImpl {
 
 class MapNode final : public Node {
  public:
-  MapNode(NodePtr input, std::shared_ptr<const MapFn> fn, int parallel)
-      : Node(std::move(input), "map"), fn_(std::move(fn)), parallel_(parallel) {
+  MapNode(NodePtr input, std::shared_ptr<const MapFn> fn, int parallel, bool autotune)
+      : Node(std::move(input), "map"),
+        fn_(std::move(fn)),
+        parallel_(parallel),
+        autotune_(autotune) {
     if (auto base = this->input()->source())
-      mapped_ = std::make_shared<MappedSource>(base, fn_, parallel_);
+      mapped_ = std::make_shared<MappedSource>(base, fn_, parallel_, autotune_);
   }
   std::string describe() const override {
+    if (autotune_)
+      return "map(num_parallel_calls=autotune, up to " + std::to_string(parallel_) + ")";
     return parallel_ > 1 ? "map(num_parallel_calls=" + std::to_string(parallel_) + ")" : "map";
   }
   // A position saved with one parallelism restores with another: it is the input's.
   std::string signature_text() const override { return "map"; }
   std::shared_ptr<const Source> source() const override { return mapped_; }
   std::unique_ptr<IteratorImpl> make_iterator(uint64_t epoch) const override {
-    if (parallel_ > 1) return make_parallel_map_iterator(input(), epoch, fn_, parallel_);
+    if (parallel_ > 1) return make_parallel_map_iterator(input(), epoch, fn_, parallel_, autotune_);
     return std::make_unique<MapIterator>(input()->make_iterator(epoch), fn_);
   }
   int64_t cardinality() const override { return input()->cardinality(); }
@@ -193,12 +210,13 @@ class MapNode final : public Node {
     return spec_of(element);
   }
   NodePtr with_input(NodePtr input) const override {
-    return std::make_shared<MapNode>(std::move(input), fn_, parallel_);
+    return std::make_shared<MapNode>(std::move(input), fn_, parallel_, autotune_);
   }
 
  private:
   std::shared_ptr<const MapFn> fn_;
   int parallel_;
+  bool autotune_;
   std::shared_ptr<const Source> mapped_;
 };
 
@@ -414,9 +432,10 @@ std::shared_ptr<const Node> make_source_node(std::shared_ptr<const Source> sourc
   return std::make_shared<SourceNode>(std::move(source), std::move(kind));
 }
 std::shared_ptr<const Node> make_map_node(std::shared_ptr<const Node> input,
-                                          std::function<Element(Element)> fn, int parallel) {
+                                          std::function<Element(Element)> fn, int parallel,
+                                          bool autotune) {
   return std::make_shared<MapNode>(std::move(input), std::make_shared<const MapFn>(std::move(fn)),
-                                   parallel);
+                                   parallel, autotune);
 }
 std::shared_ptr<const Node> make_batch_node(std::shared_ptr<const Node> input, int64_t batch_size,
                                             bool drop_remainder, int64_t signature_batch_size) {

@@ -105,15 +105,17 @@ class Node {
 // ---- node factories ----------------------------------------------------------------------
 std::shared_ptr<const Node> make_source_node(std::shared_ptr<const Source> source,
                                              std::string kind);
-/// map(fn) on `parallel` threads (1: the caller's only).
+/// map(fn) on `parallel` threads (1: the caller's only); with `autotune`, on as many of them as
+/// keep up (ParallelismTuner).
 std::shared_ptr<const Node> make_map_node(std::shared_ptr<const Node> input,
-                                          std::function<Element(Element)> fn, int parallel = 1);
+                                          std::function<Element(Element)> fn, int parallel = 1,
+                                          bool autotune = false);
 /// The iterator of a map on `parallel` > 1 threads over elements (not indices): it reads
 /// ahead of the consumer and maps the elements read on a WorkerPool, keeping their order
 /// (parallel_map.cpp).
 std::unique_ptr<IteratorImpl> make_parallel_map_iterator(
     std::shared_ptr<const Node> input, uint64_t epoch,
-    std::shared_ptr<const std::function<Element(Element)>> fn, int parallel);
+    std::shared_ptr<const std::function<Element(Element)>> fn, int parallel, bool autotune);
 /// interleave(fn, cycle_length, block_length) with `parallel` reading threads
 /// (interleave.cpp).
 std::shared_ptr<const Node> make_interleave_node(std::shared_ptr<const Node> input,
