@@ -3,6 +3,7 @@
 // cut short keeps nothing; positions restore before and after the cache is complete.
 #include <atomic>
 #include <catch2/catch.hpp>
+#include <filesystem>
 
 #include "data/data_test_util.h"
 #include "tandem/tandem.h"
@@ -108,4 +109,78 @@ TEST_CASE("cache: positions restore before and after the cache is complete", "[c
   data::IteratorState bad = it.save();
   bad.set("3_cache/position", {42});
   CHECK_THROWS_WITH(make().iterator(0).restore(bad), Catch::Contains("past the end"));
+}
+
+TEST_CASE("cache(filename): kept in a file that a later run reads, whole or not at all",
+          "[cpu][data]") {
+  const data::testing::TempDir dir;
+  const std::string file = dir.file("parsed.cache");
+  auto leftovers = [&] {
+    int n = 0;
+    for (const auto& entry : std::filesystem::directory_iterator(dir.str()))
+      n += entry.path().filename().string().find(".tmp-") != std::string::npos ? 1 : 0;
+    return n;
+  };
+  SECTION("index mode: written during the first epoch, read by later epochs and runs") {
+    auto calls = std::make_shared<std::atomic<int>>(0);
+    auto make = [&] {
+      return data::range(10).map(counted(calls)).cache(file).shuffle(10, 3).batch(4);
+    };
+    std::vector<std::vector<int64_t>> epoch0, epoch1;
+    {
+      const data::Dataset ds = make();
+      epoch0 = batches_of(ds);
+      CHECK(*calls == 10);
+      CHECK(std::filesystem::exists(file));
+      epoch1 = batches_of(ds);
+      CHECK(*calls == 10);
+    }
+    CHECK(leftovers() == 0);
+    const data::Dataset later = make();  // a later run: the file, not the input
+    data::Iterator e0 = later.iterator(0), e1 = later.iterator(1);
+    CHECK(batches_of(e0) == epoch0);
+    CHECK(batches_of(e1) == epoch1);
+    CHECK(*calls == 10);
+    CHECK_THAT(later.describe(), Catch::Contains("cache('" + file + "')"));
+    // Another pipeline naming the file is refused, naming both.
+    CHECK_THROWS_WITH(data::range(11).map(counted(calls)).cache(file),
+                      Catch::Contains("written by another pipeline") && Catch::Contains(file));
+  }
+  SECTION("over elements: a cut pass leaves no file; a whole pass writes it; positions restore") {
+    auto calls = std::make_shared<std::atomic<int>>(0);
+    auto make = [&] { return data::range(8).prefetch(1).map(counted(calls)).cache(file); };
+    const std::vector<int64_t> expected = {0, 7, 14, 21, 28, 35, 42, 49};
+    {
+      const data::Dataset ds = make();
+      {
+        data::Iterator cut = ds.iterator();
+        CHECK(flat_values(cut, 3) == std::vector<int64_t>{0, 7, 14});
+      }
+      CHECK_FALSE(std::filesystem::exists(file));
+    }
+    CHECK(leftovers() == 0);  // the partial file went with its dataset
+    const data::Dataset ds = make();
+    CHECK(flat_values(ds) == expected);
+    CHECK(std::filesystem::exists(file));
+    const int after_write = *calls;
+    for (int64_t k = 0; k <= 8; ++k) {
+      data::Iterator it = make().iterator(0);
+      std::vector<int64_t> got = flat_values(it, k);
+      data::Iterator resumed = make().iterator(0);
+      resumed.restore(it.save());
+      const std::vector<int64_t> rest = flat_values(resumed);
+      got.insert(got.end(), rest.begin(), rest.end());
+      CHECK(got == expected);
+    }
+    CHECK(*calls == after_write);  // every pass above read the file
+  }
+  SECTION("a damaged file raises naming it") {
+    const std::vector<int64_t> expected = flat_values(data::range(6).prefetch(1).cache(file));
+    CHECK(expected == std::vector<int64_t>{0, 1, 2, 3, 4, 5});
+    const auto size = std::filesystem::file_size(file);
+    std::filesystem::resize_file(file, size - 3);
+    CHECK_THROWS_WITH(data::range(6).prefetch(1).cache(file),
+                      Catch::Contains("not a complete cache file") && Catch::Contains(file));
+    CHECK_THROWS_WITH(data::range(6).cache(""), Catch::Contains("the file name is empty"));
+  }
 }

@@ -50,6 +50,13 @@ TEST_CASE(
   CHECK(sequential.threads.size() == 1);
   CHECK(parallel.threads.size() > 1);
   CHECK_THAT(par.describe(), Catch::Contains("map(num_parallel_calls=4)"));
+  // deterministic=false (tf.data's permission to reorder) is accepted; the order stays.
+  Recorder unordered;
+  data::Iterator seq_epoch0 = seq.iterator(0);
+  CHECK(batches_of(data::range(200)
+                       .map(unordered.fn(), 4, /*deterministic=*/false)
+                       .shuffle(50, 9)
+                       .batch(16)) == batches_of(seq_epoch0));
 
   // Over elements (a prefetch hands out elements, not indices): a window read ahead.
   Recorder windowed;

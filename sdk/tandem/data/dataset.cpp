@@ -209,7 +209,8 @@ Dataset Dataset::map(std::function<Element(Element)> fn) const {
   return Dataset(detail::make_map_node(node_, std::move(fn)));
 }
 
-Dataset Dataset::map(std::function<Element(Element)> fn, int64_t num_parallel_calls) const {
+Dataset Dataset::map(std::function<Element(Element)> fn, int64_t num_parallel_calls,
+                     bool /*deterministic: the order is kept either way*/) const {
   TANDEM_CHECK(fn != nullptr, "Dataset::map: the function is empty");
   TANDEM_CHECK(num_parallel_calls >= 1 || num_parallel_calls == kAutotune,
                "Dataset::map: num_parallel_calls must be at least 1 or kAutotune, got ",
@@ -241,6 +242,12 @@ Dataset Dataset::interleave(std::function<Dataset(const Element&)> fn, int64_t c
 }
 
 Dataset Dataset::cache() const { return Dataset(detail::make_cache_node(node_)); }
+
+Dataset Dataset::cache(const std::string& filename) const {
+  TANDEM_CHECK(!filename.empty(), "Dataset::cache: the file name is empty (cache() keeps the ",
+               "elements in memory)");
+  return Dataset(detail::make_cache_node(node_, filename));
+}
 
 Dataset Dataset::shuffle(int64_t buffer_size, uint64_t seed, bool reshuffle_each_iteration) const {
   TANDEM_CHECK(buffer_size >= 1, "Dataset::shuffle: buffer_size must be at least 1, got ",

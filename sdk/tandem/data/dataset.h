@@ -128,7 +128,11 @@ class Dataset {
   /// Before a batch of a random-access source, each batch's elements are read and mapped in
   /// parallel; otherwise a window of 2 x num_parallel_calls elements is read ahead and mapped.
   /// A position saved with one parallelism restores with any other.
-  Dataset map(std::function<Element(Element)> fn, int64_t num_parallel_calls) const;
+  /// `deterministic` false allows the elements out of order, as in tf.data (accepted so that a
+  /// port keeps its call); the map works in rounds that it hands out whole, so the order, and
+  /// the exact saved position, are kept either way.
+  Dataset map(std::function<Element(Element)> fn, int64_t num_parallel_calls,
+              bool deterministic = true) const;
   /// tf.data interleave: `fn` makes a dataset of every input element (a file name, say), and
   /// the elements of `cycle_length` such datasets are taken in turn, `block_length` at a time
   /// from each; when one ends, the next input element opens in its place. The order is
@@ -147,6 +151,13 @@ class Dataset {
   /// nothing). What is kept stays until the last copy of this dataset goes; everything kept
   /// must fit in memory. Positions save and restore as without the cache.
   Dataset cache() const;
+  /// tf.data cache(filename): the same, kept in the file `filename` instead of memory, so a
+  /// later run (or another dataset naming the file) reads it instead of its input. The file is
+  /// written beside `filename` as elements come (created exclusively, never through a link)
+  /// and renamed to it once every element is there: a file of that name is always whole. An
+  /// existing file is checked when the dataset is made: written by another pipeline (its
+  /// description differs) or damaged, it raises naming the file. Tensors come back on the CPU.
+  Dataset cache(const std::string& filename) const;
   /// tf.data shuffle: a buffer of `buffer_size` elements; each output is a uniformly chosen
   /// buffer element, replaced by the next input. Randomness is Philox(seed) with the epoch
   /// folded into the stream, so every epoch differs (unless reshuffle_each_iteration is

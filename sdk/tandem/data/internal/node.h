@@ -122,8 +122,9 @@ std::shared_ptr<const Node> make_interleave_node(std::shared_ptr<const Node> inp
                                                  std::function<Dataset(const Element&)> fn,
                                                  int64_t cycle_length, int64_t block_length,
                                                  int parallel);
-/// cache() in memory (cache.cpp).
-std::shared_ptr<const Node> make_cache_node(std::shared_ptr<const Node> input);
+/// cache() in memory (`filename` empty) or in a file (cache.cpp, cache_file.cpp).
+std::shared_ptr<const Node> make_cache_node(std::shared_ptr<const Node> input,
+                                            std::string filename = {});
 std::shared_ptr<const Node> make_shuffle_node(std::shared_ptr<const Node> input,
                                               int64_t buffer_size, uint64_t seed,
                                               bool reshuffle_each_iteration);
