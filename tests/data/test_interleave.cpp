@@ -107,9 +107,19 @@ TEST_CASE("interleave: an error in an open dataset surfaces in its place", "[cpu
     data::Iterator it = ds.iterator(0);
     // tf.data's order: 0 10 1 11 2 12 20 30, then 21 raises, and the turn stays with dataset 2
     CHECK(flat_values(it, 8) == std::vector<int64_t>{0, 10, 1, 11, 2, 12, 20, 30});
+    // Saved before the error is raised (on the pool it is already read), and after it.
+    const data::IteratorState before_error = it.save();
     data::Element e;
     CHECK_THROWS_WITH(it.next(e), Catch::Contains("element 1 of dataset 2 is damaged"));
+    const data::IteratorState after_error = it.save();
     CHECK(flat_values(it) == std::vector<int64_t>{22, 31, 32});
+    data::Iterator again = ds.iterator(0);
+    again.restore(before_error);
+    CHECK_THROWS_WITH(again.next(e), Catch::Contains("element 1 of dataset 2 is damaged"));
+    CHECK(flat_values(again) == std::vector<int64_t>{22, 31, 32});
+    data::Iterator after = ds.iterator(0);
+    after.restore(after_error);
+    CHECK(flat_values(after) == std::vector<int64_t>{22, 31, 32});
   }
 }
 

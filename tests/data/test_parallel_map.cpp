@@ -97,7 +97,13 @@ TEST_CASE("map(num_parallel_calls): positions restore at any parallelism, errors
       }(),
       Catch::Contains("refused element 13"));
   CHECK(got.size() == 13);
+  // Saved after the error (the window read ahead past it): restores to the element after it.
+  const data::IteratorState after_error = failing.save();
   REQUIRE(failing.next(e));
+  CHECK(e[0].to_vector<int64_t>()[0] == 14 * 3 + 1);
+  data::Iterator resumed = data::range(40).prefetch(2).map(r.fn(/*throw_at=*/13), 4).iterator(0);
+  resumed.restore(after_error);
+  REQUIRE(resumed.next(e));
   CHECK(e[0].to_vector<int64_t>()[0] == 14 * 3 + 1);
 }
 

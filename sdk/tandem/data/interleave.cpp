@@ -81,8 +81,9 @@ class InterleaveIterator final : public IteratorImpl {
       const Slot& slot = slots_[k];
       if (slot.ordinal < 0) continue;
       IteratorState inner;
-      if (!slot.ready.empty()) {
-        slot.position->save(inner);  // read ahead: recomputed at the consumer's position
+      if (!slot.ready.empty() || slot.error) {
+        // Read ahead (or past an error not raised yet): recomputed at the consumer's position.
+        slot.position->save(inner);
       } else {
         IteratorState at;
         slot.iterator->save(at);

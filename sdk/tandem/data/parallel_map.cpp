@@ -59,7 +59,8 @@ class ParallelMapIterator final : public IteratorImpl {
     return passed;
   }
   void save(IteratorState& state) const override {
-    if (!ready_.empty()) {  // the window runs ahead: recomputed at the consumer's position
+    if (!ready_.empty() || error_) {  // read ahead (or past an input error not raised yet):
+                                      // recomputed at the consumer's position
       position_.save(state);
       return;
     }
@@ -79,7 +80,10 @@ class ParallelMapIterator final : public IteratorImpl {
   /// Reads up to a window of input elements and maps them on the pool; false at the end.
   bool refill() {
     // An input error surfaces after the elements read before it, as it would without the pool.
-    if (error_) std::rethrow_exception(std::exchange(error_, nullptr));
+    if (error_) {
+      position_.consumed();  // the input passed the element that failed
+      std::rethrow_exception(std::exchange(error_, nullptr));
+    }
     std::vector<Element> window;
     Element element;
     try {
