@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <filesystem>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -64,5 +65,25 @@ class TempDir {
  private:
   std::filesystem::path path_;
 };
+
+/// Uncompressed TFRecord files `dir`/part-<f>.tfrecord of counts[f] Examples {y: int64}, numbered
+/// across the files: example n holds y = n. Returns the file names; `all` gets every y.
+inline std::vector<std::string> write_numbered_tfrecords(const TempDir& dir,
+                                                         const std::vector<int>& counts,
+                                                         std::multiset<int64_t>& all) {
+  std::vector<std::string> files;
+  int64_t n = 0;
+  for (size_t f = 0; f < counts.size(); ++f) {
+    files.push_back(dir.file("part-" + std::to_string(f) + ".tfrecord"));
+    io::TFRecordWriter writer(files.back());
+    for (int i = 0; i < counts[f]; ++i, ++n) {
+      Example e;
+      e.set_int64s("y", {n});
+      writer.write(e.serialize());
+      all.insert(n);
+    }
+  }
+  return files;
+}
 
 }  // namespace tandem::data::testing

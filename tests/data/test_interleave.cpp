@@ -10,7 +10,6 @@
 
 namespace td = tandem;
 namespace data = tandem::data;
-namespace io = tandem::io;
 using data::testing::flat_values;
 using data::testing::TempDir;
 
@@ -127,20 +126,8 @@ TEST_CASE("file_names + interleave read TFRecord files, dealt to workers by file
           "[cpu][data][tfrecord]") {
   const TempDir dir;
   // 5 files of 3, 6, 1, 4 and 2 records; record n holds the int64 n.
-  const std::vector<int> counts = {3, 6, 1, 4, 2};
-  std::vector<std::string> files;
   std::multiset<int64_t> all;
-  int64_t n = 0;
-  for (size_t f = 0; f < counts.size(); ++f) {
-    files.push_back(dir.file("part-" + std::to_string(f) + ".tfrecord"));
-    io::TFRecordWriter w(files.back());
-    for (int i = 0; i < counts[f]; ++i, ++n) {
-      data::Example e;
-      e.set_int64s("y", {n});
-      w.write(e.serialize());
-      all.insert(n);
-    }
-  }
+  data::testing::write_numbered_tfrecords(dir, {3, 6, 1, 4, 2}, all);
   const data::FeatureSpec spec = {{"y", data::FixedLenFeature{{}, td::DType::kInt64}}};
   auto pipeline = [&](int64_t parallel) {
     return data::file_names(data::list_files(dir.file("part-*.tfrecord")))

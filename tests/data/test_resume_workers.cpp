@@ -9,7 +9,6 @@
 
 namespace td = tandem;
 namespace data = tandem::data;
-namespace io = tandem::io;
 using data::testing::TempDir;
 
 namespace {
@@ -43,20 +42,9 @@ TEST_CASE(
     "[cpu][data][tfrecord]") {
   const TempDir dir;
   // 4 files of 7, 5, 9 and 3 records: example n holds y = n.
-  const std::vector<int> counts = {7, 5, 9, 3};
-  std::vector<std::string> files;
   std::multiset<int64_t> all;
-  int64_t n = 0;
-  for (size_t f = 0; f < counts.size(); ++f) {
-    files.push_back(dir.file("part-" + std::to_string(f) + ".tfrecord"));
-    io::TFRecordWriter writer(files.back());
-    for (int i = 0; i < counts[f]; ++i, ++n) {
-      data::Example e;
-      e.set_int64s("y", {n});
-      writer.write(e.serialize());
-      all.insert(n);
-    }
-  }
+  const std::vector<std::string> files =
+      data::testing::write_numbered_tfrecords(dir, {7, 5, 9, 3}, all);
   const data::FeatureSpec spec = {{"y", data::FixedLenFeature{{}, td::DType::kInt64}}};
   auto make = [&] {
     return data::tfrecord(files)
