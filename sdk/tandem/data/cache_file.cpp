@@ -37,15 +37,7 @@ std::string errno_text() { return std::strerror(errno); }
 class FileCache final : public CacheStore {
  public:
   FileCache(std::string filename, std::string signature, int64_t expected)
-      : filename_(std::move(filename)), signature_(std::move(signature)), expected_(expected) {
-    const int fd = ::open(filename_.c_str(), O_RDONLY | O_CLOEXEC);
-    if (fd >= 0) {
-      read_fd_ = fd;
-      open_complete();
-    } else {
-      TANDEM_CHECK(errno == ENOENT, "cache: cannot open '", filename_, "': ", errno_text());
-    }
-  }
+      : filename_(std::move(filename)), signature_(std::move(signature)), expected_(expected) {}
   ~FileCache() override {
     if (write_fd_ >= 0) {
       ::close(write_fd_);
@@ -56,6 +48,7 @@ class FileCache final : public CacheStore {
 
   std::optional<int64_t> complete() override {
     std::lock_guard<std::mutex> lock(mutex_);
+    open_existing();
     return complete_;
   }
 
@@ -100,6 +93,7 @@ class FileCache final : public CacheStore {
 
   void put(int64_t i, const Element& element) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    open_existing();
     if (complete_) return;
     if (static_cast<size_t>(i) >= offsets_.size()) offsets_.resize(static_cast<size_t>(i) + 1, -1);
     if (offsets_[static_cast<size_t>(i)] >= 0) return;
@@ -121,6 +115,7 @@ class FileCache final : public CacheStore {
 
   void finish(int64_t count) override {
     std::lock_guard<std::mutex> lock(mutex_);
+    open_existing();
     if (complete_) return;
     if (count == 0 && write_fd_ < 0) start_writing();
     for (int64_t i = 0; i < count; ++i)
@@ -131,6 +126,20 @@ class FileCache final : public CacheStore {
   }
 
  private:
+  /// On first use (a dataset that is never read, such as the global pipeline a worker's share is
+  /// made from, never opens the file): reads the file when it exists.
+  void open_existing() {
+    if (looked_) return;
+    looked_ = true;
+    const int fd = ::open(filename_.c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) {
+      TANDEM_CHECK(errno == ENOENT, "cache: cannot open '", filename_, "': ", errno_text());
+      return;
+    }
+    read_fd_ = fd;
+    open_complete();
+  }
+
   void start_writing() {
     static std::atomic<int> counter{0};
     temp_ = filename_ + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
@@ -252,6 +261,7 @@ class FileCache final : public CacheStore {
   std::string signature_;
   int64_t expected_;
   std::mutex mutex_;
+  bool looked_ = false;  // open_existing() ran
   std::optional<int64_t> complete_;
   std::vector<int64_t> offsets_;  // each element's record; -1: not written yet
   int64_t kept_ = 0;

@@ -155,7 +155,7 @@ class Dataset {
   /// later run (or another dataset naming the file) reads it instead of its input. The file is
   /// written beside `filename` as elements come (created exclusively, never through a link)
   /// and renamed to it once every element is there: a file of that name is always whole. An
-  /// existing file is checked when the dataset is made: written by another pipeline (its
+  /// existing file is checked when the dataset is first read: written by another pipeline (its
   /// description differs) or damaged, it raises naming the file. Tensors come back on the CPU.
   Dataset cache(const std::string& filename) const;
   /// tf.data shuffle: a buffer of `buffer_size` elements; each output is a uniformly chosen

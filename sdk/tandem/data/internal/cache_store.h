@@ -28,9 +28,9 @@ class CacheStore {
 
 /// In memory. `expected`: the number of elements when known (a random-access input), else -1.
 std::shared_ptr<CacheStore> make_memory_cache(int64_t expected);
-/// In the file `filename`: read when it exists (it must have been written by a pipeline of the
-/// same `signature`), else written beside it as elements come and renamed to `filename` when
-/// complete, so a file of that name is always whole.
+/// In the file `filename`: read when it exists at the first use (it must have been written by a
+/// pipeline of the same `signature`), else written beside it as elements come and renamed to
+/// `filename` when complete, so a file of that name is always whole.
 std::shared_ptr<CacheStore> make_file_cache(std::string filename, std::string signature,
                                             int64_t expected);
 
