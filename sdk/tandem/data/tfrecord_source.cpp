@@ -16,6 +16,13 @@ namespace tandem::data {
 namespace detail {
 namespace {
 
+/// The bytes of `text` as a uint8 vector (a record, a file name).
+Tensor bytes_tensor(const std::string& text) {
+  Tensor out = Tensor::empty(Shape{static_cast<int64_t>(text.size())}, DType::kUInt8);
+  if (!text.empty()) std::memcpy(out.raw_data(), text.data(), text.size());
+  return out;
+}
+
 class TFRecordSource final : public Source, public std::enable_shared_from_this<TFRecordSource> {
  public:
   TFRecordSource(std::vector<std::string> files, io::TFRecordReadOptions options)
@@ -94,8 +101,7 @@ class TFRecordSourceReader final : public SourceReader {
                  " at offset ", offset, " of '", source_->files_[file],
                  "' could not be read (the file changed since the dataset was made?)");
     out.resize(1);
-    out[0] = Tensor::empty(Shape{static_cast<int64_t>(record_.size())}, DType::kUInt8);
-    if (!record_.empty()) std::memcpy(out[0].raw_data(), record_.data(), record_.size());
+    out[0] = bytes_tensor(record_);
   }
 
  private:
@@ -107,12 +113,6 @@ class TFRecordSourceReader final : public SourceReader {
 
 std::unique_ptr<SourceReader> TFRecordSource::reader() const {
   return std::make_unique<TFRecordSourceReader>(shared_from_this());
-}
-
-Tensor bytes_tensor(const std::string& text) {
-  Tensor out = Tensor::empty(Shape{static_cast<int64_t>(text.size())}, DType::kUInt8);
-  if (!text.empty()) std::memcpy(out.raw_data(), text.data(), text.size());
-  return out;
 }
 
 class FileNamesSource final : public Source {
