@@ -2,7 +2,9 @@
 // SIGTERM (sent to the process) or a request makes the next save_checkpoint_if_preempted save
 // the current step, even within checkpoint_interval, and report it; with exit_process the
 // process exits with kPreemptedExitStatus; one handler at a time, the previous signal handlers
-// back after it. Several workers: tests/tools/test_tandem_run.cpp.
+// back after it unless a stop was asked for (then SIGTERM stays harmless until the exit, so a
+// storm of them through the save and the exit still ends with 75). Several workers:
+// tests/tools/test_tandem_run.cpp.
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -56,13 +58,71 @@ TEST_CASE("preemption handler: a SIGTERM makes the next step boundary save and s
     CHECK(fs::exists(dir.str() + "/ckpt-8.h5"));
     CHECK(manager.latest_checkpoint() == dir.str() + "/ckpt-8.h5");
   }
-  // The handler is gone: SIGTERM has its previous action again.
+  // The handler is gone, but a stop was asked for: the process is on its way out, and a
+  // SIGTERM still coming only sets the flag (the default action would kill it).
   struct sigaction now {};
   sigaction(SIGTERM, nullptr, &now);
+  CHECK(now.sa_handler != before.sa_handler);
+  CHECK(now.sa_handler != SIG_DFL);
+  {
+    // A new handler starts unsignalled; without a stop its destructor puts back the actions
+    // from before the first handler.
+    td::PreemptionCheckpointHandler again(strategy, manager, {.exit_process = false});
+    CHECK_FALSE(again.signalled());
+  }
+  sigaction(SIGTERM, nullptr, &now);
   CHECK(now.sa_handler == before.sa_handler);
-  // A new handler starts unsignalled.
-  td::PreemptionCheckpointHandler again(strategy, manager, {.exit_process = false});
-  CHECK_FALSE(again.signalled());
+}
+
+TEST_CASE("preemption handler: a SIGTERM storm through the save and the exit still exits 75",
+          "[cpu][checkpoint]") {
+  // A scheduler may signal a process again and again: while it saves, and after the handler
+  // is gone while the program returns kPreemptedExitStatus from main. None of those SIGTERMs
+  // may kill it (that would be a failure, not a preemption).
+  TempDir dir;
+  int ready[2];
+  REQUIRE(pipe(ready) == 0);
+  const pid_t child = fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    close(ready[0]);
+    Small s;
+    td::CheckpointManager manager(s.checkpoint(), dir.str());
+    td::MirroredStrategy strategy = td::MirroredStrategy::cpu(1);
+    {
+      td::PreemptionCheckpointHandler preemption(strategy, manager, {.exit_process = false});
+      const char byte = 1;
+      if (write(ready[1], &byte, 1) != 1) _exit(2);
+      for (s.global_step = 1; !preemption.save_checkpoint_if_preempted(); ++s.global_step)
+        usleep(1000);  // a training step
+    }
+    // The program's own teardown after the loop, 300 ms of it, the storm going on (each
+    // signal cuts a sleep short).
+    const auto end = std::chrono::steady_clock::now() + std::chrono::milliseconds(300);
+    while (std::chrono::steady_clock::now() < end) usleep(1000);
+    _exit(td::kPreemptedExitStatus);
+  }
+  close(ready[1]);
+  char byte = 0;
+  REQUIRE(read(ready[0], &byte, 1) == 1);  // the handler is installed
+  close(ready[0]);
+  int status = 0, sent = 0;
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+  while (waitpid(child, &status, WNOHANG) == 0) {
+    if (std::chrono::steady_clock::now() > deadline) {
+      kill(child, SIGKILL);
+      waitpid(child, &status, 0);
+      FAIL("the child did not stop within 30 s of the first SIGTERM");
+    }
+    if (kill(child, SIGTERM) == 0) ++sent;
+    usleep(1000);
+  }
+  INFO(sent << " SIGTERMs sent");
+  CHECK(sent >= 20);
+  REQUIRE_FALSE(WIFSIGNALED(status));
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == td::kPreemptedExitStatus);
+  CHECK(td::latest_checkpoint(dir.str()).has_value());
 }
 
 TEST_CASE("preemption handler: by default the process saves and exits with status 75",

@@ -3,7 +3,9 @@
 // failing to start is left out above --min-workers and named otherwise; and with the MLP
 // sample: SIGTERM to a worker mid-epoch saves, exits "preempted" and restarts, the final
 // weights bitwise those of an uninterrupted run and every epoch counting 60000 examples;
-// SIGTERM to tandem-run stops the job saved (75) and a second tandem-run resumes it; kill -9
+// SIGTERM again and again (a storm) to a worker is still one preemption, and to tandem-run
+// passes one SIGTERM to each worker, never a SIGKILL before --grace: the job stops saved (75)
+// and a second tandem-run resumes it; kill -9
 // of workers at random moments still finishes the job with the uninterrupted run's weights.
 // Several machines: test_tandem_run_nodes.cpp.
 #include <signal.h>
@@ -116,6 +118,69 @@ TEST_CASE("tandem-run leaves out a worker that keeps failing to start, down to -
   }
 }
 
+TEST_CASE("a SIGTERM storm to tandem-run while the workers save: one SIGTERM each, exit 75",
+          "[cpu][tools][launcher]") {
+  // Each worker stands for a program with a PreemptionCheckpointHandler: on SIGTERM it notes
+  // the signal, "saves" for a second (a save may take that long; more SIGTERMs may come
+  // meanwhile, from a scheduler that signals again and again) and exits 75.
+  TempDir dir;
+  auto script = [&](const std::string& save) {
+    const std::string w = dir.path + "/$TANDEM_RUN_WORKER";
+    return "trap 'echo term >> " + w +
+           ".terms; stop=1' TERM; echo ready; while [ -z \"$stop\" ]; " + "do sleep 0.05; done; " +
+           save + "; echo saved > " + w + ".saved; exit 75";
+  };
+  // 20 SIGTERMs to tandem-run, 20 ms apart, once every worker runs.
+  auto storm = [](int* ready, std::chrono::steady_clock::time_point* first) {
+    return [ready, first](const std::string& line, pid_t launcher) {
+      if (line.find("] ready") == std::string::npos || ++*ready != 2) return;
+      *first = std::chrono::steady_clock::now();
+      for (int i = 0; i < 20; ++i) {
+        kill(launcher, SIGTERM);
+        std::this_thread::sleep_for(std::chrono::milliseconds(20));
+      }
+    };
+  };
+  SECTION("the workers save within --grace: every one saved, nothing killed") {
+    int ready = 0;
+    std::chrono::steady_clock::time_point first{};
+    const Run r = run(with_script({"--workers", "2", "--grace", "30"}, script("sleep 1")),
+                      storm(&ready, &first));
+    INFO(r.text());
+    REQUIRE(ready == 2);
+    CHECK(r.status == td::kPreemptedExitStatus);
+    CHECK(r.has("tandem-run: SIGTERM: asking every worker to save and stop"));
+    CHECK(r.has("tandem-run: SIGTERM again: the workers are already saving and stopping"));
+    CHECK_FALSE(r.has("killing"));
+    CHECK(r.lines.back() ==
+          "tandem-run: stopped: asked to stop; every worker saved and stopped; 0 of 3 restarts "
+          "used (last failure: none), 0 preemptions, 0 workers lost");
+    for (const std::string worker : {"0", "1"}) {
+      INFO("worker " << worker);
+      CHECK(file_text(dir.file(worker + ".saved")) == "saved\n");
+      CHECK(file_text(dir.file(worker + ".terms")) == "term\n");  // one SIGTERM, passed on once
+    }
+  }
+  SECTION("a worker still saving at the --grace deadline is killed then, not before") {
+    int ready = 0;
+    std::chrono::steady_clock::time_point first{};
+    const Run r = run(with_script({"--workers", "2", "--grace", "1"},
+                                  script("[ $TANDEM_RUN_WORKER = 1 ] && sleep 30")),
+                      storm(&ready, &first));
+    const double seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count();
+    INFO(r.text());
+    REQUIRE(ready == 2);
+    CHECK(seconds >= 1.0);
+    CHECK(seconds < 20.0);
+    CHECK(r.status == 1);
+    CHECK(r.has("tandem-run: worker 1 did not stop within 1 s of SIGTERM; killing it"));
+    CHECK(r.lines.back().starts_with("tandem-run: stopped: asked to stop; not every worker saved"));
+    CHECK(file_text(dir.file("0.saved")) == "saved\n");
+    CHECK_FALSE(fs::exists(dir.file("1.saved")));
+  }
+}
+
 TEST_CASE("a killed worker is named by every survivor within 5 s, over shared memory and Gloo",
           "[cpu][tools][launcher]") {
   if (!have_fashion_mnist()) {
@@ -198,7 +263,53 @@ TEST_CASE("SIGTERM to a worker mid-epoch: saved, preempted, restarted, the same 
   CHECK(mlp_weights(stopped.path + last) == mlp_weights(whole.path + last));
 }
 
-TEST_CASE("SIGTERM to tandem-run: every worker saves and stops, and the next tandem-run resumes",
+TEST_CASE("SIGTERM to a worker again and again: one preemption, restarted, not a failure",
+          "[cpu][tools][launcher][slow]") {
+  if (!have_fashion_mnist()) {
+    WARN("Fashion-MNIST is not installed; skipped");
+    return;
+  }
+  TempDir dir;
+  pid_t worker1 = 0;
+  std::atomic<bool> storming{false}, stop_storm{false};
+  std::atomic<int> sent{0};
+  std::thread storm;
+  // From mid-epoch until tandem-run has seen worker 1 end: 20 SIGTERMs to it at once, then one
+  // every 2 ms, through its save, its return from main and its exit.
+  const Run r =
+      run({kTandemRun, "--workers", "2", "--", kMlp, "--epochs", "1", "--checkpoint-dir", dir.path},
+          [&](const std::string& line, pid_t) {
+            if (!worker1) worker1 = worker_pid(line, 1);
+            if (!storming && worker1 &&
+                line.find("[worker 0] epoch 1/1  step 100/") != std::string::npos) {
+              storming = true;
+              storm = std::thread([&, pid = worker1] {
+                while ((sent < 20 || !stop_storm) && sent < 20000) {
+                  if (kill(pid, SIGTERM) != 0) break;
+                  // 20 at once, then one every 2 ms.
+                  if (++sent >= 20) std::this_thread::sleep_for(std::chrono::milliseconds(2));
+                }
+              });
+            }
+            if (line.find("tandem-run: the workers saved and stopped") == 0 ||
+                line.find("failed after") != std::string::npos)
+              stop_storm = true;
+          });
+  stop_storm = true;
+  if (storm.joinable()) storm.join();
+  INFO(r.text());
+  INFO(sent << " SIGTERMs sent to worker 1");
+  REQUIRE(storming);
+  CHECK(sent >= 20);
+  CHECK(r.status == 0);
+  CHECK(r.has("[worker 0] preempted: saved "));
+  CHECK_FALSE(r.has("failed after"));
+  CHECK(r.lines.back().find("0 of 3 restarts used (last failure: none), 1 preemption,") !=
+        std::string::npos);
+  CHECK(examples_per_epoch(r) == std::vector<long>{60000});
+}
+
+TEST_CASE("a SIGTERM storm to tandem-run and its workers: every worker saves, exit 75, resumed",
           "[cpu][tools][launcher][slow]") {
   if (!have_fashion_mnist()) {
     WARN("Fashion-MNIST is not installed; skipped");
@@ -207,19 +318,33 @@ TEST_CASE("SIGTERM to tandem-run: every worker saves and stops, and the next tan
   TempDir dir;
   const std::vector<std::string> command = {
       kTandemRun, "--workers", "2", "--", kMlp, "--epochs", "2", "--checkpoint-dir", dir.path};
+  // As a scheduler that reclaims the machine may: SIGTERM to every process of the job, 20
+  // times, 10 ms apart.
+  std::vector<pid_t> workers(2, 0);
   bool sent = false;
   const Run r = run(command, [&](const std::string& line, pid_t launcher) {
+    for (int slot = 0; slot < 2; ++slot)
+      if (const pid_t pid = worker_pid(line, slot)) workers[static_cast<size_t>(slot)] = pid;
     if (!sent && line.find("[worker 0] epoch 1/2  step 200/") != std::string::npos) {
-      kill(launcher, SIGTERM);
       sent = true;
+      for (int i = 0; i < 20; ++i) {
+        for (const pid_t pid : {launcher, workers[0], workers[1]})
+          if (pid > 0) kill(pid, SIGTERM);
+        std::this_thread::sleep_for(std::chrono::milliseconds(10));
+      }
     }
   });
   INFO(r.text());
   REQUIRE(sent);
   CHECK(r.status == td::kPreemptedExitStatus);
   CHECK(r.has("tandem-run: SIGTERM: asking every worker to save and stop"));
-  CHECK(r.lines.back().starts_with(
-      "tandem-run: stopped: asked to stop; every worker saved and stopped"));
+  CHECK(r.has("[worker 0] preempted: saved "));
+  CHECK_FALSE(r.has("killing"));
+  CHECK(r.lines.back() ==
+        "tandem-run: stopped: asked to stop; every worker saved and stopped; 0 of 3 restarts "
+        "used (last failure: none), 0 preemptions, 0 workers lost");
+  REQUIRE(!newest_checkpoint(dir.path).empty());
+  CHECK(mlp_weights(newest_checkpoint(dir.path)).size() == 6);  // the saved step loads
   const Run again = run(command);
   INFO(again.text());
   CHECK(again.status == 0);

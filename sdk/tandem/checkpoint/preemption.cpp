@@ -51,13 +51,25 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(const Strategy& strateg
   action.sa_handler = on_stop_signal;
   sigemptyset(&action.sa_mask);
   action.sa_flags = SA_RESTART;  // interrupted system calls resume
-  sigaction(SIGTERM, &action, &g_previous_term);
-  sigaction(SIGINT, &action, &g_previous_int);
+  // After a preemption an earlier handler left on_stop_signal in place (see the destructor):
+  // the actions to put back are still the ones it saved.
+  struct sigaction term {};
+  struct sigaction interrupt {};
+  sigaction(SIGTERM, &action, &term);
+  sigaction(SIGINT, &action, &interrupt);
+  if (term.sa_handler != on_stop_signal) g_previous_term = term;
+  if (interrupt.sa_handler != on_stop_signal) g_previous_int = interrupt;
 }
 
 PreemptionCheckpointHandler::~PreemptionCheckpointHandler() {
-  sigaction(SIGTERM, &g_previous_term, nullptr);
-  sigaction(SIGINT, &g_previous_int, nullptr);
+  // Once a stop was asked for, the process is on its way out (it saved, or is unwinding to
+  // exit with kPreemptedExitStatus): SIGTERMs still coming (a scheduler signals every process
+  // of the job, again and again) must not kill it with the default action on the way, which
+  // would turn a preemption into a failure. The handlers stay; they only set the flag.
+  if (!g_signalled.load(std::memory_order_relaxed)) {
+    sigaction(SIGTERM, &g_previous_term, nullptr);
+    sigaction(SIGINT, &g_previous_int, nullptr);
+  }
   g_installed.store(false);
 }
 

@@ -11,7 +11,9 @@
 // at least M workers remain (the job resumes at the smaller replica count), else tandem-run
 // stops naming it. A worker that exits with kPreemptedExitStatus (75) saved and stopped on
 // SIGTERM: the job is restarted without counting a failure. SIGTERM or SIGINT to tandem-run is
-// passed to every worker, and tandem-run exits when they have (75 when they all saved).
+// passed once to every worker, and tandem-run exits when they have (75 when they all saved);
+// more SIGTERMs are ignored while they save (SIGKILL only --grace seconds after the SIGTERM,
+// or at a second Ctrl-C).
 // The last line says what happened; the exit status is 0 when the job finished.
 #include <algorithm>
 #include <cstdio>

@@ -241,9 +241,11 @@ void start_worker(const Options& o, Worker& w, const std::string& config, int at
 Outcome supervise(const Options& o, std::vector<Worker>& workers, Clock::time_point started,
                   bool& stop_requested, Link* link, const std::string& address) {
   Outcome outcome;
-  bool stopping = false;      // the workers are being stopped
-  bool term_pending = false;  // SIGTERM at term_at for workers still running
-  bool kill_pending = false;  // SIGKILL at kill_at for workers still running
+  bool stopping = false;       // the workers are being stopped
+  bool term_pending = false;   // SIGTERM at term_at for workers still running
+  bool kill_pending = false;   // SIGKILL at kill_at for workers still running
+  int interrupts = 0;          // SIGINTs to tandem-run (two kill the workers at once)
+  bool told_absorbed = false;  // a repeated stop signal was reported (once)
   Clock::time_point term_at = Clock::now(), kill_at = Clock::now();
   auto signal_all = [&](int signal) {
     for (const Worker& w : workers)
@@ -318,15 +320,30 @@ Outcome supervise(const Options& o, std::vector<Worker>& workers, Clock::time_po
       ssize_t n;
       while ((n = read(g_signal_pipe[0], signals, sizeof(signals))) > 0) {
         for (ssize_t k = 0; k < n; ++k) {
-          if (signals[k] == SIGCHLD) continue;
-          if (stop_requested) {
-            signal_all(SIGKILL);  // asked twice
-          } else {
+          const int signal = signals[k];
+          if (signal == SIGCHLD) continue;
+          const char* name = sigabbrev_np(signal);
+          if (signal == SIGINT) ++interrupts;
+          if (!stop_requested) {
             stop_requested = true;
-            const char* name = sigabbrev_np(signals[k]);
             std::fprintf(stderr, "tandem-run: SIG%s: asking every worker to save and stop\n",
                          name ? name : "NAL");
             begin_stop(/*at_once=*/true);
+          } else if (signal == SIGINT && interrupts >= 2) {
+            // Ctrl-C twice: somebody who will not wait for the save.
+            if (interrupts == 2)
+              std::fprintf(stderr, "tandem-run: SIGINT again: killing the workers now\n");
+            signal_all(SIGKILL);
+            kill_pending = false;
+          } else if (!told_absorbed) {
+            // A storm (a scheduler signals every process of the job, often more than once):
+            // the workers are saving; one SIGTERM each was enough, and --grace bounds the wait.
+            told_absorbed = true;
+            std::fprintf(stderr,
+                         "tandem-run: SIG%s again: the workers are already saving and stopping; "
+                         "more are ignored; SIGKILL comes %.0f s after their SIGTERM (--grace), or "
+                         "at a second Ctrl-C\n",
+                         name ? name : "NAL", o.grace_seconds);
           }
         }
       }
