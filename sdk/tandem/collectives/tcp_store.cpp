@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <random>
 #include <thread>
 
 #include "tandem/collectives/internal/tcp_store_protocol.h"
@@ -114,57 +115,94 @@ TcpStore::~TcpStore() {
   if (socket_ >= 0) ::close(socket_);
 }
 
+namespace {
+
+/// One connection to the chief's store, or -1 with the reason in `error`.
+int connect_once(const std::string& host, int port, Clock::time_point deadline,
+                 std::string& error) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  hints.ai_flags = AI_NUMERICSERV;
+  addrinfo* found = nullptr;
+  const int resolved = ::getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &found);
+  if (resolved != 0) {
+    error = ::gai_strerror(resolved);
+    return -1;
+  }
+  int connected = -1;
+  for (addrinfo* a = found; a != nullptr && connected < 0; a = a->ai_next) {
+    const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
+    if (fd < 0) continue;
+    set_nonblocking(fd);
+    int failure = 0;
+    if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
+      failure = errno;
+      if (failure == EINPROGRESS) {
+        const Io io =
+            wait_for(fd, POLLOUT, std::min(deadline, Clock::now() + std::chrono::seconds(1)));
+        socklen_t length = sizeof(failure);
+        failure = io == Io::kTimeout ? ETIMEDOUT : 0;
+        if (io != Io::kTimeout) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &failure, &length);
+      }
+    }
+    if (failure == 0) {
+      connected = fd;
+    } else {
+      error = std::strerror(failure);
+      ::close(fd);
+    }
+  }
+  ::freeaddrinfo(found);
+  return connected;
+}
+
+}  // namespace
+
 void TcpStore::connect_and_introduce() {
   const auto deadline = Clock::now() + options_.timeout;
   const double seconds = static_cast<double>(options_.timeout.count()) / 1000.0;
   std::string last_error = "no attempt";
-  // Connect, retrying: the chief may start after this worker.
-  while (socket_ < 0) {
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    const int resolved =
-        ::getaddrinfo(options_.host.c_str(), std::to_string(options_.port).c_str(), &hints, &found);
-    if (resolved != 0) {
-      last_error = ::gai_strerror(resolved);
-    } else {
-      for (addrinfo* a = found; a != nullptr && socket_ < 0; a = a->ai_next) {
-        const int fd = ::socket(a->ai_family, a->ai_socktype | SOCK_CLOEXEC, a->ai_protocol);
-        if (fd < 0) continue;
-        set_nonblocking(fd);
-        int error = 0;
-        if (::connect(fd, a->ai_addr, a->ai_addrlen) != 0) {
-          error = errno;
-          if (error == EINPROGRESS) {
-            const Io io =
-                wait_for(fd, POLLOUT, std::min(deadline, Clock::now() + std::chrono::seconds(1)));
-            socklen_t length = sizeof(error);
-            error = io == Io::kTimeout ? ETIMEDOUT : 0;
-            if (io != Io::kTimeout) ::getsockopt(fd, SOL_SOCKET, SO_ERROR, &error, &length);
-          }
-        }
-        if (error == 0) {
-          socket_ = fd;
-        } else {
-          last_error = std::strerror(error);
-          ::close(fd);
-        }
-      }
-      ::freeaddrinfo(found);
+  bool closed_unanswered = false;
+  // Connect and introduce this worker, again until the timeout when nobody listens yet (the
+  // chief may start after this worker) or the connection closes without an answer (a chief
+  // busy with connections that never introduce themselves may close this one to make room:
+  // Note [the store's door] in tcp_store_server.cpp). The pauses double, from 20 ms to 0.5 s,
+  // with jitter, so that workers turned away together do not all come back together.
+  std::minstd_rand random(std::random_device{}());
+  auto pause = std::chrono::milliseconds(20);
+  for (;;) {
+    closed_unanswered = false;
+    socket_ = connect_once(options_.host, options_.port, deadline, last_error);
+    if (socket_ >= 0) {
+      if (introduce(deadline)) return;
+      ::close(socket_);
+      socket_ = -1;
+      closed_unanswered = true;
     }
-    if (socket_ >= 0) break;
-    if (Clock::now() >= deadline) {
+    const auto now = Clock::now();
+    if (now >= deadline && closed_unanswered) {
+      TANDEM_THROW("TF_CONFIG rendezvous: the chief's store at ", where_,
+                   " closed the connection without an answer until the timeout (", seconds,
+                   " s, TANDEM_COLLECTIVE_TIMEOUT): is another program listening on the "
+                   "chief's port, or did the chief exit?");
+    }
+    if (now >= deadline) {
       TANDEM_THROW("TF_CONFIG rendezvous: could not reach the chief's store at ", where_,
                    " within ", seconds, " s (TANDEM_COLLECTIVE_TIMEOUT): ", last_error,
                    "; is the chief (worker 0) started, and is the address right?");
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    const auto jittered = pause * (50 + random() % 51) / 100;
+    std::this_thread::sleep_for(std::min<Clock::duration>(jittered, deadline - now));
+    pause = std::min(pause * 2, std::chrono::milliseconds(500));
   }
+}
+
+bool TcpStore::introduce(Clock::time_point deadline) {
+  const double seconds = static_cast<double>(options_.timeout.count()) / 1000.0;
   const int one = 1;
   ::setsockopt(socket_, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-  // Introduce this worker: the reply is the job's nonce, or why the chief refuses it.
+  // The reply is the job's nonce, or why the chief refuses this worker.
   const std::string hello = encode(kHello, 0, options_.rank, options_.token, options_.cluster);
   Io io = send_all(socket_, hello, deadline);
   char head[5];
@@ -175,9 +213,7 @@ void TcpStore::connect_and_introduce() {
                  " s (TANDEM_COLLECTIVE_TIMEOUT): is another program listening on the chief's "
                  "port?");
   }
-  TANDEM_CHECK(io == Io::kDone, "TF_CONFIG rendezvous: the chief's store at ", where_,
-               " closed the connection without an answer: is another program listening on the "
-               "chief's port, or did the chief exit?");
+  if (io != Io::kDone) return false;  // closed without an answer: connect again
   const uint8_t status = static_cast<uint8_t>(head[0]);
   uint32_t length = 0;
   std::memcpy(&length, head + 1, sizeof(length));
@@ -194,6 +230,7 @@ void TcpStore::connect_and_introduce() {
     TANDEM_THROW("TF_CONFIG rendezvous: the chief's store at ", where_, " refused worker ",
                  options_.rank, ": ", payload);
   std::memcpy(&nonce_, payload.data(), sizeof(nonce_));
+  return true;
 }
 
 TcpStore::Reply TcpStore::request(uint8_t op, const std::string& key, const std::string& value) {

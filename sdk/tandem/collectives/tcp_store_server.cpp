@@ -1,11 +1,13 @@
 // TcpStoreServer: one thread serves every connection of the chief's store through poll().
 #include "tandem/collectives/internal/tcp_store_server.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
 #include <poll.h>
+#include <sys/resource.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -35,10 +37,35 @@ using Clock = std::chrono::steady_clock;
 constexpr size_t kMaxPendingReply = size_t{2} << 20;
 /// Reads of one connection per poll round.
 constexpr int kReadsPerRound = 16;
-/// Seconds a connection has to introduce itself.
-constexpr int kHelloSeconds = 10;
 /// Seconds a refused connection is kept, its reply sent, for its client to close it.
 constexpr int kLingerSeconds = 2;
+/// Connections accepted from one listener per poll round: fewer than a host's pending places,
+/// so that a connection is read at least once before newer ones from its host could displace it.
+constexpr int kAcceptsPerRound = 32;
+/// Connections the kernel queues for accept() on each listener (at most net.core.somaxconn).
+constexpr int kListenBacklog = 512;
+/// Bytes of not yet complete introductions held in all; beyond, the largest is closed.
+constexpr size_t kMaxPendingBytes = size_t{64} << 20;
+
+// Note [the store's door]
+// ~~~~~~~~~~~~~~~~~~~~~~~
+// Anyone who can reach the chief's port can open connections, and until one introduces itself
+// (its hello: the token, the cluster, the worker's index) nothing tells a worker from a port
+// scanner, a half-open connection or a client that sends a byte a minute. Refusing connections
+// beyond a fixed count would let a dozen of those keep the job's workers out, so none is
+// refused for lack of room; instead the connections not yet introduced ("pending") are bounded
+// and the oldest make room:
+// - at most max_pending_per_address from one address (an IPv6 /64 counts as one): a new one
+//   closes that address's oldest pending connection, so a flood from one place displaces itself;
+// - at most max_pending in all (a quarter of RLIMIT_NOFILE, the rest being the program's): a
+//   new one closes the oldest pending connection of the address that has the most; and when
+//   accept() finds no descriptor left, a pending connection's is taken the same way;
+// - at most kMaxPendingBytes of unfinished introductions in all: the largest goes;
+// - a pending connection is closed hello_timeout after it connected, however it trickles.
+// A worker introduces itself as soon as it connects, and is read before kAcceptsPerRound more
+// are accepted, so the oldest pending are the idle ones; a worker displaced all the same sees
+// its connection close without an answer and connects again, backing off, until its timeout
+// (tcp_store.cpp). Introduced workers, at most one per index, are never displaced.
 
 std::string shorten(const std::string& text) {
   return text.size() <= 300 ? text : text.substr(0, 300) + "...";
@@ -51,17 +78,38 @@ bool equal_in_constant_time(const std::string& a, const std::string& b) {
   return difference == 0;
 }
 
-void set_nonblocking(int fd) { ::fcntl(fd, F_SETFL, ::fcntl(fd, F_GETFL, 0) | O_NONBLOCK); }
+struct Peer {
+  std::string address;  // "host:port", for messages
+  std::string place;    // what the pending limits count by: the host, or its IPv6 /64
+};
 
-std::string peer_of(int fd) {
+Peer peer_of(int fd) {
   sockaddr_storage address{};
   socklen_t length = sizeof(address);
-  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return "?";
+  if (::getpeername(fd, reinterpret_cast<sockaddr*>(&address), &length) != 0) return {"?", "?"};
   char host[NI_MAXHOST] = {}, port[NI_MAXSERV] = {};
   if (::getnameinfo(reinterpret_cast<sockaddr*>(&address), length, host, sizeof(host), port,
                     sizeof(port), NI_NUMERICHOST | NI_NUMERICSERV) != 0)
-    return "?";
-  return std::string(host) + ":" + port;
+    return {"?", "?"};
+  Peer peer{.address = std::string(host) + ":" + port, .place = host};
+  if (address.ss_family == AF_INET6) {
+    // One IPv6 host commonly holds a whole /64: it counts as one address.
+    in6_addr prefix = reinterpret_cast<const sockaddr_in6*>(&address)->sin6_addr;
+    if (!IN6_IS_ADDR_V4MAPPED(&prefix)) {
+      std::memset(prefix.s6_addr + 8, 0, 8);
+      char text[INET6_ADDRSTRLEN] = {};
+      if (::inet_ntop(AF_INET6, &prefix, text, sizeof(text)))
+        peer.place = text + std::string("/64");
+    }
+  }
+  return peer;
+}
+
+/// Pending connections kept in all when the options leave it to the descriptor limit.
+size_t pending_from_descriptor_limit() {
+  rlimit limit{};
+  if (::getrlimit(RLIMIT_NOFILE, &limit) != 0 || limit.rlim_cur == RLIM_INFINITY) return 4096;
+  return std::clamp<size_t>(static_cast<size_t>(limit.rlim_cur) / 4, 64, 4096);
 }
 
 }  // namespace
@@ -69,7 +117,8 @@ std::string peer_of(int fd) {
 struct TcpStoreServer::State {
   struct Connection {
     int fd = -1;
-    std::string peer;
+    std::string peer;     // "host:port"
+    std::string place;    // the address its pending limit counts by
     std::string in, out;  // bytes received and not yet parsed; reply bytes not yet sent
     bool introduced = false;
     int rank = -1;
@@ -85,8 +134,13 @@ struct TcpStoreServer::State {
   int wake[2] = {-1, -1};
   std::atomic<bool> stop{false};
   std::thread thread;
-  std::vector<Connection> connections;
-  size_t max_connections = 0;
+  std::vector<Connection> connections;  // in the order they were accepted
+  // Connections not introduced yet (refused ones included): see Note [the store's door].
+  size_t max_pending = 0, max_pending_per_place = 0;
+  size_t pending = 0, pending_bytes = 0;
+  std::map<std::string, size_t> pending_by_place;
+  Clock::time_point accepts_paused_until{};  // no descriptor left, nothing to take one from
+  bool said_out_of_descriptors = false;
   std::map<std::string, std::pair<std::string, int>> values;  // key -> value, who set it
   size_t stored_bytes = 0;
   std::vector<int> joined;                 // per rank: 0 never, 1 connected, 2 left
@@ -101,7 +155,8 @@ struct TcpStoreServer::State {
     joined.assign(static_cast<size_t>(options.world_size), 0);
     left_at.resize(static_cast<size_t>(options.world_size));
     joined_from.resize(static_cast<size_t>(options.world_size));
-    max_connections = 2 * static_cast<size_t>(options.world_size) + 8;
+    max_pending = options.max_pending > 0 ? options.max_pending : pending_from_descriptor_limit();
+    max_pending_per_place = std::max<size_t>(1, options.max_pending_per_address);
   }
 
   ~State() {
@@ -117,74 +172,11 @@ struct TcpStoreServer::State {
       if (fd >= 0) ::close(fd);
   }
 
-  /// Listens on the chief's TF_CONFIG host (every address it resolves to on this machine).
   void listen_on(const std::string& where) {
     TANDEM_CHECK(::pipe2(wake, O_CLOEXEC) == 0,
                  "TF_CONFIG rendezvous: pipe: ", std::strerror(errno));
-    addrinfo hints{};
-    hints.ai_family = AF_UNSPEC;
-    hints.ai_socktype = SOCK_STREAM;
-    hints.ai_flags = AI_NUMERICSERV;
-    addrinfo* found = nullptr;
-    const std::string port = std::to_string(options.port);
-    const int resolved = ::getaddrinfo(options.host.c_str(), port.c_str(), &hints, &found);
-    TANDEM_CHECK(resolved == 0, "TF_CONFIG rendezvous: the chief's host \"", options.host,
-                 "\" does not resolve: ", ::gai_strerror(resolved));
-    int in_use = 0, not_here = 0;
-    std::string last_error;
-    for (addrinfo* a = found; a != nullptr; a = a->ai_next) {
-      const int fd = open_listener(a->ai_family, a->ai_addr, a->ai_addrlen, /*v6_only=*/true);
-      if (fd >= 0) {
-        listeners.push_back(fd);
-        continue;
-      }
-      in_use += errno == EADDRINUSE;
-      not_here += errno == EADDRNOTAVAIL;
-      last_error = std::strerror(errno);
-    }
-    ::freeaddrinfo(found);
-    if (listeners.empty() && in_use == 0 && not_here > 0) {
-      // A name that maps to this machine through a NAT or a service address (Kubernetes): no
-      // interface has it, so every interface listens.
-      TANDEM_LOG_WARNING("TF_CONFIG rendezvous: the chief's address ", where,
-                         " is not an address of this machine; listening on port ", options.port,
-                         " of every interface");
-      sockaddr_in6 any6{};
-      any6.sin6_family = AF_INET6;
-      any6.sin6_addr = in6addr_any;
-      any6.sin6_port = htons(static_cast<uint16_t>(options.port));
-      int fd = open_listener(AF_INET6, reinterpret_cast<sockaddr*>(&any6), sizeof(any6), false);
-      if (fd < 0) {
-        sockaddr_in any4{};
-        any4.sin_family = AF_INET;
-        any4.sin_addr.s_addr = htonl(INADDR_ANY);
-        any4.sin_port = htons(static_cast<uint16_t>(options.port));
-        fd = open_listener(AF_INET, reinterpret_cast<sockaddr*>(&any4), sizeof(any4), false);
-      }
-      if (fd >= 0) listeners.push_back(fd);
-      in_use += fd < 0 && errno == EADDRINUSE;
-      if (fd < 0) last_error = std::strerror(errno);
-    }
-    TANDEM_CHECK(!listeners.empty(), "TF_CONFIG rendezvous: the chief cannot listen on ", where,
-                 ": ", last_error,
-                 in_use > 0 ? "; another program (or another job's chief) is using that port" : "");
+    listeners = open_store_listeners(options, where, kListenBacklog);
     thread = std::thread([this] { loop(); });
-  }
-
-  static int open_listener(int family, const sockaddr* address, socklen_t length, bool v6_only) {
-    const int fd = ::socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
-    if (fd < 0) return -1;
-    const int one = 1, v6 = v6_only ? 1 : 0;
-    ::setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &one, sizeof(one));
-    if (family == AF_INET6) ::setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &v6, sizeof(v6));
-    if (::bind(fd, address, length) != 0 || ::listen(fd, 128) != 0) {
-      const int error = errno;
-      ::close(fd);
-      errno = error;
-      return -1;
-    }
-    set_nonblocking(fd);
-    return fd;
   }
 
   void reply(Connection& c, uint8_t status, const std::string& payload) {
@@ -216,7 +208,8 @@ struct TcpStoreServer::State {
     while (!stop.load()) {
       fds.clear();
       fds.push_back({wake[0], POLLIN, 0});
-      for (int fd : listeners) fds.push_back({fd, POLLIN, 0});
+      const short accepting = Clock::now() < accepts_paused_until ? 0 : POLLIN;
+      for (int fd : listeners) fds.push_back({fd, accepting, 0});
       for (const Connection& c : connections) fds.push_back({c.fd, events_of(c), 0});
       const int ready = ::poll(fds.data(), fds.size(), 100);
       if (ready < 0 && errno != EINTR) break;
@@ -233,25 +226,84 @@ struct TcpStoreServer::State {
     }
   }
 
+  /// Accepts up to kAcceptsPerRound connections, each making room for itself among the pending
+  /// ones (Note [the store's door]).
   void accept_from(int listener) {
-    for (;;) {
+    for (int accepted = 0; accepted < kAcceptsPerRound; ++accepted) {
       const int fd = ::accept4(listener, nullptr, nullptr, SOCK_NONBLOCK | SOCK_CLOEXEC);
+      if (fd < 0 && (errno == EMFILE || errno == ENFILE)) {
+        if (close_oldest_pending(busiest_place())) continue;
+        // Nothing of the store's to give back: the program holds every descriptor. Wait.
+        accepts_paused_until = Clock::now() + std::chrono::milliseconds(100);
+        if (!said_out_of_descriptors) {
+          said_out_of_descriptors = true;
+          TANDEM_LOG_WARNING(
+              "TF_CONFIG rendezvous: the chief has no file descriptor left "
+              "(RLIMIT_NOFILE) to accept connections to its store with");
+        }
+        return;
+      }
       if (fd < 0) return;
       Connection c;
       c.fd = fd;
-      c.peer = peer_of(fd);
+      const Peer peer = peer_of(fd);
+      c.peer = peer.address;
+      c.place = peer.place;
       c.opened = c.last_progress = Clock::now();
       const int one = 1;
       ::setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof(one));
-      if (connections.size() >= max_connections) {
-        refuse(c,
-               detail::str_cat("the chief's store already has ", connections.size(),
-                               " connections, as many as a job of ", options.world_size,
-                               " workers needs; this one is refused"),
-               true);
-      }
+      while (pending_by_place[c.place] >= max_pending_per_place)
+        if (!close_oldest_pending(c.place)) break;
+      while (pending >= max_pending)
+        if (!close_oldest_pending(busiest_place())) break;
+      ++pending;
+      ++pending_by_place[c.place];
       connections.push_back(std::move(c));
     }
+  }
+
+  /// The address with the most pending connections ("" when there are none).
+  std::string busiest_place() const {
+    const auto most =
+        std::max_element(pending_by_place.begin(), pending_by_place.end(),
+                         [](const auto& a, const auto& b) { return a.second < b.second; });
+    return most == pending_by_place.end() ? std::string() : most->first;
+  }
+
+  /// Closes the oldest pending connection from `place`; false when it has none.
+  bool close_oldest_pending(const std::string& place) {
+    for (Connection& c : connections) {
+      if (c.fd >= 0 && !c.introduced && c.place == place) {
+        drop(c);
+        return true;
+      }
+    }
+    return false;
+  }
+
+  /// Closes the pending connections holding the most bytes of unfinished introductions until
+  /// they hold at most kMaxPendingBytes in all.
+  void close_largest_pending() {
+    while (pending_bytes > kMaxPendingBytes) {
+      Connection* largest = nullptr;
+      for (Connection& c : connections)
+        if (c.fd >= 0 && !c.introduced && (!largest || c.in.size() > largest->in.size()))
+          largest = &c;
+      if (largest == nullptr) return;
+      drop(*largest);
+    }
+  }
+
+  /// A connection has introduced itself: it leaves the pending ones.
+  void admit(Connection& c) {
+    c.introduced = true;
+    forget_pending(c);
+  }
+  void forget_pending(const Connection& c) {
+    --pending;
+    pending_bytes -= c.in.size();
+    auto it = pending_by_place.find(c.place);
+    if (--it->second == 0) pending_by_place.erase(it);
   }
 
   /// What to wait for on a connection: its requests, unless it is being closed (refused) or
@@ -288,6 +340,10 @@ struct TcpStoreServer::State {
       if (n > 0) {
         c.in.append(chunk, static_cast<size_t>(n));
         c.last_progress = Clock::now();
+        if (!c.introduced) {
+          pending_bytes += static_cast<size_t>(n);
+          close_largest_pending();
+        }
         if (!parse(c)) return;
         continue;
       }
@@ -359,6 +415,7 @@ struct TcpStoreServer::State {
       const std::string first = c.in.substr(kHeaderBytes + 4, a);
       const std::string second = c.in.substr(kHeaderBytes + 8 + a, b);
       c.in.erase(0, total);
+      if (!c.introduced) pending_bytes -= total;
       handle(c, op, nonce_sent, rank, first, second);
     }
   }
@@ -410,7 +467,7 @@ struct TcpStoreServer::State {
                             " already joined this job and left it; a running job does "
                             "not take a worker back: start the whole job again"));
       }
-      c.introduced = true;
+      admit(c);
       c.rank = rank;
       joined[r] = 1;
       joined_from[r] = c.peer;
@@ -462,20 +519,20 @@ struct TcpStoreServer::State {
     if (c.fd < 0) return;
     ::close(c.fd);
     c.fd = -1;
+    if (!c.introduced) forget_pending(c);
     if (c.introduced && c.rank >= 0) {
       joined[static_cast<size_t>(c.rank)] = 2;
       left_at[static_cast<size_t>(c.rank)] = Clock::now();
     }
   }
 
-  /// Drops connections that stalled: not introduced within kHelloSeconds of connecting (a
-  /// worker introduces itself at once; these would hold the places of the job's workers), or
-  /// in the middle of a request, or not reading their replies, for longer than the timeout.
+  /// Drops connections that stalled: not introduced within hello_timeout of connecting (a
+  /// worker introduces itself at once; these hold descriptors and pending places), or in the
+  /// middle of a request, or not reading their replies, for longer than the timeout.
   /// Introduced workers may stay idle.
   void expire_and_drop() {
     const auto now = Clock::now();
-    const auto hello =
-        std::min<std::chrono::milliseconds>(options.timeout, std::chrono::seconds(kHelloSeconds));
+    const auto hello = std::min(options.timeout, options.hello_timeout);
     for (Connection& c : connections) {
       if (c.fd < 0) continue;
       if (c.shut && now - c.last_progress > std::chrono::seconds(kLingerSeconds)) {

@@ -8,8 +8,9 @@
 // the store refuses another job's workers, a second process claiming a worker's index and a
 // wrong token, naming what differs. It answers with the job's nonce, a random number the chief
 // drew at start, which every later request carries. Every read and connect has a deadline, keys
-// are set once, sizes and connections are bounded, and a client that breaks the protocol is
-// dropped.
+// are set once, sizes are bounded, connections that have not introduced themselves are bounded
+// per address and in all (the oldest make room) and closed after a deadline, a client retries
+// with backoff until the timeout, and a client that breaks the protocol is dropped.
 #pragma once
 
 #include <chrono>
@@ -43,6 +44,16 @@ struct TcpStoreOptions {
   std::function<std::string(int)> describe_worker;
   /// Turns a key into words for errors about keys that never arrived (default: the key).
   std::function<std::string(const std::string&)> describe_key;
+  // The chief's door (see Note [the store's door] in tcp_store_server.cpp); tests shorten them.
+  /// How long a connection has to introduce itself before the chief closes it (at most the
+  /// timeout).
+  std::chrono::milliseconds hello_timeout{10'000};
+  /// Connections not yet introduced that the chief keeps from one address (an IPv6 /64);
+  /// beyond it, that address's oldest is closed.
+  size_t max_pending_per_address = 64;
+  /// Connections not yet introduced that the chief keeps in all (0: a quarter of its
+  /// RLIMIT_NOFILE, within 64..4096); beyond it, the oldest of the busiest address is closed.
+  size_t max_pending = 0;
 };
 
 class TcpStore {
@@ -83,6 +94,9 @@ class TcpStore {
     std::string payload;
   };
   void connect_and_introduce();
+  /// Says hello on socket_: true with nonce_ set; false when the connection closed without an
+  /// answer; raises when refused, not answered by the deadline, or answered by something else.
+  bool introduce(std::chrono::steady_clock::time_point deadline);
   Reply request(uint8_t op, const std::string& key, const std::string& value);
 
   TcpStoreOptions options_;
