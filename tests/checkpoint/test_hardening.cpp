@@ -54,6 +54,18 @@ void set_element(const td::Variable& v, size_t index, float value) {
   }
 }
 
+/// Sets element `index` of the float32 dataset `dataset` of the checkpoint `path` to `value`
+/// (a save refuses NaN and Inf weights and slots, so such files are made by hand).
+void set_in_file(const std::string& path, const std::string& dataset, size_t index, float value) {
+  td::h5::File file = td::h5::File::open_for_update(path);
+  std::vector<float> values = file.root().read_tensor(dataset).to_vector<float>();
+  const td::Shape shape = file.root().read_tensor(dataset).shape();
+  values[index] = value;
+  file.root().remove(dataset);
+  file.root().write_tensor(dataset, td::Tensor::from_vector(values, shape));
+  file.close();
+}
+
 /// A directory with ckpt-1.h5 (every weight 1) and ckpt-2.h5 (every weight 2); `damage` runs
 /// on the Mlp before ckpt-2 is written.
 template <typename Damage>
@@ -314,7 +326,8 @@ TEST_CASE("checkpoint hardening: only a directory where every checkpoint is of a
 TEST_CASE("checkpoint hardening: tandem-ckpt latest names a file that restores",
           "[cpu][checkpoint]") {
   TempDir dir;
-  write_two(dir, [](Mlp& mlp) { set_element(mlp.model.weights()[0], 3, NAN); });
+  write_two(dir, [](Mlp&) {});
+  set_in_file(dir.file("ckpt-2.h5"), "model_weights/dense/dense/kernel:0", 3, NAN);
   std::vector<std::string> skipped;
   CHECK(td::latest_checkpoint(dir.str(), &skipped) == dir.file("ckpt-1.h5"));
   REQUIRE(skipped.size() == 1);
@@ -363,13 +376,13 @@ TEST_CASE("checkpoint hardening: impossible training state is refused and falls 
   TempDir dir;
   std::string why;
   SECTION("an infinite weight") {
-    write_two(dir, [](Mlp& mlp) { set_element(mlp.model.weights()[1], 2, INFINITY); });
+    write_two(dir, [](Mlp&) {});
+    set_in_file(dir.file("ckpt-2.h5"), "model_weights/dense/dense/bias:0", 2, INFINITY);
     why = "model_weights/dense/dense/bias:0: value inf at index 2";
   }
   SECTION("a NaN optimizer slot") {
-    write_two(dir, [](Mlp& mlp) {
-      set_element(mlp.optimizer.slot(mlp.model.trainable_variables()[0], "m"), 5, NAN);
-    });
+    write_two(dir, [](Mlp&) {});
+    set_in_file(dir.file("ckpt-2.h5"), "optimizer_weights/m/dense/kernel:0", 5, NAN);
     why = "optimizer_weights/m/dense/kernel:0: value nan at index 5";
   }
   SECTION("a negative Adam second moment") {

@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
 #include <condition_variable>
+#include <cstring>
 #include <exception>
 #include <filesystem>
 #include <fstream>
@@ -149,6 +151,8 @@ struct CheckpointManager::Impl {
       lock.unlock();
       std::exception_ptr error;
       try {
+        const std::string refused = refusal(write.image, write.path, write.step);
+        if (!refused.empty()) TANDEM_THROW(refused);
         detail::write_image(write.image, write.path);
         keep_and_rotate(write.name);
       } catch (...) {
@@ -166,6 +170,19 @@ struct CheckpointManager::Impl {
     }
   }
 
+  /// The error of a save whose weights or optimizer slots hold a NaN or Inf ("" when all are
+  /// finite), raised before anything is written: such a checkpoint would not restore, and its
+  /// rotation would delete the checkpoints that do (a diverged run saving on would leave
+  /// nothing to resume from).
+  std::string refusal(const detail::FileImage& image, const std::string& path, int64_t step) const {
+    const std::string non_finite = detail::non_finite_state(image);
+    if (non_finite.empty()) return "";
+    return detail::str_cat("CheckpointManager::save: not writing ", path, " (step ", step,
+                           "): ", non_finite,
+                           ". Nothing was written and no checkpoint was deleted; ",
+                           kept.empty() ? std::string("there is no earlier checkpoint")
+                                        : "the newest earlier one is " + path_of(kept.back()));
+  }
   std::optional<std::string> save_as_chief(std::optional<int64_t> requested_step,
                                            bool check_interval);
   /// The chief's part of a save once the file is in place: the state file, and rotation.
@@ -305,6 +322,7 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
   // to the chief: a collective, which is why every worker calls save().
   const detail::GatheredState gathered = detail::gather_state(checkpoint, workers.get());
   std::exception_ptr failure;
+  bool refused = false;  // the values are not finite (the chief checks the gathered values)
   if (is_chief()) {
     try {
       std::vector<detail::ImageOp> recycled;
@@ -315,9 +333,14 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
       detail::FileImage image = detail::snapshot_gathered(
           checkpoint, gathered, snapshot_cache.get(), std::move(recycled));
       if (options.async_save) {
+        // The writer checks the values (off this thread); a refusal is raised like a failed
+        // write, by the next save() or wait().
         last_written_step = last_step;  // before this write (the writer is idle here)
         submit({std::move(image), name, path, step});
       } else {
+        const std::string why = refusal(image, path, step);
+        refused = !why.empty();
+        if (refused) TANDEM_THROW(why);
         detail::write_image(image, path);
         keep_and_rotate(name);
       }
@@ -326,8 +349,13 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
     }
   }
   if (workers) {
-    std::vector<double> chief_failed = {failure ? 1.0 : 0.0};
+    // Every worker learns the chief's outcome: 0 written, 1 the write failed, 2 refused.
+    std::vector<double> chief_failed = {!failure ? 0.0 : refused ? 2.0 : 1.0};
     workers->sum(chief_failed, "checkpoint save (the chief's outcome)");
+    if (chief_failed[0] > 1.5 && !failure)
+      TANDEM_THROW("CheckpointManager::save: the chief refused to write ", path,
+                   ": the model weights or optimizer slots hold NaN or Inf (its error names ",
+                   "them); no checkpoint was written or deleted");
     if (chief_failed[0] > 0 && !failure)
       TANDEM_THROW("CheckpointManager::save: the chief could not write ", path,
                    " (its error is raised on the chief); the previous checkpoint is intact");
@@ -338,6 +366,9 @@ std::optional<std::string> CheckpointManager::Impl::save_as_chief(
 }
 
 void CheckpointManager::Impl::keep_and_rotate(const std::string& name) {
+  // Runs only once `name` is written, its weights and slots checked finite (refusal): the
+  // oldest go first and `name`, the newest, always stays, so rotation never deletes the
+  // newest checkpoint that restores for the sake of one that would not.
   kept.erase(std::remove(kept.begin(), kept.end(), name), kept.end());
   kept.push_back(name);
   write_state_file();
@@ -476,22 +507,33 @@ std::optional<std::string> CheckpointManager::restore_or_initialize() {
   if (message.empty()) return std::nullopt;
   const auto nul = std::find(message.begin(), message.end(), '\0');
   const std::string path(message.begin(), nul);
-  const std::string copy =
-      detail::temp_path_for((fs::temp_directory_path() / fs::path(path).filename()).string());
-  {
-    std::ofstream out(copy, std::ios::binary | std::ios::trunc);
-    out.write(&*(nul + 1), static_cast<std::streamsize>(message.end() - nul - 1));
-    TANDEM_CHECK(out.good(), "CheckpointManager: cannot write the chief's checkpoint to ", copy);
+  // The file the chief sent is restored from a private copy (mode 0600) in this worker's own
+  // directory, made by an exclusive create that never opens an existing name: a symbolic link
+  // or FIFO someone placed there is passed over, never followed or blocked on. The copy is
+  // removed once restored (a crash leaves a ckpt-N.h5.tmp.* name, as an interrupted save does).
+  const detail::TempFile copy =
+      detail::create_temp_beside(impl_->path_of(fs::path(path).filename().string()), 0600);
+  std::string failed;
+  try {
+    detail::write_all(copy.fd, &*(nul + 1), static_cast<size_t>(message.end() - nul - 1),
+                      copy.path);
+  } catch (const std::exception& e) {
+    failed = e.what();
+  }
+  if (::close(copy.fd) != 0 && failed.empty())
+    failed = detail::str_cat(copy.path, ": close failed: ", std::strerror(errno));
+  if (!failed.empty()) {
+    ::unlink(copy.path.c_str());
+    TANDEM_THROW("CheckpointManager: cannot write the chief's checkpoint ", path,
+                 " to this worker's copy: ", failed);
   }
   try {
-    impl_->checkpoint.restore(copy);
+    impl_->checkpoint.restore(copy.path);
   } catch (...) {
-    std::error_code ignored;
-    fs::remove(copy, ignored);
+    ::unlink(copy.path.c_str());
     throw;
   }
-  std::error_code ignored;
-  fs::remove(copy, ignored);
+  ::unlink(copy.path.c_str());
   impl_->last_step = impl_->checkpoint.global_step();
   TANDEM_LOG_INFO("CheckpointManager: restored ", path, " (sent by the chief)");
   return path;

@@ -166,7 +166,10 @@ void replay(const FileImage& image, const h5::Group& root) {
 }  // namespace
 
 void write_image(const FileImage& image, const std::string& path) {
-  const std::string temp = temp_path_for(path);
+  // A name at which nothing exists: HDF5 opens an existing name (following a symbolic link)
+  // before its exclusive create refuses it, so a name another process holds is never handed
+  // to it. On an error the name is removed (a partly made file; never a link's target).
+  const std::string temp = unused_temp_path_for(path);
   try {
     h5::File file = h5::File::create(temp);  // exclusive create: never reuses a stranger's file
     checkpoint_save_point("temp_created");

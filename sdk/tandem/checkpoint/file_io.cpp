@@ -1,5 +1,5 @@
-// POSIX file steps of the checkpoint write protocol: fsync, rename, atomic text-file replacement
-// and the save-point test hook.
+// POSIX file steps of the checkpoint write protocol: fsync, rename, private temporary files,
+// atomic text-file replacement and the save-point test hook.
 #include "tandem/checkpoint/internal/file_io.h"
 
 #include <fcntl.h>
@@ -7,10 +7,12 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
 #include <mutex>
+#include <random>
 
 #include "tandem/core/error.h"
 
@@ -32,8 +34,54 @@ SavePointHook& hook_slot() {
 
 }  // namespace
 
-std::string temp_path_for(const std::string& path) {
-  return path + ".tmp." + std::to_string(::getpid());
+std::string temp_path_for(const std::string& path, int attempt) {
+  std::string name = path + ".tmp." + std::to_string(::getpid());
+  if (attempt == 0) return name;
+  static std::mutex mutex;
+  static std::random_device device;
+  uint64_t suffix = 0;
+  {
+    std::lock_guard<std::mutex> lock(mutex);
+    suffix = (uint64_t{device()} << 32) ^ device();
+  }
+  char hex[17];
+  std::snprintf(hex, sizeof hex, "%016llx", static_cast<unsigned long long>(suffix));
+  return name + "." + hex;
+}
+
+std::string unused_temp_path_for(const std::string& path) {
+  for (int attempt = 0; attempt < kTempAttempts; ++attempt) {
+    const std::string name = temp_path_for(path, attempt);
+    // lstat: a symbolic link is seen, not followed. Any failure but "exists" (a missing or
+    // unwritable directory) is left for the exclusive create to report.
+    struct stat info {};
+    if (::lstat(name.c_str(), &info) != 0) return name;
+  }
+  TANDEM_THROW("cannot find a free temporary name beside ", path, ": ", kTempAttempts, " names (",
+               temp_path_for(path), " and random ones) exist already");
+}
+
+TempFile create_temp_beside(const std::string& path, mode_t mode) {
+  for (int attempt = 0; attempt < kTempAttempts; ++attempt) {
+    TempFile file{.fd = -1, .path = temp_path_for(path, attempt)};
+    // O_EXCL: a name that exists in any form (a file, a symbolic link, even a dangling one,
+    // a FIFO) fails with EEXIST without being opened, so nothing is followed or blocks.
+    file.fd = ::open(file.path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    if (file.fd >= 0) return file;
+    TANDEM_CHECK(errno == EEXIST, file.path, ": cannot create a temporary file: ", errno_text());
+  }
+  TANDEM_THROW("cannot create a temporary file beside ", path, ": ", kTempAttempts, " names (",
+               temp_path_for(path), " and random ones) exist already");
+}
+
+void write_all(int fd, const char* data, size_t size, const std::string& path) {
+  size_t written = 0;
+  while (written < size) {
+    const ssize_t n = ::write(fd, data + written, size - written);
+    if (n < 0 && errno == EINTR) continue;
+    TANDEM_CHECK(n > 0, path, ": write failed: ", n < 0 ? errno_text() : "nothing written");
+    written += static_cast<size_t>(n);
+  }
 }
 
 bool is_temp_name(std::string_view file_name) {
@@ -69,20 +117,14 @@ void rename_file(const std::string& from, const std::string& to) {
 }
 
 void write_file_atomically(const std::string& path, const std::string& contents) {
-  const std::string temp = temp_path_for(path);
-  const int fd = ::open(temp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  TANDEM_CHECK(fd >= 0, temp, ": cannot create: ", errno_text());
-  size_t written = 0;
-  while (written < contents.size()) {
-    const ssize_t n = ::write(fd, contents.data() + written, contents.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) {
-      const std::string why = errno_text();
-      ::close(fd);
-      ::unlink(temp.c_str());
-      TANDEM_THROW(temp, ": write failed: ", why);
-    }
-    written += static_cast<size_t>(n);
+  // 0644 (less the umask): the temporary becomes the published file, readable as before.
+  const auto [fd, temp] = create_temp_beside(path, 0644);
+  try {
+    write_all(fd, contents.data(), contents.size(), temp);
+  } catch (...) {
+    ::close(fd);
+    ::unlink(temp.c_str());
+    throw;
   }
   // The data must be on disk before the rename publishes it: otherwise a power loss can leave
   // the new name pointing at an empty file (delayed allocation on ext4/xfs).

@@ -1,7 +1,9 @@
 // Writing a checkpoint: the root attributes, /model_weights (Keras' legacy h5 layout),
 // /optimizer_weights and /training_state, into a temporary file that is synced and renamed into
 // place, so that a crash leaves the previous checkpoint or the new one, never a mix.
+#include <algorithm>
 #include <bit>
+#include <cstdint>
 #include <ctime>
 #include <filesystem>
 #include <map>
@@ -30,6 +32,7 @@ namespace tandem {
 
 using detail::FileImage;
 using detail::ImageGroup;
+using detail::ImageOp;
 using detail::is_standard_counter;
 using detail::kChecksums;
 using detail::keras_name;
@@ -319,9 +322,102 @@ FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& g
   return std::move(*image);
 }
 
+namespace {
+
+/// The non-finite elements of one dataset: counts, and the first one's index and text.
+struct NonFiniteScan {
+  int64_t nan = 0, inf = 0, first = -1;
+  std::string first_text;
+};
+
+/// Scans `n` IEEE values of bit type U (exponent mask `exponent`, sign bit `sign`). A block
+/// whose largest magnitude (as bits) reaches the all-ones exponent holds NaN or Inf and is
+/// scanned element by element; the max over a block vectorizes, so a finite tensor costs one
+/// read of its bytes.
+template <typename U>
+NonFiniteScan scan_non_finite(const void* raw, int64_t n, U exponent, U sign) {
+  const U* bits = static_cast<const U*>(raw);
+  const U magnitude = static_cast<U>(~sign);
+  constexpr int64_t kBlock = 4096;
+  NonFiniteScan out;
+  for (int64_t start = 0; start < n; start += kBlock) {
+    const int64_t end = std::min(n, start + kBlock);
+    U largest = 0;
+    for (int64_t i = start; i < end; ++i)
+      largest = std::max<U>(largest, static_cast<U>(bits[i] & magnitude));
+    if (largest < exponent) continue;
+    for (int64_t i = start; i < end; ++i) {
+      const U m = static_cast<U>(bits[i] & magnitude);
+      if (m < exponent) continue;
+      (m == exponent ? out.inf : out.nan) += 1;
+      if (out.first >= 0) continue;
+      out.first = i;
+      out.first_text = m != exponent ? "nan" : (bits[i] & sign) != 0 ? "-inf" : "inf";
+    }
+  }
+  return out;
+}
+
+NonFiniteScan scan_non_finite(const Tensor& t) {
+  const int64_t n = t.numel();
+  switch (t.dtype()) {
+    case DType::kFloat32:
+      return scan_non_finite<uint32_t>(t.raw_data(), n, 0x7f800000u, 0x80000000u);
+    case DType::kFloat64:
+      return scan_non_finite<uint64_t>(t.raw_data(), n, 0x7ff0000000000000ull,
+                                       0x8000000000000000ull);
+    case DType::kBFloat16:
+      return scan_non_finite<uint16_t>(t.raw_data(), n, 0x7f80, 0x8000);
+    case DType::kFloat16:
+      return scan_non_finite<uint16_t>(t.raw_data(), n, 0x7c00, 0x8000);
+    default:
+      return {};  // integers and booleans are always finite
+  }
+}
+
+}  // namespace
+
+std::string non_finite_state(const FileImage& image) {
+  const std::string weights_prefix = std::string(kModelWeights) + "/";
+  std::string first;
+  std::vector<std::string> others;
+  for (const ImageOp& op : image.ops) {
+    if (op.kind != ImageOp::Kind::kTensor) continue;
+    const bool weight = op.group.starts_with(weights_prefix);
+    if (!weight && op.group != kOptimizerWeights) continue;
+    const NonFiniteScan scan = scan_non_finite(op.tensor);
+    if (scan.first < 0) continue;
+    // The dataset "<layer>/kernel:0" or "m/<layer>/kernel:0" is the variable or slot name
+    // with Keras' ":0".
+    const std::string name =
+        op.name.ends_with(":0") ? op.name.substr(0, op.name.size() - 2) : op.name;
+    if (!first.empty()) {
+      others.push_back(str_cat("\"", name, "\""));
+      continue;
+    }
+    first = str_cat(weight ? "the model weight \"" : "the optimizer slot \"", name, "\" (/",
+                    op.group, "/", op.name, ") holds ", scan.nan + scan.inf, " non-finite values (",
+                    scan.nan, " NaN, ", scan.inf, " Inf) of ", op.tensor.numel(),
+                    ", the first at index ", scan.first, " (", scan.first_text, ")");
+  }
+  if (first.empty()) return "";
+  if (!others.empty()) {
+    first += str_cat("; ", others.size(), " more hold non-finite values: ");
+    for (size_t i = 0; i < others.size() && i < 4; ++i) first += (i ? ", " : "") + others[i];
+    if (others.size() > 4) first += ", ...";
+  }
+  return first + ". A checkpoint of non-finite weights or optimizer slots would not restore: " +
+         "the training diverged (a NaN or Inf loss; lower the learning rate, clip the " +
+         "gradients, or use a loss scale with mixed precision)";
+}
+
 void write_gathered(const Checkpoint& checkpoint, const std::string& path,
                     const GatheredState& gathered) {
-  write_image(snapshot_gathered(checkpoint, gathered), path);
+  const FileImage image = snapshot_gathered(checkpoint, gathered);
+  const std::string non_finite = non_finite_state(image);
+  TANDEM_CHECK(non_finite.empty(), "checkpoint: not writing ", path, ": ", non_finite,
+               "; nothing was written");
+  write_image(image, path);
 }
 
 }  // namespace detail

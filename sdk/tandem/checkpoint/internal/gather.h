@@ -58,4 +58,11 @@ std::shared_ptr<SnapshotCache> make_snapshot_cache();
 FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& gathered,
                             SnapshotCache* cache = nullptr, std::vector<ImageOp> recycled = {});
 
+/// "" when every floating-point value of the image's /model_weights and /optimizer_weights is
+/// finite; else what is not: the first such variable or slot (its name, dataset, how many of
+/// its elements are NaN and Inf, the first index and value) and how many others. Only these
+/// must be finite (a restore refuses them otherwise); integer datasets are skipped, and the
+/// training state (the program's own values, a loss scale) is not looked at.
+std::string non_finite_state(const FileImage& image);
+
 }  // namespace tandem::detail
