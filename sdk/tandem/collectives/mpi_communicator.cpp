@@ -15,6 +15,7 @@
 #include <array>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
@@ -150,7 +151,10 @@ struct MpiWorld::Impl {
 
   // A blocking MPI call cannot be abandoned: while one runs, a thread watches the other
   // workers' processes, so that one on this machine that dies during it is named at once (the
-  // call itself then waits until mpirun ends the job).
+  // call itself then waits until mpirun ends the job). One that is stopped (SIGSTOP, a
+  // debugger) would hold the call forever, and mpirun does not notice it: once the call has
+  // run past the collective timeout and the peer has stayed stopped for kStoppedFor, the
+  // thread names it and aborts the job (MPI_Abort), the only way out of the call.
   struct Watch {
     std::mutex mutex;
     std::condition_variable wake;
@@ -160,17 +164,35 @@ struct MpiWorld::Impl {
     std::string label;
     uint64_t call = 0;
     int workers = 0;
+    std::chrono::milliseconds timeout{0};  // collective_timeout() when the call began
   } watch;
+  /// How long a peer must be seen stopped, after the call's timeout, before the job is aborted:
+  /// a stop that ends at once (a debugger's breakpoint, job control) does not end the job.
+  static constexpr std::chrono::milliseconds kStoppedFor{500};
   std::thread watcher;
   pid_t watcher_process = 0;  // the process that started it
 
   void watch_peers(int rank) {
     std::unique_lock<std::mutex> lock(watch.mutex);
     bool reported = false;
+    // Per peer, since when it has been seen stopped during the call under way (zero: running).
+    std::vector<Clock::time_point> stopped_since(peers.size());
     while (!watch.stop) {
       watch.wake.wait_for(lock, std::chrono::milliseconds(20));
-      if (!watch.active || reported || Clock::now() - watch.since < std::chrono::milliseconds(20))
-        continue;
+      const auto now = Clock::now();
+      if (!watch.active) std::fill(stopped_since.begin(), stopped_since.end(), Clock::time_point{});
+      if (!watch.active || reported || now - watch.since < std::chrono::milliseconds(20)) continue;
+      if (now - watch.since >= watch.timeout) {
+        for (size_t peer = 0; peer < peers.size(); ++peer) {
+          if (static_cast<int>(peer) == rank || !process_stopped(peers[peer])) {
+            stopped_since[peer] = Clock::time_point{};
+            continue;
+          }
+          if (stopped_since[peer] == Clock::time_point{}) stopped_since[peer] = now;
+          if (now - stopped_since[peer] >= kStoppedFor)
+            abort_for_stopped(rank, static_cast<int>(peer));
+        }
+      }
       for (size_t peer = 0; peer < peers.size() && !reported; ++peer) {
         if (static_cast<int>(peer) == rank || !process_ended(peers[peer])) continue;
         TANDEM_LOG_ERROR(watch.label, " #", watch.call, " across ", watch.workers,
@@ -182,6 +204,25 @@ struct MpiWorld::Impl {
       }
     }
   }
+  /// Names `peer`, stopped during the blocking call under way, and ends the job (watch.mutex
+  /// held). Never returns.
+  [[noreturn]] void abort_for_stopped(int rank, int peer) {
+    const ProcessIdentity& who = peers[static_cast<size_t>(peer)];
+    TANDEM_LOG_ERROR(watch.label, " #", watch.call, " across ", watch.workers, " workers: worker ",
+                     peer, " (", who.host, ", pid ", who.pid,
+                     ") is stopped (SIGSTOP, a debugger or job control) and the exchange did not "
+                     "complete within ",
+                     watch.timeout.count() / 1000.0,
+                     " s (TANDEM_COLLECTIVE_TIMEOUT); Open MPI cannot abandon the call, worker ",
+                     rank, " aborts the job");
+    std::fflush(stderr);
+    std::fflush(stdout);
+    MPI_Abort(MPI_COMM_WORLD, kStoppedPeerExit);
+    std::_Exit(kStoppedPeerExit);  // MPI_Abort does not return; should it, end this process
+  }
+  /// The exit status of a worker that aborts the job over a stopped peer.
+  static constexpr int kStoppedPeerExit = 3;
+
   void stop_watching() {
     if (!watcher.joinable()) return;
     // A forked child has no watcher thread, only its handle: nothing to stop there.
@@ -371,7 +412,19 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
         message << "every worker arrived but the collective did not complete";
       }
       message << " within " << collective_timeout().count() / 1000.0
-              << " s (TANDEM_COLLECTIVE_TIMEOUT); a worker may have died";
+              << " s (TANDEM_COLLECTIVE_TIMEOUT); ";
+      // A worker on this machine whose process is stopped (SIGSTOP, a debugger) is named as
+      // such: it is not dead, and mpirun will not end the job for it.
+      int stopped = 0;
+      for (int peer = 0; peer < size_; ++peer) {
+        const ProcessIdentity& who = m.peers[static_cast<size_t>(peer)];
+        if (peer == rank_ || m.received_call(peer) == static_cast<int64_t>(call) ||
+            !process_stopped(who))
+          continue;
+        message << (stopped++ ? "; " : "") << "worker " << peer << " (" << who.host << ", pid "
+                << who.pid << ") is stopped (SIGSTOP, a debugger or job control)";
+      }
+      if (stopped == 0) message << "a worker may have died";
       throw TimeoutError(message.str());
     }
     // Poll hot at first (most arrivals take microseconds); then yield the core between polls,
@@ -405,6 +458,7 @@ void MpiWorld::run_blocking(const std::function<int()>& mpi_call, uint64_t call,
     watch.label = label;
     watch.call = call;
     watch.workers = size_;
+    watch.timeout = collective_timeout();
   }
   struct EndWatch {
     Impl& impl;

@@ -13,20 +13,33 @@
 
 namespace tandem::collectives {
 
-bool process_state(int pid, uint64_t* start_time) {
+namespace {
+
+/// Fields 3 (the state letter) and 22 (the start time) of /proc/PID/stat; false when it cannot
+/// be read.
+bool read_stat(int pid, std::string* state, uint64_t* start_time) {
   std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
   std::string text;
   if (!std::getline(in, text)) return false;
   const size_t name_end = text.rfind(')');
   if (name_end == std::string::npos || name_end + 2 >= text.size()) return false;
   std::istringstream fields(text.substr(name_end + 2));
-  std::string state;
-  fields >> state;
+  fields >> *state;
   std::string skip;
   for (int field = 4; field < 22 && fields >> skip; ++field) {
   }
   uint64_t start = 0;
   fields >> start;
+  *start_time = start;
+  return true;
+}
+
+}  // namespace
+
+bool process_state(int pid, uint64_t* start_time) {
+  std::string state;
+  uint64_t start = 0;
+  if (!read_stat(pid, &state, &start)) return false;
   if (start_time) *start_time = start;
   return state != "Z" && state != "X" && state != "x";
 }
@@ -80,6 +93,16 @@ bool process_ended(const ProcessIdentity& other) {
   static const ProcessIdentity me = this_process();
   if (me.machine == 0 || other.machine != me.machine || other.pid <= 0) return false;
   return process_gone(other.pid, other.start_time);
+}
+
+bool process_stopped(const ProcessIdentity& other) {
+  static const ProcessIdentity me = this_process();
+  if (me.machine == 0 || other.machine != me.machine || other.pid <= 0) return false;
+  std::string state;
+  uint64_t start = 0;
+  // "T": stopped by a signal (SIGSTOP, SIGTSTP, SIGTTIN, SIGTTOU); "t": stopped by a tracer.
+  return read_stat(other.pid, &state, &start) && start == other.start_time &&
+         (state == "T" || state == "t");
 }
 
 }  // namespace tandem::collectives

@@ -1,6 +1,6 @@
 // Telling, from one worker process, whether another on the same machine still runs: the
 // shared-memory world and the MPI world name a worker that died instead of waiting for it
-// until the collective timeout.
+// until the collective timeout, and the MPI world names one that is stopped (SIGSTOP).
 #pragma once
 
 #include <cstdint>
@@ -34,5 +34,10 @@ ProcessIdentity this_process();
 /// True when `other` is a process of this machine and pid namespace that has ended (a process
 /// elsewhere, or one this process cannot see, is never "ended").
 bool process_ended(const ProcessIdentity& other);
+
+/// True when `other` is a process of this machine and pid namespace that is stopped: by a
+/// signal (SIGSTOP, SIGTSTP, state "T" in /proc/PID/stat) or by a tracer (state "t"). It runs
+/// nothing until continued, so a collective waiting for it cannot complete.
+bool process_stopped(const ProcessIdentity& other);
 
 }  // namespace tandem::collectives
