@@ -80,7 +80,7 @@ class FifoWatchdog {
 }  // namespace
 
 TEST_CASE(
-    "multi-worker: NaN weights are refused on every worker; a non-chief's restore copy "
+    "multi-worker: NaN weights are refused on every worker, and a non-chief's restore copy "
     "passes over planted links and FIFOs",
     "[mpi]") {
   td::Strategy& s = tandem::testing::job_strategy();
