@@ -9,6 +9,9 @@
 #include <iostream>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
+
+#include "tandem/profile/profiler.h"
 
 namespace samples {
 
@@ -139,6 +142,20 @@ void TensorBoardLog::write(const EpochResult& result, double learning_rate) {
     writer_->scalar("epoch/loss_scale", step, *result.loss_scale);
     writer_->scalar("epoch/skipped_updates", step, static_cast<double>(result.skipped_updates));
   }
+  writer_->flush();
+}
+
+void TensorBoardLog::mark_profile(const tandem::profile::Profiler* profiler) {
+  if (profiler == nullptr) return;
+  const size_t made = profiler->summaries().size();
+  if (made > profiles_seen_) marked_ = made - 1;
+  profiles_seen_ = made;
+}
+
+void TensorBoardLog::write_profile(const tandem::profile::Profiler* profiler) {
+  if (!writer_ || profiler == nullptr || !marked_) return;
+  tandem::profile::write_summary(*writer_, epoch_, profiler->summaries().at(*marked_));
+  marked_.reset();
   writer_->flush();
 }
 

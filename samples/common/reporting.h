@@ -12,6 +12,10 @@
 
 #include "tandem/summary/summary_writer.h"
 
+namespace tandem::profile {
+class Profiler;
+}  // namespace tandem::profile
+
 namespace samples {
 
 /// Seconds since construction, on the steady clock.
@@ -99,8 +103,11 @@ class MetricsLog {
 };
 
 /// The --tensorboard folder: each epoch's figures as TensorBoard scalars (tags under "epoch/",
-/// at the epoch's number), written by the chief. Does nothing when the folder is empty. The
-/// profiler writes its breakdown into the same writer (writer(), epoch()).
+/// at the epoch's number), written by the chief. Does nothing when the folder is empty.
+///
+/// The samples write a step's figures only after the checkpoint that covers it is saved: a run
+/// stopped before that save resumes from an earlier checkpoint and logs those steps once, when
+/// it trains them again, so TensorBoard never shows a step twice across a resume.
 class TensorBoardLog {
  public:
   explicit TensorBoardLog(const std::string& logdir);
@@ -110,10 +117,20 @@ class TensorBoardLog {
   int64_t epoch() const { return epoch_; }
   void set_epoch(int64_t epoch) { epoch_ = epoch; }
   void write(const EpochResult& result, double learning_rate);
+  /// Marks the newest summary `profiler` made, if it made one since the last mark, as the
+  /// epoch's: call when the epoch's training steps end (the summaries made in between, of an
+  /// evaluation's steps, are not written). Null: nothing.
+  void mark_profile(const tandem::profile::Profiler* profiler);
+  /// Writes the marked summary (tags under "profile/") at epoch() and flushes; then none is
+  /// marked. The profiler itself is given no writer: the summary it makes of an unfinished
+  /// epoch when it ends (a preempted run) is never written. Null: nothing.
+  void write_profile(const tandem::profile::Profiler* profiler);
 
  private:
   std::unique_ptr<tandem::summary::Writer> writer_;
   int64_t epoch_ = 0;
+  size_t profiles_seen_ = 0;           // the profiler's summaries made by the last mark
+  std::optional<size_t> marked_ = {};  // the one to write
 };
 
 }  // namespace samples

@@ -53,14 +53,14 @@ std::unique_ptr<tandem::profile::Profiler> make_profiler(
   std::string trace = flags.profile;
   if (trace.empty() && environment != nullptr) trace = environment;
   if (trace.empty() && !tensorboard.writer()) return nullptr;
-  // With only --tensorboard the breakdown goes to TensorBoard, not to the terminal.
+  // With only --tensorboard the breakdown goes to TensorBoard, not to the terminal. The sample
+  // writes it there (TensorBoardLog::write_profile) once the epoch's checkpoint is saved.
   return std::make_unique<tandem::profile::Profiler>(
-      strategy, tandem::profile::ProfilerOptions{
-                    .trace_file = trace,
-                    .print_summaries = !trace.empty(),
-                    .tensorboard = tensorboard.writer(),
-                    .tensorboard_step = [&tensorboard] { return tensorboard.epoch(); },
-                    .optimizer = optimizer});
+      strategy, tandem::profile::ProfilerOptions{.trace_file = trace,
+                                                 .print_summaries = !trace.empty(),
+                                                 .tensorboard = nullptr,
+                                                 .tensorboard_step = {},
+                                                 .optimizer = optimizer});
 }
 
 void set_precision(const Flags& flags) {

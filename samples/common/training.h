@@ -28,8 +28,9 @@ int64_t eval_batch(const tandem::Strategy& strategy);
 std::unique_ptr<tandem::Strategy> make_strategy(const Flags& flags);
 
 /// The step-timeline profiler of --profile FILE (else of TANDEM_PROFILE; with --tensorboard
-/// too, writing each epoch's breakdown into `tensorboard`'s writer), or null, reporting the
-/// memory `optimizer` holds per replica. It must end before the strategy and the optimizer do.
+/// too, its summaries for `tensorboard`.write_profile, which the sample calls after each save),
+/// or null, reporting the memory `optimizer` holds per replica. It must end before the
+/// strategy and the optimizer do.
 std::unique_ptr<tandem::profile::Profiler> make_profiler(const Flags& flags,
                                                          const tandem::Strategy& strategy,
                                                          const TensorBoardLog& tensorboard,

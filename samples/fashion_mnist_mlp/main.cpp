@@ -142,8 +142,10 @@ int train_and_evaluate(const samples::Flags& flags) {
     }
     progress.finish();
     if (dist_train.epoch() == static_cast<uint64_t>(epoch)) {
-      dist_train.set_epoch(epoch + 1);  // --max-steps ended the epoch early
+      dist_train.set_epoch(epoch + 1);      // --max-steps ended the epoch early
+      if (profiler) profiler->end_epoch();  // which the dataset's end would have summarised
     }
+    tensorboard.mark_profile(profiler.get());  // the epoch's training steps, not its evaluation
 
     samples::EpochResult result{
         .epoch = epoch + 1,
@@ -164,14 +166,17 @@ int train_and_evaluate(const samples::Flags& flags) {
     result.test_accuracy = samples::evaluate(strategy, model, dist_test, test_accuracy);
     result.eval_seconds = eval_time.seconds();
     samples::print_epoch_summary(result, flags.epochs);
-    metrics_log.write(result);
-    tensorboard.write(result, optimizer.current_learning_rate());
     final_test_accuracy = result.test_accuracy;
     train_loss.reset_state();
     train_accuracy.reset_state();
     step_in_epoch = 0;
     std::optional<std::string> saved;
     if (checkpointing) saved = manager.save();
+    // Logged once the checkpoint covering the epoch is saved: a run stopped before the save
+    // resumes from the epoch before and logs this one once, when it trains it again.
+    metrics_log.write(result);
+    tensorboard.write(result, optimizer.current_learning_rate());
+    tensorboard.write_profile(profiler.get());
     if (epoch + 1 < flags.epochs && preemption.job_preempted()) {  // a stop during the evaluation
       std::cout << "preempted: " << (saved ? "saved " + *saved : "stopped")
                 << "; exiting with status " << td::kPreemptedExitStatus << std::endl;

@@ -289,6 +289,31 @@ int main(int argc, char** argv) {
     std::cout << (restored ? "resumed from " + *restored : std::string("starting fresh"))
               << " at update " << optimizer.iterations() << " of " << o.steps << std::endl;
 
+    // TensorBoard's points wait for the save that covers them: a run stopped before it resumes
+    // from the save before and logs those updates once, when it trains them again.
+    struct Point {
+      std::string tag;
+      int64_t step = 0;
+      double value = 0;
+    };
+    std::vector<Point> unsaved;
+    const auto save_then_log = [&] {
+      manager.save();
+      if (!tensorboard.writer()) return;
+      for (const Point& point : unsaved)
+        tensorboard.writer()->scalar(point.tag, point.step, point.value);
+      unsaved.clear();
+      tensorboard.writer()->flush();
+    };
+    // The profile of the updates since the last one, at the update count (saved by then).
+    const auto log_profile = [&] {
+      if (!profiler) return;
+      profiler->end_epoch();
+      tensorboard.mark_profile(profiler.get());
+      tensorboard.set_epoch(optimizer.iterations());
+      tensorboard.write_profile(profiler.get());
+    };
+
     const samples::Stopwatch run_time;
     int64_t tokens_done = 0;
     samples::Stopwatch interval;
@@ -309,10 +334,9 @@ int main(int argc, char** argv) {
         std::cout << "update " << done << ": loss " << std::fixed << std::setprecision(4) << loss
                   << ", lr " << std::setprecision(6) << optimizer.current_learning_rate() << ", "
                   << std::setprecision(0) << tokens_per_second << " tokens/s" << std::endl;
-        if (tensorboard.writer()) {
-          tensorboard.writer()->scalar("train/loss", done, loss);
-          tensorboard.writer()->scalar("train/tokens_per_second", done, tokens_per_second);
-        }
+        unsaved.push_back({.tag = "train/loss", .step = done, .value = loss});
+        unsaved.push_back(
+            {.tag = "train/tokens_per_second", .step = done, .value = tokens_per_second});
         interval = samples::Stopwatch();
         interval_tokens = 0;
       }
@@ -320,18 +344,20 @@ int main(int argc, char** argv) {
         last_val = validate();
         std::cout << "update " << done << ": validation loss " << std::fixed << std::setprecision(4)
                   << last_val << std::endl;
-        if (tensorboard.writer()) tensorboard.writer()->scalar("validation/loss", done, last_val);
-        manager.save();
+        unsaved.push_back({.tag = "validation/loss", .step = done, .value = last_val});
+        save_then_log();
         interval = samples::Stopwatch();  // the evaluation and the save are not training time
         interval_tokens = 0;
       }
       if (o.stop_after > 0 && done >= o.stop_after && done < o.steps) {
-        if (done % o.eval_interval != 0) manager.save();
+        if (done % o.eval_interval != 0) save_then_log();
+        log_profile();
         std::cout << "stopped after update " << done << " (--stop-after); the next run resumes here"
                   << std::endl;
         return EXIT_SUCCESS;
       }
     }
+    log_profile();
     if (std::isnan(last_val)) last_val = validate();
     // All the digits: a resumed run ends where an uninterrupted one does, bit for bit.
     std::cout << "final validation loss: " << std::defaultfloat << std::setprecision(9) << last_val
