@@ -25,16 +25,12 @@ namespace tandem {
 
 using detail::assign_all_copies;
 using detail::check_counter;
-using detail::check_own_signature;
-using detail::check_values;
 using detail::generators_of;
 using detail::is_standard_counter;
 using detail::keras_name;
-using detail::kFormatName;
 using detail::kIterationName;
 using detail::kModelWeights;
 using detail::kOptimizerWeights;
-using detail::kRngAlgorithm;
 using detail::kTrainingState;
 using detail::layers_of;
 using detail::LayerWeights;
@@ -42,7 +38,6 @@ using detail::location;
 using detail::mismatch;
 using detail::read_iterator_state;
 using detail::read_metric_state;
-using detail::require_group;
 using detail::signature_of;
 using detail::strip_keras_suffix;
 using detail::tracked;
@@ -139,7 +134,6 @@ void load_model(const h5::Group& root, const nn::Module& model, Loaded& out) {
   const h5::Group weights = root.open_group(kModelWeights);
   const std::vector<LayerWeights> layers = layers_of(model);
   const std::string expected = signature_of(layers);
-  check_own_signature(root, path, first_model_difference(weights, layers));
   const std::string stored =
       root.has_attr("model_signature") ? root.read_attr_string("model_signature") : "";
   if (stored != expected) {
@@ -158,7 +152,6 @@ void load_model(const h5::Group& root, const nn::Module& model, Loaded& out) {
         mismatch(path, detail::str_cat("variable \"", v.name(), "\" has shape ", value.shape(),
                                        " (", value.dtype(), ") in the file but ", v.shape(), " (",
                                        v.dtype(), ") in this model"));
-      check_values(location(weights, name), value, /*non_negative=*/false);
       out.model_values.emplace_back(v, std::move(value));
     }
   }
@@ -194,9 +187,6 @@ void load_optimizer(const h5::Group& root, const optim::Optimizer& optimizer,
     if (value.shape() != it->second)
       mismatch(path, detail::str_cat("optimizer slot \"", name, "\" has shape ", value.shape(),
                                      " in the file but ", it->second, " in this model"));
-    // "v" is the second moment of Adam and AdamW: an average of squared gradients.
-    check_values(location(group, keras), value, /*non_negative=*/name.starts_with("v/"),
-                 "the second moment v is an average of squares");
     out.slots.emplace_back(name, std::move(value));
   }
 }
@@ -211,10 +201,6 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
     const int64_t saved_steps = accumulation.has_attr("gradient_accumulation_steps")
                                     ? accumulation.read_attr_int64("gradient_accumulation_steps")
                                     : 1;
-    if (out.micro_step < 0 || (out.micro_step > 0 && out.micro_step >= saved_steps))
-      mismatch(path,
-               detail::str_cat("/training_state/grad_accum/micro_step is ", out.micro_step,
-                               ", outside [0, gradient_accumulation_steps = ", saved_steps, ")"));
     if (out.micro_step > 0) {
       const optim::Optimizer* optimizer = tracked_optimizer(entries);
       const int steps = optimizer ? optimizer->gradient_accumulation_steps() : 1;
@@ -234,7 +220,6 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
         const std::string where = keras_name(name);
         if (!accumulation.exists(where)) continue;
         Tensor value = accumulation.read_tensor(where);
-        check_values(location(accumulation, where), value, /*non_negative=*/false);
         if (value.shape() != shape)
           mismatch(path,
                    detail::str_cat("the accumulator of variable \"", name, "\" has shape ",
@@ -246,15 +231,10 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
   if (const optim::LossScaleOptimizer* lso = tracked_loss_scale(entries)) {
     if (group.exists("loss_scale/scale")) {
       const h5::Group loss_scale = group.open_group("loss_scale");
-      const Tensor scale = loss_scale.read_tensor("scale");
-      TANDEM_CHECK(scale.numel() == 1 && scale.dtype() == DType::kFloat32,
-                   location(loss_scale, "scale"), " is not a float32 scalar; the checkpoint is ",
-                   "damaged");
-      const double value = scale.item<double>();
-      TANDEM_CHECK(std::isfinite(value) && value > 0, location(loss_scale, "scale"), " is ", value,
-                   ", not a finite positive loss scale; the checkpoint is damaged");
+      // A finite positive float32 scale and good_steps >= 0 (validated).
+      const double value = loss_scale.read_tensor("scale").item<double>();
       const int64_t good_steps = loss_scale.read_scalar_int64("good_steps");
-      TANDEM_CHECK(good_steps >= 0 && good_steps < lso->options().dynamic_growth_steps,
+      TANDEM_CHECK(good_steps < lso->options().dynamic_growth_steps,
                    location(loss_scale, "good_steps"), " is ", good_steps, ", outside [0, ",
                    lso->options().dynamic_growth_steps, ") (this run's dynamic_growth_steps)");
       out.loss_scale = std::make_pair(value, good_steps);
@@ -301,14 +281,7 @@ void load_training_state(const h5::Group& root, const std::vector<Checkpoint::En
                       read_iterator_state(d)};
   }
   if (model && generators_of(*model) != nullptr && group.exists("rng/replica_state")) {
-    const Shape shape = group.dataset_shape("rng/replica_state");
-    TANDEM_CHECK(shape.rank() == 2 && shape[1] == 4, path,
-                 ": /training_state/rng/replica_state has shape ", shape, ", expected [R, 4]");
-    const std::optional<std::string> algorithm =
-        group.read_attr_string_of("rng/replica_state", "algorithm");
-    TANDEM_CHECK(algorithm.value_or(kRngAlgorithm) == kRngAlgorithm, path,
-                 ": /training_state/rng/replica_state uses algorithm \"", *algorithm,
-                 "\"; this build has ", kRngAlgorithm);
+    const Shape shape = group.dataset_shape("rng/replica_state");  // [R, 4] (validated)
     const std::vector<uint64_t> values = group.read_u64("rng/replica_state");
     std::vector<std::array<uint64_t, 4>> rows(static_cast<size_t>(shape[0]));
     for (size_t i = 0; i < rows.size(); ++i)
@@ -430,25 +403,18 @@ void Checkpoint::restore(const std::string& path) const {
   {
     h5::File file = detail::open_checkpoint(path);
     const h5::Group& root = file.root();
-    TANDEM_CHECK(
-        root.has_attr("tandem_format") && root.read_attr_string("tandem_format") == kFormatName,
-        path, ": not a Tandem checkpoint (no tandem_format=\"", kFormatName,
-        "\" attribute at the root)");
-    TANDEM_CHECK(root.has_attr("tandem_format_version"), path,
-                 ": not a Tandem checkpoint (no tandem_format_version attribute)");
-    const int64_t version = root.read_attr_int64("tandem_format_version");
-    if (version > kCheckpointFormatVersion)
-      mismatch(path, detail::str_cat("written in checkpoint format version ", version,
-                                     ", but this build of Tandem reads versions up to ",
-                                     kCheckpointFormatVersion, "; restore it with a newer Tandem"));
-    TANDEM_CHECK(version >= 1, path, ": invalid tandem_format_version ", version);
+    detail::validate_checkpoint(root, path, [&] {
+      return model ? first_model_difference(root.open_group(kModelWeights), layers_of(*model))
+                   : std::string();
+    });
     if (!root.has_attr("tandem_checksums"))
       TANDEM_LOG_WARNING(path,
                          ": written before checkpoints carried checksums (no checksums); its ",
                          "data is restored unverified");
-    require_group(root, kTrainingState, path);
-    if (model) require_group(root, kModelWeights, path);
-    if (optimizer) require_group(root, kOptimizerWeights, path);
+    if (optimizer && !root.exists(kOptimizerWeights))
+      mismatch(path, "the checkpoint holds no optimizer state (no /" +
+                         std::string(kOptimizerWeights) + ") but this run tracks optimizer \"" +
+                         optimizer->name() + "\"");
     if (model) load_model(root, *model, loaded);
     if (optimizer) load_optimizer(root, *optimizer, model, loaded);
     load_training_state(root, entries_, model, replicas, loaded);

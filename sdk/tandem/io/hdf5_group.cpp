@@ -48,10 +48,14 @@ bool Group::exists(const std::string& name) const {
     const size_t slash = name.find('/', start);
     const std::string prefix = name.substr(0, slash);
     if (!prefix.empty()) {
-      if (H5Lexists(handle_.id(), prefix.c_str(), H5P_DEFAULT) <= 0) {
-        H5Eclear2(H5E_DEFAULT);
-        return false;
-      }
+      // The components before this one are hard links to groups (checked below), so a negative
+      // answer is not "absent": the group holding the link cannot be read (a damaged object
+      // header or link index). Raised, so that a reader never takes damage for a missing entry.
+      const htri_t found = H5Lexists(handle_.id(), prefix.c_str(), H5P_DEFAULT);
+      if (found < 0)
+        TANDEM_THROW(where(prefix), ": the link cannot be read (", detail::hdf5_message(),
+                     "); the file is damaged");
+      if (found == 0) return false;
       H5L_info_t link{};
       TANDEM_H5_CHECK(H5Lget_info(handle_.id(), prefix.c_str(), &link, H5P_DEFAULT), "the link ",
                       where(prefix));
@@ -79,6 +83,12 @@ bool Group::exists(const std::string& name) const {
                      : link.type == H5L_TYPE_EXTERNAL ? "an external link"
                                                       : "a user-defined link",
                      target, ", which is not followed: files Tandem reads hold hard links only");
+      }
+      // A link below a dataset does not exist (HDF5 would fail to look it up).
+      if (slash != std::string::npos) {
+        Handle object(TANDEM_H5_CHECK(H5Oopen(handle_.id(), prefix.c_str(), H5P_DEFAULT),
+                                      "opening ", where(prefix)));
+        if (H5Iget_type(object.id()) != H5I_GROUP) return false;
       }
     }
     if (slash == std::string::npos) break;

@@ -6,6 +6,7 @@
 
 #include <array>
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <utility>
 #include <variant>
@@ -151,6 +152,18 @@ void check_own_signature(const h5::Group& root, const std::string& path,
 /// (h5::Origin::kForeign); one in the current format that does not declare them raises. Either
 /// way only hard links, data inside the file and lossless filters are read.
 h5::File open_checkpoint(const std::string& path);
+
+/// The checks a checkpoint file passes before anything of it is used, without the model that
+/// wrote it (Checkpoint::restore runs them first, verify_checkpoint alone, so that the two agree
+/// on every file): the format and version; /model_weights and /training_state present; the
+/// model_signature of its own layout; every group reached once (no cycles) and every dataset
+/// read back (so every checksum verified); every group's children exactly the names its
+/// attribute lists; every value possible (finite weights, slots and accumulators, Adam's v >= 0,
+/// counters in [0, 2^53], metric counts >= 0, shuffle buffers without repeats, the
+/// accumulation's micro_step below its steps). `model_difference`: when given, what differs
+/// from the model restoring the file, added to the message of a damaged signature.
+void validate_checkpoint(const h5::Group& root, const std::string& path,
+                         const std::function<std::string()>& model_difference = nullptr);
 
 /// Raises naming `path` unless the group /`name` exists.
 void require_group(const h5::Group& root, const std::string& name, const std::string& path);
