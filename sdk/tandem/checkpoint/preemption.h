@@ -42,8 +42,10 @@ struct PreemptionOptions {
 class PreemptionCheckpointHandler {
  public:
   /// Installs handlers for SIGTERM and SIGINT that only set a flag (any number of SIGTERMs;
-  /// a second Ctrl-C ends the program at once); the destructor puts the previous handlers
-  /// back. One handler at a time per process.
+  /// a second Ctrl-C ends the program at once). The destructor puts the previous handlers
+  /// back unless a stop was requested: then the flag-setting handlers stay, so that more
+  /// SIGTERMs while the program saves and exits 75 cannot kill it. One handler at a time per
+  /// process.
   PreemptionCheckpointHandler(const Strategy& strategy, CheckpointManager& manager,
                               const PreemptionOptions& options = {});
   ~PreemptionCheckpointHandler();
