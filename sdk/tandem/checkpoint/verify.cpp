@@ -43,6 +43,9 @@ constexpr size_t kMaxObjects = 1'000'000;
 struct Walk {
   std::set<std::string> groups;
   size_t objects = 0;
+  /// Whether the file holds a dynamic loss scale: then an accumulation saved mid-way may hold
+  /// Inf or NaN (an overflowing micro-step; the update skips it), see loss_scale_optimizer.h.
+  bool loss_scaled = false;
 };
 
 /// How the values below a group are checked while the walk reads them.
@@ -69,8 +72,8 @@ void read_everything(const h5::Group& group, Values values, Walk& walk, const st
       Values below = values;
       if (depth == 0 && (child == kModelWeights)) below = Values::kFinite;
       if (depth == 0 && (child == kOptimizerWeights)) below = Values::kOptimizer;
-      if (depth == 1 && prefix == kTrainingState &&
-          (child == "grad_accum" || child == "loss_scale"))
+      if (depth == 1 && prefix == kTrainingState && child == "loss_scale") below = Values::kFinite;
+      if (depth == 1 && prefix == kTrainingState && child == "grad_accum" && !walk.loss_scaled)
         below = Values::kFinite;
       // Inside a region the names are relative to it (the optimizer's "v/...").
       const bool region = below != values;
@@ -304,6 +307,7 @@ void validate_checkpoint(const h5::Group& root, const std::string& path,
   }
   check_own_signature(root, path, difference);
   Walk walk;
+  walk.loss_scaled = root.exists(std::string(kTrainingState) + "/loss_scale");
   read_everything(root, Values::kAny, walk, "", 0);
   const VariableShapes variables = validate_model_weights(root.open_group(kModelWeights));
   if (root.exists(kOptimizerWeights))
