@@ -20,6 +20,9 @@ namespace {
 
 // Written by the signal handlers, read by the training loop: lock-free atomics are safe in both.
 std::atomic<bool> g_signalled{false};
+// Set when the job agreed to stop (this worker's signal or another's): the process is on its way
+// out, and keeps its flag-only handlers (see the destructor).
+std::atomic<bool> g_stopping{false};
 std::atomic<bool> g_installed{false};
 struct sigaction g_previous_term {};
 struct sigaction g_previous_int {};
@@ -46,6 +49,7 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(const Strategy& strateg
   TANDEM_CHECK(!g_installed.exchange(true), "PreemptionCheckpointHandler: another one is alive in ",
                "this process; make one per training loop");
   g_signalled.store(false, std::memory_order_relaxed);
+  g_stopping.store(false, std::memory_order_relaxed);
   g_interrupts.store(0, std::memory_order_relaxed);
   struct sigaction action {};
   action.sa_handler = on_stop_signal;
@@ -62,11 +66,12 @@ PreemptionCheckpointHandler::PreemptionCheckpointHandler(const Strategy& strateg
 }
 
 PreemptionCheckpointHandler::~PreemptionCheckpointHandler() {
-  // Once a stop was asked for, the process is on its way out (it saved, or is unwinding to
+  // Once a stop was asked for (a signal to this worker, or the job's agreement to stop because
+  // another worker was signalled), the process is on its way out (it saved, or is unwinding to
   // exit with kPreemptedExitStatus): SIGTERMs still coming (a scheduler signals every process
   // of the job, again and again) must not kill it with the default action on the way, which
   // would turn a preemption into a failure. The handlers stay; they only set the flag.
-  if (!g_signalled.load(std::memory_order_relaxed)) {
+  if (!g_signalled.load(std::memory_order_relaxed) && !g_stopping.load(std::memory_order_relaxed)) {
     sigaction(SIGTERM, &g_previous_term, nullptr);
     sigaction(SIGINT, &g_previous_int, nullptr);
   }
@@ -85,12 +90,16 @@ bool PreemptionCheckpointHandler::job_preempted() const {
   const bool preempted = signalled();
   const std::shared_ptr<WorkerGroup> workers =
       strategy_.num_workers() > 1 ? worker_group() : nullptr;
-  if (!workers) return preempted;
+  if (!workers) {
+    if (preempted) g_stopping.store(true, std::memory_order_relaxed);
+    return preempted;
+  }
   // Every worker's flag, added: any worker's signal stops the whole job at this step.
   std::vector<double> flags = {preempted ? 1.0 : 0.0};
   workers->sum(flags,
                "preemption check (every worker calls save_checkpoint_if_preempted at "
                "the same step)");
+  if (flags[0] > 0.0) g_stopping.store(true, std::memory_order_relaxed);
   return flags[0] > 0.0;
 }
 
