@@ -240,3 +240,38 @@ TEST_CASE("checkpoint save guards: a save passes over a link and a FIFO at its t
   CHECK(again.restore_or_initialize() == dir.file("ckpt-2.h5"));
   CHECK(resumed.step == 2);
 }
+
+TEST_CASE(
+    "checkpoint save guards: state a restore would refuse (a NaN metric) is not written and "
+    "rotates nothing away",
+    "[cpu][checkpoint]") {
+  // Weights and slots are finite; the metric's total is not. The written file is read back
+  // through the validation a restore runs: refused, nothing renamed, nothing rotated.
+  TempDir dir;
+  Net net;
+  td::metrics::Mean mean("mean_loss");
+  td::Checkpoint checkpoint({{"model", &net.model},
+                             {"optimizer", &net.optimizer},
+                             {"global_step", &net.step},
+                             {"mean_loss", &mean}});
+  td::CheckpointManager manager(checkpoint, dir.str(), {.max_to_keep = 1});
+  mean.update_state(td::Tensor::from_vector<float>({1.0f, 2.0f}));
+  net.step = 1;
+  REQUIRE(manager.save() == dir.file("ckpt-1.h5"));
+  mean.update_state(td::Tensor::from_vector<float>({std::nanf("")}));
+  net.step = 2;
+  CHECK_THROWS_WITH(manager.save(), Contains(dir.file("ckpt-2.h5")) &&
+                                        Contains("would not restore") && Contains("mean_loss") &&
+                                        Contains("nothing was written"));
+  CHECK(list_dir(dir.str()) == std::vector<std::string>{"checkpoint", "ckpt-1.h5"});
+  td::metrics::Mean restored_mean("mean_loss");
+  Net restored;
+  td::Checkpoint reader({{"model", &restored.model},
+                         {"optimizer", &restored.optimizer},
+                         {"global_step", &restored.step},
+                         {"mean_loss", &restored_mean}});
+  td::CheckpointManager again(reader, dir.str(), {.max_to_keep = 1});
+  CHECK(again.restore_or_initialize() == dir.file("ckpt-1.h5"));
+  CHECK(restored.step == 1);
+  CHECK(restored_mean.result() == 1.5);
+}

@@ -10,6 +10,7 @@
 #include <utility>
 
 #include "tandem/checkpoint/internal/file_io.h"
+#include "tandem/checkpoint/internal/layout.h"
 #include "tandem/io/internal/hdf5_file.h"
 
 namespace tandem::detail {
@@ -176,6 +177,16 @@ void write_image(const FileImage& image, const std::string& path) {
     replay(image, file.root());
     file.close();
     checkpoint_save_point("temp_closed");
+    // A file a restore would refuse (an accumulator or metric gone NaN, a loss scale run down
+    // to 0) does not become a checkpoint, nor rotate an older one away: the file is read back
+    // through the validation every restore runs first (pages just written: a read from memory).
+    try {
+      const h5::File written = open_checkpoint(temp);
+      validate_checkpoint(written.root(), temp);
+    } catch (const std::exception& e) {
+      TANDEM_THROW("checkpoint: not writing ", path, ": the file written would not restore (",
+                   e.what(), "); nothing was written");
+    }
     // The bytes must reach the disk before the rename makes them the checkpoint: otherwise a
     // power loss could leave `path` naming a file whose blocks were never written.
     fsync_file(temp);

@@ -247,19 +247,25 @@ void Group::write_attr_of(const std::string& object, const std::string& name,
 std::optional<std::string> Group::read_attr_string_of(const std::string& object,
                                                       const std::string& name) const {
   TANDEM_CHECK(exists(object), where(object), ": not found");
+  silence_hdf5();
   const htri_t present = H5Aexists_by_name(handle_.id(), object.c_str(), name.c_str(), H5P_DEFAULT);
-  if (present <= 0) {
-    H5Eclear2(H5E_DEFAULT);
-    return std::nullopt;
-  }
+  if (present < 0)
+    TANDEM_THROW(where(object), ": its attributes cannot be read (", detail::hdf5_message(),
+                 "); the file is damaged");
+  if (present == 0) return std::nullopt;
   Handle opened(TANDEM_H5_CHECK(H5Oopen(handle_.id(), object.c_str(), H5P_DEFAULT), "opening ",
                                 where(object)));
   return child(std::move(opened), object).read_attr_string(name);
 }
 
 bool Group::has_attr(const std::string& name) const {
+  silence_hdf5();
+  // A failure is not "absent": the object's attributes cannot be read (a damaged attribute
+  // index), and a reader must not take a default for a value the file holds.
   const htri_t result = H5Aexists(handle_.id(), name.c_str());
-  if (result < 0) H5Eclear2(H5E_DEFAULT);
+  if (result < 0)
+    TANDEM_THROW(file_, ":", path_, ": its attribute ", name, " cannot be looked up (",
+                 detail::hdf5_message(), "); the file is damaged");
   return result > 0;
 }
 

@@ -84,9 +84,10 @@ class ImageGroup {
   std::string path_;
 };
 
-/// Writes `image` to `path` by Tandem's protocol: a temporary file (exclusive create), synced,
-/// renamed into place, the directory synced; on an error the temporary is removed and the
-/// error raised (nothing at `path` changes).
+/// Writes `image` to `path` by Tandem's protocol: a temporary file (exclusive create), read back
+/// through validate_checkpoint (a file a restore would refuse raises), synced, renamed into
+/// place, the directory synced; on an error the temporary is removed and the error raised
+/// (nothing at `path` changes).
 void write_image(const FileImage& image, const std::string& path);
 
 }  // namespace tandem::detail

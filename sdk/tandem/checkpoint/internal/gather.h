@@ -60,9 +60,10 @@ FileImage snapshot_gathered(const Checkpoint& checkpoint, const GatheredState& g
 
 /// "" when every floating-point value of the image's /model_weights and /optimizer_weights is
 /// finite; else what is not: the first such variable or slot (its name, dataset, how many of
-/// its elements are NaN and Inf, the first index and value) and how many others. Only these
-/// must be finite (a restore refuses them otherwise); integer datasets are skipped, and the
-/// training state (the program's own values, a loss scale) is not looked at.
+/// its elements are NaN and Inf, the first index and value) and how many others: the check of
+/// a diverged run, made before anything is written. Integer datasets are skipped, and the
+/// training state is not looked at here; write_image reads the written file back through
+/// validate_checkpoint, which refuses whatever else a restore would.
 std::string non_finite_state(const FileImage& image);
 
 }  // namespace tandem::detail
