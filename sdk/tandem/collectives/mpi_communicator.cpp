@@ -190,7 +190,7 @@ struct MpiWorld::Impl {
           }
           if (stopped_since[peer] == Clock::time_point{}) stopped_since[peer] = now;
           if (now - stopped_since[peer] >= kStoppedFor)
-            abort_for_stopped(rank, static_cast<int>(peer));
+            abort_for_stopped(lock, rank, static_cast<int>(peer));
         }
       }
       for (size_t peer = 0; peer < peers.size() && !reported; ++peer) {
@@ -204,9 +204,8 @@ struct MpiWorld::Impl {
       }
     }
   }
-  /// Names `peer`, stopped during the blocking call under way, and ends the job (watch.mutex
-  /// held). Never returns.
-  [[noreturn]] void abort_for_stopped(int rank, int peer) {
+  /// Names `peer`, stopped during the blocking call under way, and ends the job. Never returns.
+  [[noreturn]] void abort_for_stopped(std::unique_lock<std::mutex>& lock, int rank, int peer) {
     const ProcessIdentity& who = peers[static_cast<size_t>(peer)];
     TANDEM_LOG_ERROR(watch.label, " #", watch.call, " across ", watch.workers, " workers: worker ",
                      peer, " (", who.host, ", pid ", who.pid,
@@ -217,6 +216,14 @@ struct MpiWorld::Impl {
                      rank, " aborts the job");
     std::fflush(stderr);
     std::fflush(stdout);
+    // The lock is released first: an MPI whose abort runs exit handlers reaches finalize(),
+    // which takes it. And this process ends within 2 s whatever MPI_Abort does (it is called
+    // beside the blocked call, which MPI_THREAD_SERIALIZED does not promise to support).
+    lock.unlock();
+    std::thread([] {
+      std::this_thread::sleep_for(std::chrono::seconds(2));
+      std::_Exit(kStoppedPeerExit);
+    }).detach();
     MPI_Abort(MPI_COMM_WORLD, kStoppedPeerExit);
     std::_Exit(kStoppedPeerExit);  // MPI_Abort does not return; should it, end this process
   }
