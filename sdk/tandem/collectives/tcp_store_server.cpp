@@ -262,12 +262,18 @@ struct TcpStoreServer::State {
     }
   }
 
-  /// The address with the most pending connections ("" when there are none).
+  /// The address with the most pending connections ("" when there are none); among addresses
+  /// that hold as many, the one whose pending connection is oldest (so that many addresses of
+  /// equal counts do not make the same one give up its newest connection again and again).
   std::string busiest_place() const {
-    const auto most =
-        std::max_element(pending_by_place.begin(), pending_by_place.end(),
-                         [](const auto& a, const auto& b) { return a.second < b.second; });
-    return most == pending_by_place.end() ? std::string() : most->first;
+    size_t most = 0;
+    for (const auto& [place, count] : pending_by_place) most = std::max(most, count);
+    for (const Connection& c : connections) {
+      if (c.fd < 0 || c.introduced) continue;
+      const auto it = pending_by_place.find(c.place);
+      if (it != pending_by_place.end() && it->second == most) return c.place;
+    }
+    return std::string();
   }
 
   /// Closes the oldest pending connection from `place`; false when it has none.
