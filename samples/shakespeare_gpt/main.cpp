@@ -299,11 +299,12 @@ int main(int argc, char** argv) {
     std::vector<Point> unsaved;
     const auto save_then_log = [&] {
       manager.save();
-      if (!tensorboard.writer()) return;
-      for (const Point& point : unsaved)
-        tensorboard.writer()->scalar(point.tag, point.step, point.value);
+      if (tensorboard.writer()) {
+        for (const Point& point : unsaved)
+          tensorboard.writer()->scalar(point.tag, point.step, point.value);
+        tensorboard.writer()->flush();
+      }
       unsaved.clear();
-      tensorboard.writer()->flush();
     };
     // The profile of the updates since the last one, at the update count (saved by then).
     const auto log_profile = [&] {
