@@ -105,16 +105,36 @@ std::string location(const h5::Group& group, const std::string& name) {
   return group.file() + ":" + (group.path() == "/" ? "" : group.path()) + "/" + name;
 }
 
-void check_values(const std::string& where, const Tensor& value, bool non_negative,
-                  const char* why_non_negative) {
-  if (value.dtype() != DType::kFloat32 && value.dtype() != DType::kFloat64) return;
-  const std::vector<double> values = value.to_vector<double>();
-  for (size_t i = 0; i < values.size(); ++i) {
+namespace {
+
+/// check_values over `n` elements of type T, in place (every restore and every save's read-back
+/// scans each weight and slot: no copy).
+template <typename T>
+void check_values_of(const std::string& where, const T* values, size_t n, bool non_negative,
+                     const char* why_non_negative) {
+  bool bad = false;
+  for (size_t i = 0; i < n; ++i)
+    bad |= !std::isfinite(values[i]) || (non_negative && values[i] < 0);
+  if (!bad) return;
+  for (size_t i = 0; i < n; ++i) {
     TANDEM_CHECK(std::isfinite(values[i]), where, ": value ", values[i], " at index ", i,
                  " is not finite; the checkpoint is damaged");
     TANDEM_CHECK(!non_negative || values[i] >= 0, where, ": value ", values[i], " at index ", i,
                  " is negative; ", why_non_negative);
   }
+}
+
+}  // namespace
+
+void check_values(const std::string& where, const Tensor& value, bool non_negative,
+                  const char* why_non_negative) {
+  const size_t n = static_cast<size_t>(value.numel());
+  if (value.dtype() == DType::kFloat32)
+    check_values_of(where, static_cast<const float*>(value.raw_data()), n, non_negative,
+                    why_non_negative);
+  else if (value.dtype() == DType::kFloat64)
+    check_values_of(where, static_cast<const double*>(value.raw_data()), n, non_negative,
+                    why_non_negative);
 }
 
 void check_counter(const std::string& where, int64_t value) {
