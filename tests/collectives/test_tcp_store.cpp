@@ -138,6 +138,7 @@ class RawClient {
   }
   /// True once the store has closed this connection (waiting up to `timeout_ms` for it).
   bool closed_by_store(int timeout_ms = 2000) {
+    if (!connected_) return true;  // never open (a connect refused or timed out)
     char byte;
     pollfd p{fd_, POLLIN, 0};
     if (::poll(&p, 1, timeout_ms) <= 0) return false;
