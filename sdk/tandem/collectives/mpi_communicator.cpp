@@ -13,6 +13,7 @@
 
 #include <algorithm>
 #include <array>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -160,6 +161,9 @@ struct MpiWorld::Impl {
     std::condition_variable wake;
     bool stop = false;
     bool active = false;  // a blocking call runs
+    // wait() polls arrivals and names a gone worker itself (set without the mutex: every call)
+    std::atomic<bool> polling{false};
+    std::atomic<bool> gone_raised{false};  // wait() raised naming a gone worker
     Clock::time_point since;
     std::string label;
     uint64_t call = 0;
@@ -174,14 +178,22 @@ struct MpiWorld::Impl {
 
   void watch_peers(int rank) {
     std::unique_lock<std::mutex> lock(watch.mutex);
+    // Whether a gone worker was named: later ones are not (they may have ended because of it,
+    // after raising as this worker will).
     bool reported = false;
     // Per peer, since when it has been seen stopped during the call under way (zero: running).
     std::vector<Clock::time_point> stopped_since(peers.size());
     while (!watch.stop) {
       watch.wake.wait_for(lock, std::chrono::milliseconds(20));
       const auto now = Clock::now();
-      if (!watch.active) std::fill(stopped_since.begin(), stopped_since.end(), Clock::time_point{});
-      if (!watch.active || reported || now - watch.since < std::chrono::milliseconds(20)) continue;
+      if (!watch.active) {
+        std::fill(stopped_since.begin(), stopped_since.end(), Clock::time_point{});
+        if (!reported && !watch.polling.load(std::memory_order_relaxed) &&
+            !watch.gone_raised.load(std::memory_order_relaxed))
+          reported = name_gone_outside_calls(lock, rank);
+        continue;
+      }
+      if (now - watch.since < std::chrono::milliseconds(20)) continue;
       if (now - watch.since >= watch.timeout) {
         for (size_t peer = 0; peer < peers.size(); ++peer) {
           if (static_cast<int>(peer) == rank || !process_stopped(peers[peer])) {
@@ -196,13 +208,32 @@ struct MpiWorld::Impl {
       for (size_t peer = 0; peer < peers.size() && !reported; ++peer) {
         if (static_cast<int>(peer) == rank || !process_ended(peers[peer])) continue;
         TANDEM_LOG_ERROR(watch.label, " #", watch.call, " across ", watch.workers,
-                         " workers: worker ", peer, " (", peers[peer].host, ", pid ",
-                         peers[peer].pid,
+                         " workers failed on worker ", rank, ": worker ", peer, " (",
+                         peers[peer].host, ", pid ", peers[peer].pid,
                          ") is gone: its process ended during the exchange (it exited, crashed "
                          "or was killed); Open MPI cannot abandon the call, mpirun ends the job");
         reported = true;
       }
     }
+  }
+  /// Outside the exchanges (computing, saving a checkpoint), names a worker on this machine
+  /// whose process ended: mpirun ends the job within about a second (SIGTERM, then SIGKILL),
+  /// often before this worker reaches its next exchange, which would name it. No worker ends
+  /// normally before every worker has reached MPI_Finalize, and the watch stops before that.
+  bool name_gone_outside_calls(std::unique_lock<std::mutex>& lock, int rank) {
+    const int workers = static_cast<int>(peers.size());
+    lock.unlock();  // the peers never change; a call may begin meanwhile
+    bool named = false;
+    for (size_t peer = 0; peer < peers.size() && !named; ++peer) {
+      if (static_cast<int>(peer) == rank || !process_ended(peers[peer])) continue;
+      TANDEM_LOG_ERROR("mpi: across ", workers, " workers, on worker ", rank, ": worker ", peer,
+                       " (", peers[peer].host, ", pid ", peers[peer].pid,
+                       ") is gone: its process ended (it exited, crashed or was killed); "
+                       "mpirun ends the job");
+      named = true;
+    }
+    lock.lock();
+    return named;
   }
   /// Names `peer`, stopped during the blocking call under way, and ends the job. Never returns.
   [[noreturn]] void abort_for_stopped(std::unique_lock<std::mutex>& lock, int rank, int peer) {
@@ -363,6 +394,15 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
   bool arrivals_done = m.arrival_requests.empty();
   int spins = 0;
   auto next_look = start;
+  struct Polling {
+    std::atomic<bool>& flag;
+    explicit Polling(std::atomic<bool>& f) : flag(f) {
+      flag.store(true, std::memory_order_relaxed);
+    }
+    ~Polling() { flag.store(false, std::memory_order_relaxed); }
+    Polling(const Polling&) = delete;
+    Polling& operator=(const Polling&) = delete;
+  } const polling(m.watch.polling);
   while (!(data_done && arrivals_done)) {
     int flag = 0;
     if (!data_done) {
@@ -386,18 +426,22 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
     }
     if (data_done && arrivals_done) break;
     const auto now = Clock::now();
-    if (!arrivals_done && now - start > std::chrono::milliseconds(20) && now >= next_look) {
+    // A worker on this machine whose process ended can no longer take part, whether or not
+    // its arrival message came first (it may have arrived and died while this one waits for
+    // another worker).
+    if (now - start > std::chrono::milliseconds(20) && now >= next_look) {
       next_look = now + std::chrono::milliseconds(20);
       for (int peer = 0; peer < size_; ++peer) {
         const ProcessIdentity& who = m.peers[static_cast<size_t>(peer)];
-        if (peer == rank_ || m.received_call(peer) == static_cast<int64_t>(call) ||
-            !process_ended(who))
-          continue;
+        if (peer == rank_ || !process_ended(who)) continue;
         broken_ = true;
-        TANDEM_THROW(label, " #", call, " across ", size_, " workers: worker ", peer, " (",
-                     who.host, ", pid ", who.pid,
-                     ") is gone: its process ended before it arrived (it exited, crashed or was "
-                     "killed)");
+        m.watch.gone_raised.store(true, std::memory_order_relaxed);
+        const bool arrived = m.received_call(peer) == static_cast<int64_t>(call);
+        TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_,
+                     ": worker ", peer, " (", who.host, ", pid ", who.pid,
+                     ") is gone: its process ended ",
+                     arrived ? "during the exchange" : "before it arrived",
+                     " (it exited, crashed or was killed)");
       }
     }
     if (now > deadline) {
