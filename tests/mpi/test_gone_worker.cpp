@@ -32,7 +32,7 @@ TEST_CASE("multi-worker fault: a worker dies after arriving while another is bus
     switch (s.worker_index()) {
       case 0:
         std::cout << "worker 0 busy" << std::endl;
-        std::this_thread::sleep_for(std::chrono::seconds(5));
+        std::this_thread::sleep_for(std::chrono::seconds(10));
         reduce();
         break;
       case 1: {
@@ -43,7 +43,7 @@ TEST_CASE("multi-worker fault: a worker dies after arriving while another is bus
           }
         });
         arrive.detach();
-        std::this_thread::sleep_for(std::chrono::milliseconds(500));
+        std::this_thread::sleep_for(std::chrono::milliseconds(1500));  // its arrival is delivered
         std::cout << "worker 1 dies" << std::endl;
         std::raise(SIGKILL);
         break;

@@ -23,7 +23,9 @@
 #include <limits>
 #include <mutex>
 #include <sstream>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "tandem/collectives/internal/flat_ranges.h"
 #include "tandem/collectives/internal/process_watch.h"
@@ -161,9 +163,12 @@ struct MpiWorld::Impl {
     std::condition_variable wake;
     bool stop = false;
     bool active = false;  // a blocking call runs
-    // wait() polls arrivals and names a gone worker itself (set without the mutex: every call)
+    // Set without the mutex (every call sets `polling`): wait() polls the arrivals and names a
+    // gone worker itself; once this worker named one, or raised from an exchange (on its way
+    // out: the others end because of it, or of the same cause), the thread names none.
     std::atomic<bool> polling{false};
-    std::atomic<bool> gone_raised{false};  // wait() raised naming a gone worker
+    std::atomic<bool> gone_named{false};
+    std::atomic<bool> raised{false};
     Clock::time_point since;
     std::string label;
     uint64_t call = 0;
@@ -176,11 +181,19 @@ struct MpiWorld::Impl {
   std::thread watcher;
   pid_t watcher_process = 0;  // the process that started it
 
-  void watch_peers(int rank) {
+  void watch_peers(int rank) noexcept {
+    try {
+      watch_peers_until_stopped(rank);
+    } catch (const std::exception&) {
+      // Only naming is lost (an allocation failed); the exchanges still time out.
+    }
+  }
+  void watch_peers_until_stopped(int rank) {
     std::unique_lock<std::mutex> lock(watch.mutex);
     // Whether a gone worker was named: later ones are not (they may have ended because of it,
     // after raising as this worker will).
     bool reported = false;
+    auto next_look = Clock::now();  // between exchanges: every kOutsideLook
     // Per peer, since when it has been seen stopped during the call under way (zero: running).
     std::vector<Clock::time_point> stopped_since(peers.size());
     while (!watch.stop) {
@@ -188,9 +201,10 @@ struct MpiWorld::Impl {
       const auto now = Clock::now();
       if (!watch.active) {
         std::fill(stopped_since.begin(), stopped_since.end(), Clock::time_point{});
-        if (!reported && !watch.polling.load(std::memory_order_relaxed) &&
-            !watch.gone_raised.load(std::memory_order_relaxed))
+        if (!reported && now >= next_look && quiet()) {
+          next_look = now + kOutsideLook;
           reported = name_gone_outside_calls(lock, rank);
+        }
         continue;
       }
       if (now - watch.since < std::chrono::milliseconds(20)) continue;
@@ -205,7 +219,7 @@ struct MpiWorld::Impl {
             abort_for_stopped(lock, rank, static_cast<int>(peer));
         }
       }
-      for (size_t peer = 0; peer < peers.size() && !reported; ++peer) {
+      for (size_t peer = 0; peer < peers.size() && !reported && quiet(); ++peer) {
         if (static_cast<int>(peer) == rank || !process_ended(peers[peer])) continue;
         TANDEM_LOG_ERROR(watch.label, " #", watch.call, " across ", watch.workers,
                          " workers failed on worker ", rank, ": worker ", peer, " (",
@@ -216,14 +230,27 @@ struct MpiWorld::Impl {
       }
     }
   }
+  /// Whether the watching thread may name a gone worker: wait() is not polling (it names one
+  /// itself), and this worker has neither named one nor raised from an exchange.
+  bool quiet() const {
+    return !watch.polling.load(std::memory_order_relaxed) &&
+           !watch.gone_named.load(std::memory_order_relaxed) &&
+           !watch.raised.load(std::memory_order_relaxed);
+  }
+  /// How often the processes are looked at between exchanges (mpirun gives about a second).
+  static constexpr std::chrono::milliseconds kOutsideLook{100};
   /// Outside the exchanges (computing, saving a checkpoint), names a worker on this machine
   /// whose process ended: mpirun ends the job within about a second (SIGTERM, then SIGKILL),
   /// often before this worker reaches its next exchange, which would name it. No worker ends
-  /// normally before every worker has reached MPI_Finalize, and the watch stops before that.
+  /// normally before every worker has reached MPI_Finalize (Open MPI's finalize waits for them
+  /// all), and the watch stops before this one's; after a finalize of the program's own,
+  /// nothing is named.
   bool name_gone_outside_calls(std::unique_lock<std::mutex>& lock, int rank) {
     const int workers = static_cast<int>(peers.size());
     lock.unlock();  // the peers never change; a call may begin meanwhile
-    bool named = false;
+    int finalized = 0;
+    MPI_Finalized(&finalized);  // callable from any thread, at any time
+    bool named = finalized != 0;
     for (size_t peer = 0; peer < peers.size() && !named; ++peer) {
       if (static_cast<int>(peer) == rank || !process_ended(peers[peer])) continue;
       TANDEM_LOG_ERROR("mpi: across ", workers, " workers, on worker ", rank, ": worker ", peer,
@@ -394,15 +421,32 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
   bool arrivals_done = m.arrival_requests.empty();
   int spins = 0;
   auto next_look = start;
+  // While this polls, the watching thread names no one; once it raised (the job is broken),
+  // never again.
   struct Polling {
-    std::atomic<bool>& flag;
-    explicit Polling(std::atomic<bool>& f) : flag(f) {
-      flag.store(true, std::memory_order_relaxed);
+    Impl::Watch& watch;
+    const bool& broken;
+    Polling(Impl::Watch& w, const bool& b) : watch(w), broken(b) {
+      watch.polling.store(true, std::memory_order_relaxed);
     }
-    ~Polling() { flag.store(false, std::memory_order_relaxed); }
+    ~Polling() {
+      if (broken) watch.raised.store(true, std::memory_order_relaxed);
+      watch.polling.store(false, std::memory_order_relaxed);
+    }
     Polling(const Polling&) = delete;
     Polling& operator=(const Polling&) = delete;
-  } const polling(m.watch.polling);
+  } const polling(m.watch, broken_);
+  const auto arrived = [&](int peer) {
+    return m.received_call(peer) == static_cast<int64_t>(call);
+  };
+  const auto not_arrived = [&] {
+    std::ostringstream out;
+    int count = 0;
+    for (int peer = 0; peer < size_; ++peer)
+      if (peer != rank_ && !arrived(peer)) out << (count++ ? ", " : "") << peer;
+    return count == 0 ? std::string() : (count == 1 ? "worker " : "workers ") + out.str();
+  };
+  std::vector<bool> named(static_cast<size_t>(size_), false);
   while (!(data_done && arrivals_done)) {
     int flag = 0;
     if (!data_done) {
@@ -426,21 +470,31 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
     }
     if (data_done && arrivals_done) break;
     const auto now = Clock::now();
-    // A worker on this machine whose process ended can no longer take part, whether or not
-    // its arrival message came first (it may have arrived and died while this one waits for
-    // another worker).
+    // A worker on this machine whose process ended can no longer take part. One that ended
+    // before it arrived is raised at once. One that arrived first may have ended because of a
+    // worker still missing (its own timeout, a little ahead of this one's): while one is missing,
+    // it is named and the wait goes on, so that the missing one is what this worker raises.
     if (now - start > std::chrono::milliseconds(20) && now >= next_look) {
       next_look = now + std::chrono::milliseconds(20);
       for (int peer = 0; peer < size_; ++peer) {
         const ProcessIdentity& who = m.peers[static_cast<size_t>(peer)];
-        if (peer == rank_ || !process_ended(who)) continue;
+        if (peer == rank_ || named[static_cast<size_t>(peer)] || !process_ended(who)) continue;
+        const std::string missing = arrived(peer) ? not_arrived() : std::string();
+        if (!missing.empty()) {
+          TANDEM_LOG_ERROR(label, " #", call, " across ", size_, " workers, on worker ", rank_,
+                           ": worker ", peer, " (", who.host, ", pid ", who.pid,
+                           ") is gone: its process ended during the exchange (it exited, crashed "
+                           "or was killed); ",
+                           missing, " not arrived yet");
+          named[static_cast<size_t>(peer)] = true;
+          m.watch.gone_named.store(true, std::memory_order_relaxed);
+          continue;
+        }
         broken_ = true;
-        m.watch.gone_raised.store(true, std::memory_order_relaxed);
-        const bool arrived = m.received_call(peer) == static_cast<int64_t>(call);
         TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_,
                      ": worker ", peer, " (", who.host, ", pid ", who.pid,
                      ") is gone: its process ended ",
-                     arrived ? "during the exchange" : "before it arrived",
+                     arrived(peer) ? "during the exchange" : "before it arrived",
                      " (it exited, crashed or was killed)");
       }
     }
@@ -526,6 +580,7 @@ void MpiWorld::run_blocking(const std::function<int()>& mpi_call, uint64_t call,
   }
   if (code == MPI_SUCCESS) return;
   broken_ = true;
+  impl_->watch.raised.store(true, std::memory_order_relaxed);
   TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_, ": ",
                mpi_error(code));
 }
