@@ -181,14 +181,7 @@ struct MpiWorld::Impl {
   std::thread watcher;
   pid_t watcher_process = 0;  // the process that started it
 
-  void watch_peers(int rank) noexcept {
-    try {
-      watch_peers_until_stopped(rank);
-    } catch (const std::exception&) {
-      // Only naming is lost (an allocation failed); the exchanges still time out.
-    }
-  }
-  void watch_peers_until_stopped(int rank) {
+  void watch_peers(int rank) {
     std::unique_lock<std::mutex> lock(watch.mutex);
     // Whether a gone worker was named: later ones are not (they may have ended because of it,
     // after raising as this worker will).
@@ -248,11 +241,16 @@ struct MpiWorld::Impl {
   bool name_gone_outside_calls(std::unique_lock<std::mutex>& lock, int rank) {
     const int workers = static_cast<int>(peers.size());
     lock.unlock();  // the peers never change; a call may begin meanwhile
-    int finalized = 0;
-    MPI_Finalized(&finalized);  // callable from any thread, at any time
-    bool named = finalized != 0;
+    const auto finalized = [] {
+      int done = 0;
+      MPI_Finalized(&done);  // callable from any thread, at any time
+      return done != 0;
+    };
+    bool named = finalized();
     for (size_t peer = 0; peer < peers.size() && !named; ++peer) {
       if (static_cast<int>(peer) == rank || !process_ended(peers[peer])) continue;
+      // Once more, now that it is found: a call may have begun, or MPI been finalised.
+      if (!quiet() || finalized()) break;
       TANDEM_LOG_ERROR("mpi: across ", workers, " workers, on worker ", rank, ": worker ", peer,
                        " (", peers[peer].host, ", pid ", peers[peer].pid,
                        ") is gone: its process ended (it exited, crashed or was killed); "
@@ -543,6 +541,17 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
     } else {
       std::this_thread::sleep_for(std::chrono::microseconds(50));
     }
+  }
+  // Every worker arrived, but one named above has ended since: nothing that follows can
+  // complete with it.
+  for (int peer = 0; peer < size_; ++peer) {
+    if (!named[static_cast<size_t>(peer)]) continue;
+    const ProcessIdentity& who = m.peers[static_cast<size_t>(peer)];
+    broken_ = true;
+    TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_,
+                 ": worker ", peer, " (", who.host, ", pid ", who.pid,
+                 ") is gone: its process ended during the exchange (it exited, crashed or was "
+                 "killed)");
   }
   // Every worker arrived; each must be making the same call (the same collective with the same
   // sizes and dtype), or the blocking MPI calls that follow would pair up wrongly and hang.
