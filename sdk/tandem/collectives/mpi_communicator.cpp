@@ -215,13 +215,19 @@ struct MpiWorld::Impl {
       for (size_t peer = 0; peer < peers.size() && !reported && quiet(); ++peer) {
         if (static_cast<int>(peer) == rank || !process_ended(peers[peer])) continue;
         TANDEM_LOG_ERROR(watch.label, " #", watch.call, " across ", watch.workers,
-                         " workers failed on worker ", rank, ": worker ", peer, " (",
-                         peers[peer].host, ", pid ", peers[peer].pid,
-                         ") is gone: its process ended during the exchange (it exited, crashed "
-                         "or was killed); Open MPI cannot abandon the call, mpirun ends the job");
+                         " workers failed on worker ", rank, ": ",
+                         gone(peer, " during the exchange"),
+                         "; Open MPI cannot abandon the call, mpirun ends the job");
         reported = true;
       }
     }
+  }
+  /// "worker P (host, pid N) is gone: its process ended<when> (...)", for every such message.
+  std::string gone(size_t peer, const char* when) const {
+    std::ostringstream out;
+    out << "worker " << peer << " (" << peers[peer].host << ", pid " << peers[peer].pid
+        << ") is gone: its process ended" << when << " (it exited, crashed or was killed)";
+    return out.str();
   }
   /// Whether the watching thread may name a gone worker: wait() is not polling (it names one
   /// itself), and this worker has neither named one nor raised from an exchange.
@@ -251,10 +257,8 @@ struct MpiWorld::Impl {
       if (static_cast<int>(peer) == rank || !process_ended(peers[peer])) continue;
       // Once more, now that it is found: a call may have begun, or MPI been finalised.
       if (!quiet() || finalized()) break;
-      TANDEM_LOG_ERROR("mpi: across ", workers, " workers, on worker ", rank, ": worker ", peer,
-                       " (", peers[peer].host, ", pid ", peers[peer].pid,
-                       ") is gone: its process ended (it exited, crashed or was killed); "
-                       "mpirun ends the job");
+      TANDEM_LOG_ERROR("mpi: across ", workers, " workers, on worker ", rank, ": ", gone(peer, ""),
+                       "; mpirun ends the job");
       named = true;
     }
     lock.lock();
@@ -444,7 +448,7 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
       if (peer != rank_ && !arrived(peer)) out << (count++ ? ", " : "") << peer;
     return count == 0 ? std::string() : (count == 1 ? "worker " : "workers ") + out.str();
   };
-  std::vector<bool> named(static_cast<size_t>(size_), false);
+  std::vector<bool> named;  // workers named below as gone after they arrived (sized when one is)
   while (!(data_done && arrivals_done)) {
     int flag = 0;
     if (!data_done) {
@@ -475,25 +479,22 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
     if (now - start > std::chrono::milliseconds(20) && now >= next_look) {
       next_look = now + std::chrono::milliseconds(20);
       for (int peer = 0; peer < size_; ++peer) {
-        const ProcessIdentity& who = m.peers[static_cast<size_t>(peer)];
-        if (peer == rank_ || named[static_cast<size_t>(peer)] || !process_ended(who)) continue;
+        const auto p = static_cast<size_t>(peer);
+        if (peer == rank_ || (!named.empty() && named[p]) || !process_ended(m.peers[p])) continue;
         const std::string missing = arrived(peer) ? not_arrived() : std::string();
         if (!missing.empty()) {
           TANDEM_LOG_ERROR(label, " #", call, " across ", size_, " workers, on worker ", rank_,
-                           ": worker ", peer, " (", who.host, ", pid ", who.pid,
-                           ") is gone: its process ended during the exchange (it exited, crashed "
-                           "or was killed); ",
-                           missing, " not arrived yet");
-          named[static_cast<size_t>(peer)] = true;
+                           ": ", m.gone(p, " during the exchange"), "; ", missing,
+                           " not arrived yet");
+          if (named.empty()) named.assign(static_cast<size_t>(size_), false);
+          named[p] = true;
           m.watch.gone_named.store(true, std::memory_order_relaxed);
           continue;
         }
         broken_ = true;
         TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_,
-                     ": worker ", peer, " (", who.host, ", pid ", who.pid,
-                     ") is gone: its process ended ",
-                     arrived(peer) ? "during the exchange" : "before it arrived",
-                     " (it exited, crashed or was killed)");
+                     ": ",
+                     m.gone(p, arrived(peer) ? " during the exchange" : " before it arrived"));
       }
     }
     if (now > deadline) {
@@ -544,14 +545,11 @@ void MpiWorld::wait(void* request_ptr, uint64_t call, const char* label) {
   }
   // Every worker arrived, but one named above has ended since: nothing that follows can
   // complete with it.
-  for (int peer = 0; peer < size_; ++peer) {
-    if (!named[static_cast<size_t>(peer)]) continue;
-    const ProcessIdentity& who = m.peers[static_cast<size_t>(peer)];
+  for (size_t peer = 0; peer < named.size(); ++peer) {
+    if (!named[peer]) continue;
     broken_ = true;
-    TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_,
-                 ": worker ", peer, " (", who.host, ", pid ", who.pid,
-                 ") is gone: its process ended during the exchange (it exited, crashed or was "
-                 "killed)");
+    TANDEM_THROW(label, " #", call, " across ", size_, " workers failed on worker ", rank_, ": ",
+                 m.gone(peer, " during the exchange"));
   }
   // Every worker arrived; each must be making the same call (the same collective with the same
   // sizes and dtype), or the blocking MPI calls that follow would pair up wrongly and hang.
